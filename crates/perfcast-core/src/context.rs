@@ -1,0 +1,106 @@
+//! What besides the module decides its latency: batch, phase, threads, background load.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Which pass is timed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// One forward pass.
+    Inference,
+    /// One training step of the module: forward and backward (input and weight gradients).
+    Training,
+}
+
+impl Phase {
+    /// The phase's name in files and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Inference => "inference",
+            Phase::Training => "training",
+        }
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Phase {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "inference" | "forward" | "fwd" => Ok(Phase::Inference),
+            "training" | "train" | "backward" => Ok(Phase::Training),
+            other => Err(Error::InvalidContext(format!(
+                "unknown phase `{other}` (expected `inference` or `training`)"
+            ))),
+        }
+    }
+}
+
+/// The context of one measurement or query.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Context {
+    /// Samples per call.
+    pub batch: usize,
+    /// Forward only, or forward and backward.
+    pub phase: Phase,
+    /// Compute threads the backend may use.
+    pub threads: usize,
+    /// Share of the device's cores kept busy by background load while measuring, in [0, 1).
+    pub utilisation: f64,
+}
+
+impl Context {
+    /// Checks ranges; errors name the value.
+    pub fn validate(&self) -> Result<()> {
+        if self.batch == 0 {
+            return Err(Error::InvalidContext("`batch` must be at least 1, got 0".into()));
+        }
+        if self.threads == 0 {
+            return Err(Error::InvalidContext("`threads` must be at least 1, got 0".into()));
+        }
+        if !(self.utilisation.is_finite() && (0.0..1.0).contains(&self.utilisation)) {
+            return Err(Error::InvalidContext(format!(
+                "`utilisation` must be in [0, 1), got {}",
+                self.utilisation
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phase_parses_aliases_and_rejects_others() {
+        assert_eq!("forward".parse::<Phase>().unwrap(), Phase::Inference);
+        assert_eq!("Train".parse::<Phase>().unwrap(), Phase::Training);
+        assert!("sideways".parse::<Phase>().unwrap_err().to_string().contains("sideways"));
+    }
+
+    #[test]
+    fn context_rejects_out_of_range_values() {
+        let ok = Context {
+            batch: 1,
+            phase: Phase::Inference,
+            threads: 1,
+            utilisation: 0.5,
+        };
+        assert!(ok.validate().is_ok());
+        let bad = Context {
+            utilisation: f64::NAN,
+            ..ok.clone()
+        };
+        assert!(bad.validate().unwrap_err().to_string().contains("NaN"));
+        let bad = Context { batch: 0, ..ok };
+        assert!(bad.validate().unwrap_err().to_string().contains("`batch`"));
+    }
+}

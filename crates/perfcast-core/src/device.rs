@@ -1,0 +1,318 @@
+//! Device specifications: what a predictor knows of the hardware, measured or published.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// CPU or GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    /// A host processor.
+    Cpu,
+    /// An accelerator.
+    Gpu,
+}
+
+/// Where a spec's peak figures come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SpecSource {
+    /// Measured here by micro-benchmarks.
+    Measured,
+    /// Taken from the vendor's or a paper's published figures.
+    Published,
+}
+
+/// Cache sizes in KiB (per core for L1/L2 on CPUs, total for the last level).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Caches {
+    /// L1 data cache per core, KiB.
+    pub l1d_kb: Option<f64>,
+    /// L2 cache, KiB.
+    pub l2_kb: Option<f64>,
+    /// L3 (last-level) cache, KiB.
+    pub l3_kb: Option<f64>,
+}
+
+/// A device as a predictor sees it. For a CPU, `peak_gflops` and `mem_bandwidth_gbs` are
+/// measured (a GEMM and a streaming triad), not guessed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceSpec {
+    /// Human name, e.g. `Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz` or `V100-PCIE-32GB`.
+    pub name: String,
+    /// CPU or GPU.
+    pub kind: DeviceKind,
+    /// Peak fp32 throughput in GFLOP/s.
+    pub peak_gflops: f64,
+    /// Memory bandwidth in GB/s.
+    pub mem_bandwidth_gbs: f64,
+    /// Physical cores (CPU) or streaming multiprocessors (GPU).
+    pub cores: u32,
+    /// Hardware threads (CPU) or total shader cores (GPU).
+    pub threads: u32,
+    /// Clock in MHz.
+    pub clock_mhz: f64,
+    /// Memory in GB.
+    pub memory_gb: f64,
+    /// Last-level cache in MB.
+    pub cache_mb: f64,
+    /// Cache hierarchy where known.
+    #[serde(default)]
+    pub caches: Caches,
+    /// Whether the peaks were measured or published.
+    pub source: SpecSource,
+}
+
+impl DeviceSpec {
+    /// Rejects missing or absurd fields, naming the field and its value.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |message: String| Error::InvalidDevice {
+            device: self.name.clone(),
+            message,
+        };
+        if self.name.trim().is_empty() {
+            return Err(bad("`name` is empty".into()));
+        }
+        for (field, value) in [
+            ("peak_gflops", self.peak_gflops),
+            ("mem_bandwidth_gbs", self.mem_bandwidth_gbs),
+            ("clock_mhz", self.clock_mhz),
+            ("memory_gb", self.memory_gb),
+        ] {
+            if !(value.is_finite() && value > 0.0) {
+                return Err(bad(format!("`{field}` must be positive, got {value}")));
+            }
+        }
+        if !(self.cache_mb.is_finite() && self.cache_mb >= 0.0) {
+            return Err(bad(format!("`cache_mb` must not be negative, got {}", self.cache_mb)));
+        }
+        if self.cores == 0 {
+            return Err(bad("`cores` must be at least 1, got 0".into()));
+        }
+        if self.threads < self.cores {
+            return Err(bad(format!(
+                "`threads` {} is fewer than `cores` {}",
+                self.threads, self.cores
+            )));
+        }
+        Ok(())
+    }
+
+    /// A file-system-safe identifier: lower case, runs of other characters as one `-`.
+    pub fn slug(&self) -> String {
+        slugify(&self.name)
+    }
+
+    /// Parses and validates a spec from JSON.
+    pub fn from_json(text: &str) -> Result<Self> {
+        let spec: DeviceSpec = serde_json::from_str(text)?;
+        spec.validate()?;
+        Ok(spec)
+    }
+}
+
+/// Lower-cases and replaces runs of non-alphanumerics by one `-`; drops `(r)`/`(tm)` marks.
+pub fn slugify(name: &str) -> String {
+    let cleaned = name
+        .to_ascii_lowercase()
+        .replace("(r)", "")
+        .replace("(tm)", "");
+    let mut out = String::with_capacity(cleaned.len());
+    for ch in cleaned.chars() {
+        if ch.is_ascii_alphanumeric() {
+            out.push(ch);
+        } else if !out.ends_with('-') && !out.is_empty() {
+            out.push('-');
+        }
+    }
+    out.trim_end_matches('-').to_string()
+}
+
+/// What the operating system says of the local CPU (everything but the measured peaks).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CpuTopology {
+    /// Model name.
+    pub model: String,
+    /// Physical cores available to this process.
+    pub cores: u32,
+    /// Logical CPUs available to this process.
+    pub threads: u32,
+    /// Maximum (or current, when no maximum is published) clock in MHz.
+    pub clock_mhz: f64,
+    /// Total memory in GB.
+    pub memory_gb: f64,
+    /// Cache sizes.
+    pub caches: Caches,
+}
+
+impl CpuTopology {
+    /// Reads /proc and /sys (Linux); elsewhere fills what the standard library knows.
+    pub fn detect() -> CpuTopology {
+        let threads = std::thread::available_parallelism()
+            .map(|n| n.get() as u32)
+            .unwrap_or(1);
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let max_khz = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
+            .ok()
+            .and_then(|s| s.trim().parse::<f64>().ok());
+        let mut topo = parse_cpuinfo(&cpuinfo, threads);
+        if let Some(khz) = max_khz {
+            topo.clock_mhz = khz / 1000.0;
+        }
+        topo.memory_gb = parse_meminfo_gb(&meminfo).unwrap_or(0.0);
+        topo.caches = read_sys_caches();
+        topo
+    }
+}
+
+/// Parses `/proc/cpuinfo`; `threads` is the number of CPUs this process may use.
+pub fn parse_cpuinfo(text: &str, threads: u32) -> CpuTopology {
+    let field = |line: &str| line.split_once(':').map(|(_, v)| v.trim().to_string());
+    let mut model = None;
+    let mut mhz: Option<f64> = None;
+    let mut cores_per_socket = None;
+    let mut siblings = None;
+    for line in text.lines() {
+        let key = line.split(':').next().unwrap_or("").trim();
+        match key {
+            "model name" | "Model" | "Processor" if model.is_none() => model = field(line),
+            "cpu MHz" if mhz.is_none() => mhz = field(line).and_then(|v| v.parse().ok()),
+            "cpu cores" if cores_per_socket.is_none() => {
+                cores_per_socket = field(line).and_then(|v| v.parse::<u32>().ok())
+            }
+            "siblings" if siblings.is_none() => {
+                siblings = field(line).and_then(|v| v.parse::<u32>().ok())
+            }
+            _ => {}
+        }
+    }
+    // Threads per core from the socket's siblings/cores; scale to the CPUs we may use.
+    let smt = match (siblings, cores_per_socket) {
+        (Some(s), Some(c)) if c > 0 && s >= c => s / c,
+        _ => 1,
+    };
+    let cores = (threads / smt.max(1)).max(1);
+    CpuTopology {
+        model: model.unwrap_or_else(|| "unknown cpu".to_string()),
+        cores,
+        threads: threads.max(cores),
+        clock_mhz: mhz.unwrap_or(0.0),
+        memory_gb: 0.0,
+        caches: Caches::default(),
+    }
+}
+
+fn parse_meminfo_gb(text: &str) -> Option<f64> {
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0 / 1024.0)
+}
+
+/// Parses a sysfs cache size such as `48K` or `32M` into KiB.
+pub fn parse_cache_size(text: &str) -> Option<f64> {
+    let t = text.trim();
+    let (num, mult) = if let Some(n) = t.strip_suffix('K') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('M') {
+        (n, 1024.0)
+    } else if let Some(n) = t.strip_suffix('G') {
+        (n, 1024.0 * 1024.0)
+    } else {
+        (t, 1.0 / 1024.0)
+    };
+    num.trim().parse::<f64>().ok().map(|v| v * mult)
+}
+
+fn read_sys_caches() -> Caches {
+    let mut caches = Caches::default();
+    let base = std::path::Path::new("/sys/devices/system/cpu/cpu0/cache");
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return caches;
+    };
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+        let level = read("level").trim().to_string();
+        let kind = read("type").trim().to_string();
+        let size = parse_cache_size(&read("size"));
+        match (level.as_str(), kind.as_str()) {
+            ("1", "Data") => caches.l1d_kb = size,
+            ("2", _) => caches.l2_kb = size,
+            ("3", _) => caches.l3_kb = size,
+            _ => {}
+        }
+    }
+    caches
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> DeviceSpec {
+        DeviceSpec {
+            name: "Test CPU".into(),
+            kind: DeviceKind::Cpu,
+            peak_gflops: 100.0,
+            mem_bandwidth_gbs: 20.0,
+            cores: 2,
+            threads: 2,
+            clock_mhz: 3000.0,
+            memory_gb: 24.0,
+            cache_mb: 32.0,
+            caches: Caches::default(),
+            source: SpecSource::Measured,
+        }
+    }
+
+    #[test]
+    fn absurd_fields_are_named() {
+        let mut s = spec();
+        s.mem_bandwidth_gbs = 0.0;
+        assert!(s.validate().unwrap_err().to_string().contains("`mem_bandwidth_gbs` must be positive, got 0"));
+        let mut s = spec();
+        s.peak_gflops = f64::NAN;
+        assert!(s.validate().unwrap_err().to_string().contains("peak_gflops"));
+        let mut s = spec();
+        s.cores = 0;
+        assert!(s.validate().unwrap_err().to_string().contains("`cores`"));
+        assert!(spec().validate().is_ok());
+    }
+
+    #[test]
+    fn json_round_trip() {
+        let s = spec();
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(DeviceSpec::from_json(&json).unwrap(), s);
+        let negative = json.replace("\"cores\":2", "\"cores\":-2");
+        assert!(DeviceSpec::from_json(&negative).unwrap_err().to_string().contains("-2"));
+    }
+
+    #[test]
+    fn slug_is_filesystem_safe() {
+        assert_eq!(
+            slugify("Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz"),
+            "intel-xeon-platinum-8375c-cpu-2-90ghz"
+        );
+        assert_eq!(slugify("V100-PCIE-32GB"), "v100-pcie-32gb");
+    }
+
+    #[test]
+    fn cpuinfo_parsing_finds_model_and_smt() {
+        let text = "processor\t: 0\nmodel name\t: Fancy CPU 9000\ncpu MHz\t\t: 2900.000\nsiblings\t: 4\ncpu cores\t: 2\n\nprocessor\t: 1\nmodel name\t: Fancy CPU 9000\n";
+        let t = parse_cpuinfo(text, 4);
+        assert_eq!(t.model, "Fancy CPU 9000");
+        assert_eq!(t.cores, 2);
+        assert_eq!(t.threads, 4);
+        assert_eq!(t.clock_mhz, 2900.0);
+    }
+
+    #[test]
+    fn cache_sizes_parse_units() {
+        assert_eq!(parse_cache_size("48K"), Some(48.0));
+        assert_eq!(parse_cache_size("32M\n"), Some(32.0 * 1024.0));
+        assert_eq!(parse_cache_size("junk"), None);
+    }
+}

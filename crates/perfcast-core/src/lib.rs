@@ -1,0 +1,36 @@
+//! perfcast-core: the vocabulary every other perfcast crate speaks.
+//!
+//! Module specs ([`ModuleSpec`]) with validation and shape inference, derived features
+//! ([`features::derive`]), the measurement [`Context`], and device specs ([`DeviceSpec`]).
+//! No burn, no polars: this crate builds and tests in seconds.
+//!
+//! ```
+//! use perfcast_core::{ModuleSpec, features};
+//!
+//! let spec = ModuleSpec::from_json(
+//!     r#"{"kind":"conv2d","in_channels":3,"out_channels":64,"input_hw":224,"kernel":7,"stride":2,"padding":3}"#,
+//! ).unwrap();
+//! assert_eq!(spec.output_shape().unwrap(), vec![64, 112, 112]);
+//! let derived = features::derive(&spec, 8);
+//! assert!(derived.flops > 1e9);
+//! ```
+
+mod context;
+mod device;
+mod error;
+pub mod features;
+mod spec;
+pub mod testing;
+
+pub use context::{Context, Phase};
+pub use device::{
+    Caches, CpuTopology, DeviceKind, DeviceSpec, SpecSource, parse_cache_size, parse_cpuinfo,
+    slugify,
+};
+pub use error::{Error, Result};
+pub use spec::{
+    BatchNorm2d, Conv2d, Elementwise, LayerNorm, Linear, Matmul, ModuleKind, ModuleSpec, Pool2d,
+};
+
+/// perfcast's version, recorded in every dataset row and bundle.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,927 @@
+//! Module specifications: one layer as the user states it, validated on construction.
+//!
+//! Shapes here are *per sample*: the batch size belongs to the [`crate::Context`], so the same
+//! spec can be measured or predicted at many batch sizes. A spec has a canonical flat form
+//! ([`ModuleSpec::config`]), the integer columns a dataset stores for it.
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Every module kind perfcast measures and predicts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModuleKind {
+    /// 2-D convolution, grouped and depthwise included.
+    Conv2d,
+    /// Fully connected layer over the last dimension.
+    Linear,
+    /// Batched matrix multiplication (bmm).
+    Matmul,
+    /// 2-D max pooling.
+    MaxPool2d,
+    /// 2-D average pooling.
+    AvgPool2d,
+    /// Batch normalisation over channels.
+    BatchNorm2d,
+    /// Layer normalisation over the last dimension.
+    LayerNorm,
+    /// max(x, 0).
+    Relu,
+    /// Gaussian error linear unit (erf form).
+    Gelu,
+    /// Logistic sigmoid.
+    Sigmoid,
+    /// Hyperbolic tangent.
+    Tanh,
+    /// Element-wise addition of two tensors of one shape.
+    Add,
+    /// Element-wise multiplication of two tensors of one shape.
+    Mul,
+    /// Softmax over the last dimension.
+    Softmax,
+}
+
+impl ModuleKind {
+    /// All kinds, in a stable order.
+    pub const ALL: [ModuleKind; 14] = [
+        ModuleKind::Conv2d,
+        ModuleKind::Linear,
+        ModuleKind::Matmul,
+        ModuleKind::MaxPool2d,
+        ModuleKind::AvgPool2d,
+        ModuleKind::BatchNorm2d,
+        ModuleKind::LayerNorm,
+        ModuleKind::Relu,
+        ModuleKind::Gelu,
+        ModuleKind::Sigmoid,
+        ModuleKind::Tanh,
+        ModuleKind::Add,
+        ModuleKind::Mul,
+        ModuleKind::Softmax,
+    ];
+
+    /// The kind's name, as used in file names, JSON and the CLI.
+    pub fn name(self) -> &'static str {
+        match self {
+            ModuleKind::Conv2d => "conv2d",
+            ModuleKind::Linear => "linear",
+            ModuleKind::Matmul => "matmul",
+            ModuleKind::MaxPool2d => "maxpool2d",
+            ModuleKind::AvgPool2d => "avgpool2d",
+            ModuleKind::BatchNorm2d => "batchnorm2d",
+            ModuleKind::LayerNorm => "layernorm",
+            ModuleKind::Relu => "relu",
+            ModuleKind::Gelu => "gelu",
+            ModuleKind::Sigmoid => "sigmoid",
+            ModuleKind::Tanh => "tanh",
+            ModuleKind::Add => "add",
+            ModuleKind::Mul => "mul",
+            ModuleKind::Softmax => "softmax",
+        }
+    }
+
+    /// Names of all kinds.
+    pub fn names() -> Vec<&'static str> {
+        Self::ALL.iter().map(|k| k.name()).collect()
+    }
+
+    /// The integer configuration columns a dataset stores for this kind, in order.
+    pub fn config_columns(self) -> &'static [&'static str] {
+        match self {
+            ModuleKind::Conv2d => &[
+                "in_channels",
+                "out_channels",
+                "in_h",
+                "in_w",
+                "kernel_h",
+                "kernel_w",
+                "stride_h",
+                "stride_w",
+                "pad_h",
+                "pad_w",
+                "dilation_h",
+                "dilation_w",
+                "groups",
+                "bias",
+            ],
+            ModuleKind::Linear => &["tokens", "in_features", "out_features", "bias"],
+            ModuleKind::Matmul => &["heads", "m", "k", "n"],
+            ModuleKind::MaxPool2d | ModuleKind::AvgPool2d => &[
+                "channels", "in_h", "in_w", "kernel_h", "kernel_w", "stride_h", "stride_w", "pad_h",
+                "pad_w",
+            ],
+            ModuleKind::BatchNorm2d => &["channels", "in_h", "in_w"],
+            ModuleKind::LayerNorm => &["tokens", "features"],
+            ModuleKind::Relu
+            | ModuleKind::Gelu
+            | ModuleKind::Sigmoid
+            | ModuleKind::Tanh
+            | ModuleKind::Add
+            | ModuleKind::Mul
+            | ModuleKind::Softmax => &["c", "h", "w"],
+        }
+    }
+
+    /// Whether the kind has trainable parameters (its training step computes weight gradients).
+    pub fn has_parameters(self) -> bool {
+        matches!(
+            self,
+            ModuleKind::Conv2d
+                | ModuleKind::Linear
+                | ModuleKind::BatchNorm2d
+                | ModuleKind::LayerNorm
+        )
+    }
+}
+
+impl std::fmt::Display for ModuleKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for ModuleKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let lower = s.trim().to_ascii_lowercase();
+        let alias = match lower.as_str() {
+            "conv" | "conv2d" | "depthwise" | "dwconv" => "conv2d",
+            "fc" | "dense" | "linear" => "linear",
+            "bmm" | "matmul" | "gemm" => "matmul",
+            "maxpool" | "max_pool2d" | "maxpool2d" => "maxpool2d",
+            "avgpool" | "avg_pool2d" | "avgpool2d" => "avgpool2d",
+            "batchnorm" | "bn" | "batch_norm" | "batchnorm2d" => "batchnorm2d",
+            "layer_norm" | "ln" | "layernorm" => "layernorm",
+            other => other,
+        };
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|k| k.name() == alias)
+            .ok_or_else(|| Error::UnknownKind(s.to_string()))
+    }
+}
+
+/// 2-D convolution. Input `[in_channels, in_h, in_w]` per sample.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Conv2d {
+    /// Input channels.
+    pub in_channels: usize,
+    /// Output channels.
+    pub out_channels: usize,
+    /// Input height and width.
+    #[serde(deserialize_with = "pair")]
+    pub input_hw: [usize; 2],
+    /// Kernel height and width (a number means a square kernel).
+    #[serde(deserialize_with = "pair")]
+    pub kernel: [usize; 2],
+    /// Stride; default 1.
+    #[serde(default = "ones", deserialize_with = "pair")]
+    pub stride: [usize; 2],
+    /// Zero padding on each side; default 0.
+    #[serde(default, deserialize_with = "pair")]
+    pub padding: [usize; 2],
+    /// Dilation; default 1.
+    #[serde(default = "ones", deserialize_with = "pair")]
+    pub dilation: [usize; 2],
+    /// Groups; default 1 (groups = in_channels = out_channels is a depthwise conv).
+    #[serde(default = "one")]
+    pub groups: usize,
+    /// Whether a bias is added; default true.
+    #[serde(default = "yes")]
+    pub bias: bool,
+}
+
+/// Fully connected layer: `[tokens, in_features] -> [tokens, out_features]` per sample.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Linear {
+    /// Rows per sample (sequence length; 1 for a plain MLP layer); default 1.
+    #[serde(default = "one")]
+    pub tokens: usize,
+    /// Input features.
+    pub in_features: usize,
+    /// Output features.
+    pub out_features: usize,
+    /// Whether a bias is added; default true.
+    #[serde(default = "yes")]
+    pub bias: bool,
+}
+
+/// Batched matmul: `[heads, m, k] @ [heads, k, n] -> [heads, m, n]` per sample.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Matmul {
+    /// Independent products per sample (attention heads); default 1.
+    #[serde(default = "one")]
+    pub heads: usize,
+    /// Rows of the left operand.
+    pub m: usize,
+    /// Shared (reduction) dimension.
+    pub k: usize,
+    /// Columns of the right operand.
+    pub n: usize,
+}
+
+/// 2-D pooling (max or average). Input `[channels, in_h, in_w]` per sample.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pool2d {
+    /// Channels.
+    pub channels: usize,
+    /// Input height and width.
+    #[serde(deserialize_with = "pair")]
+    pub input_hw: [usize; 2],
+    /// Window height and width.
+    #[serde(deserialize_with = "pair")]
+    pub kernel: [usize; 2],
+    /// Stride; default: the kernel size.
+    #[serde(default, deserialize_with = "opt_pair")]
+    pub stride: Option<[usize; 2]>,
+    /// Padding on each side; default 0 (at most half the kernel).
+    #[serde(default, deserialize_with = "pair")]
+    pub padding: [usize; 2],
+}
+
+/// Batch normalisation over the channels of `[channels, in_h, in_w]`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchNorm2d {
+    /// Channels.
+    pub channels: usize,
+    /// Input height and width.
+    #[serde(deserialize_with = "pair")]
+    pub input_hw: [usize; 2],
+}
+
+/// Layer normalisation of `[tokens, features]` over `features`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayerNorm {
+    /// Rows per sample; default 1.
+    #[serde(default = "one")]
+    pub tokens: usize,
+    /// Normalised features.
+    pub features: usize,
+}
+
+/// An element-wise op (activation, add, mul) or softmax on a `[c, h, w]` tensor per sample.
+///
+/// Any per-sample rank folds into three dims: a `[tokens, features]` activation is `[1, tokens,
+/// features]`. Softmax runs over the last dim.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Elementwise {
+    /// Per-sample shape `[c, h, w]`.
+    pub shape: [usize; 3],
+}
+
+/// One layer as the user states it: its kind, hyper-parameters and per-sample input shape.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum ModuleSpec {
+    /// See [`Conv2d`].
+    Conv2d(Conv2d),
+    /// See [`Linear`].
+    Linear(Linear),
+    /// See [`Matmul`].
+    Matmul(Matmul),
+    /// Max pooling, see [`Pool2d`].
+    MaxPool2d(Pool2d),
+    /// Average pooling, see [`Pool2d`].
+    AvgPool2d(Pool2d),
+    /// See [`BatchNorm2d`].
+    BatchNorm2d(BatchNorm2d),
+    /// See [`LayerNorm`].
+    LayerNorm(LayerNorm),
+    /// ReLU on an [`Elementwise`] shape.
+    Relu(Elementwise),
+    /// GELU on an [`Elementwise`] shape.
+    Gelu(Elementwise),
+    /// Sigmoid on an [`Elementwise`] shape.
+    Sigmoid(Elementwise),
+    /// Tanh on an [`Elementwise`] shape.
+    Tanh(Elementwise),
+    /// Addition of two tensors of an [`Elementwise`] shape.
+    Add(Elementwise),
+    /// Multiplication of two tensors of an [`Elementwise`] shape.
+    Mul(Elementwise),
+    /// Softmax over the last dim of an [`Elementwise`] shape.
+    Softmax(Elementwise),
+}
+
+fn one() -> usize {
+    1
+}
+fn ones() -> [usize; 2] {
+    [1, 1]
+}
+fn yes() -> bool {
+    true
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum PairOrScalar {
+    Scalar(usize),
+    Pair([usize; 2]),
+}
+
+impl From<PairOrScalar> for [usize; 2] {
+    fn from(p: PairOrScalar) -> Self {
+        match p {
+            PairOrScalar::Scalar(v) => [v, v],
+            PairOrScalar::Pair(p) => p,
+        }
+    }
+}
+
+fn pair<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<[usize; 2], D::Error> {
+    PairOrScalar::deserialize(d).map(Into::into)
+}
+
+fn opt_pair<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<[usize; 2]>, D::Error> {
+    Option::<PairOrScalar>::deserialize(d).map(|o| o.map(Into::into))
+}
+
+fn invalid(kind: ModuleKind, message: String) -> Error {
+    Error::InvalidSpec {
+        kind: kind.name(),
+        message,
+    }
+}
+
+fn positive(kind: ModuleKind, name: &str, value: usize) -> Result<()> {
+    if value == 0 {
+        return Err(invalid(kind, format!("`{name}` must be at least 1, got 0")));
+    }
+    Ok(())
+}
+
+/// Output length of a sliding window, or an error when the window does not fit.
+fn window_out(
+    kind: ModuleKind,
+    axis: &str,
+    input: usize,
+    kernel: usize,
+    stride: usize,
+    padding: usize,
+    dilation: usize,
+) -> Result<usize> {
+    let extent = dilation * (kernel - 1) + 1;
+    let padded = input + 2 * padding;
+    if extent > padded {
+        let what = if dilation > 1 {
+            format!("kernel {axis} {kernel} (dilated extent {extent})")
+        } else {
+            format!("kernel {axis} {kernel}")
+        };
+        return Err(invalid(
+            kind,
+            format!(
+                "{what} is larger than the padded input {padded} (input {input} + 2 x padding {padding})"
+            ),
+        ));
+    }
+    Ok((padded - extent) / stride + 1)
+}
+
+impl Pool2d {
+    /// The stride in effect (the kernel size when none is given).
+    pub fn effective_stride(&self) -> [usize; 2] {
+        self.stride.unwrap_or(self.kernel)
+    }
+}
+
+impl ModuleSpec {
+    /// The module's kind.
+    pub fn kind(&self) -> ModuleKind {
+        match self {
+            ModuleSpec::Conv2d(_) => ModuleKind::Conv2d,
+            ModuleSpec::Linear(_) => ModuleKind::Linear,
+            ModuleSpec::Matmul(_) => ModuleKind::Matmul,
+            ModuleSpec::MaxPool2d(_) => ModuleKind::MaxPool2d,
+            ModuleSpec::AvgPool2d(_) => ModuleKind::AvgPool2d,
+            ModuleSpec::BatchNorm2d(_) => ModuleKind::BatchNorm2d,
+            ModuleSpec::LayerNorm(_) => ModuleKind::LayerNorm,
+            ModuleSpec::Relu(_) => ModuleKind::Relu,
+            ModuleSpec::Gelu(_) => ModuleKind::Gelu,
+            ModuleSpec::Sigmoid(_) => ModuleKind::Sigmoid,
+            ModuleSpec::Tanh(_) => ModuleKind::Tanh,
+            ModuleSpec::Add(_) => ModuleKind::Add,
+            ModuleSpec::Mul(_) => ModuleKind::Mul,
+            ModuleSpec::Softmax(_) => ModuleKind::Softmax,
+        }
+    }
+
+    /// Parses and validates a spec from JSON.
+    pub fn from_json(text: &str) -> Result<Self> {
+        let spec: ModuleSpec = serde_json::from_str(text)?;
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// Checks every hyper-parameter and that the shapes are possible; errors name the value.
+    pub fn validate(&self) -> Result<()> {
+        self.output_shape().map(|_| ())
+    }
+
+    /// Per-sample input shape (the first operand for two-input ops).
+    pub fn input_shape(&self) -> Vec<usize> {
+        match self {
+            ModuleSpec::Conv2d(c) => vec![c.in_channels, c.input_hw[0], c.input_hw[1]],
+            ModuleSpec::Linear(l) => vec![l.tokens, l.in_features],
+            ModuleSpec::Matmul(m) => vec![m.heads, m.m, m.k],
+            ModuleSpec::MaxPool2d(p) | ModuleSpec::AvgPool2d(p) => {
+                vec![p.channels, p.input_hw[0], p.input_hw[1]]
+            }
+            ModuleSpec::BatchNorm2d(b) => vec![b.channels, b.input_hw[0], b.input_hw[1]],
+            ModuleSpec::LayerNorm(l) => vec![l.tokens, l.features],
+            ModuleSpec::Relu(e)
+            | ModuleSpec::Gelu(e)
+            | ModuleSpec::Sigmoid(e)
+            | ModuleSpec::Tanh(e)
+            | ModuleSpec::Add(e)
+            | ModuleSpec::Mul(e)
+            | ModuleSpec::Softmax(e) => e.shape.to_vec(),
+        }
+    }
+
+    /// Validates the spec and infers its per-sample output shape.
+    pub fn output_shape(&self) -> Result<Vec<usize>> {
+        let kind = self.kind();
+        match self {
+            ModuleSpec::Conv2d(c) => {
+                positive(kind, "in_channels", c.in_channels)?;
+                positive(kind, "out_channels", c.out_channels)?;
+                positive(kind, "groups", c.groups)?;
+                for (axis, i) in [("height", 0), ("width", 1)] {
+                    positive(kind, &format!("input {axis}"), c.input_hw[i])?;
+                    positive(kind, &format!("kernel {axis}"), c.kernel[i])?;
+                    positive(kind, &format!("stride {axis}"), c.stride[i])?;
+                    positive(kind, &format!("dilation {axis}"), c.dilation[i])?;
+                }
+                if c.in_channels % c.groups != 0 || c.out_channels % c.groups != 0 {
+                    return Err(invalid(
+                        kind,
+                        format!(
+                            "`groups` {} must divide in_channels {} and out_channels {}",
+                            c.groups, c.in_channels, c.out_channels
+                        ),
+                    ));
+                }
+                let h = window_out(
+                    kind,
+                    "height",
+                    c.input_hw[0],
+                    c.kernel[0],
+                    c.stride[0],
+                    c.padding[0],
+                    c.dilation[0],
+                )?;
+                let w = window_out(
+                    kind,
+                    "width",
+                    c.input_hw[1],
+                    c.kernel[1],
+                    c.stride[1],
+                    c.padding[1],
+                    c.dilation[1],
+                )?;
+                Ok(vec![c.out_channels, h, w])
+            }
+            ModuleSpec::Linear(l) => {
+                positive(kind, "tokens", l.tokens)?;
+                positive(kind, "in_features", l.in_features)?;
+                positive(kind, "out_features", l.out_features)?;
+                Ok(vec![l.tokens, l.out_features])
+            }
+            ModuleSpec::Matmul(m) => {
+                positive(kind, "heads", m.heads)?;
+                positive(kind, "m", m.m)?;
+                positive(kind, "k", m.k)?;
+                positive(kind, "n", m.n)?;
+                Ok(vec![m.heads, m.m, m.n])
+            }
+            ModuleSpec::MaxPool2d(p) | ModuleSpec::AvgPool2d(p) => {
+                positive(kind, "channels", p.channels)?;
+                let stride = p.effective_stride();
+                let mut out = vec![p.channels];
+                for (axis, i) in [("height", 0), ("width", 1)] {
+                    positive(kind, &format!("input {axis}"), p.input_hw[i])?;
+                    positive(kind, &format!("kernel {axis}"), p.kernel[i])?;
+                    positive(kind, &format!("stride {axis}"), stride[i])?;
+                    if 2 * p.padding[i] > p.kernel[i] {
+                        return Err(invalid(
+                            kind,
+                            format!(
+                                "padding {axis} {} exceeds half the kernel {}",
+                                p.padding[i], p.kernel[i]
+                            ),
+                        ));
+                    }
+                    out.push(window_out(
+                        kind,
+                        axis,
+                        p.input_hw[i],
+                        p.kernel[i],
+                        stride[i],
+                        p.padding[i],
+                        1,
+                    )?);
+                }
+                Ok(out)
+            }
+            ModuleSpec::BatchNorm2d(b) => {
+                positive(kind, "channels", b.channels)?;
+                positive(kind, "input height", b.input_hw[0])?;
+                positive(kind, "input width", b.input_hw[1])?;
+                Ok(self.input_shape())
+            }
+            ModuleSpec::LayerNorm(l) => {
+                positive(kind, "tokens", l.tokens)?;
+                positive(kind, "features", l.features)?;
+                Ok(self.input_shape())
+            }
+            ModuleSpec::Relu(e)
+            | ModuleSpec::Gelu(e)
+            | ModuleSpec::Sigmoid(e)
+            | ModuleSpec::Tanh(e)
+            | ModuleSpec::Add(e)
+            | ModuleSpec::Mul(e)
+            | ModuleSpec::Softmax(e) => {
+                for (name, v) in ["c", "h", "w"].iter().zip(e.shape) {
+                    positive(kind, &format!("shape {name}"), v)?;
+                }
+                Ok(self.input_shape())
+            }
+        }
+    }
+
+    /// The canonical flat configuration: one integer per [`ModuleKind::config_columns`] entry.
+    pub fn config(&self) -> Vec<i64> {
+        let u = |v: usize| v as i64;
+        match self {
+            ModuleSpec::Conv2d(c) => vec![
+                u(c.in_channels),
+                u(c.out_channels),
+                u(c.input_hw[0]),
+                u(c.input_hw[1]),
+                u(c.kernel[0]),
+                u(c.kernel[1]),
+                u(c.stride[0]),
+                u(c.stride[1]),
+                u(c.padding[0]),
+                u(c.padding[1]),
+                u(c.dilation[0]),
+                u(c.dilation[1]),
+                u(c.groups),
+                i64::from(c.bias),
+            ],
+            ModuleSpec::Linear(l) => vec![
+                u(l.tokens),
+                u(l.in_features),
+                u(l.out_features),
+                i64::from(l.bias),
+            ],
+            ModuleSpec::Matmul(m) => vec![u(m.heads), u(m.m), u(m.k), u(m.n)],
+            ModuleSpec::MaxPool2d(p) | ModuleSpec::AvgPool2d(p) => {
+                let s = p.effective_stride();
+                vec![
+                    u(p.channels),
+                    u(p.input_hw[0]),
+                    u(p.input_hw[1]),
+                    u(p.kernel[0]),
+                    u(p.kernel[1]),
+                    u(s[0]),
+                    u(s[1]),
+                    u(p.padding[0]),
+                    u(p.padding[1]),
+                ]
+            }
+            ModuleSpec::BatchNorm2d(b) => {
+                vec![u(b.channels), u(b.input_hw[0]), u(b.input_hw[1])]
+            }
+            ModuleSpec::LayerNorm(l) => vec![u(l.tokens), u(l.features)],
+            ModuleSpec::Relu(e)
+            | ModuleSpec::Gelu(e)
+            | ModuleSpec::Sigmoid(e)
+            | ModuleSpec::Tanh(e)
+            | ModuleSpec::Add(e)
+            | ModuleSpec::Mul(e)
+            | ModuleSpec::Softmax(e) => e.shape.iter().map(|&v| u(v)).collect(),
+        }
+    }
+
+    /// Rebuilds and validates a spec from its flat configuration (the inverse of [`config`]).
+    ///
+    /// [`config`]: ModuleSpec::config
+    pub fn from_config(kind: ModuleKind, values: &[i64]) -> Result<Self> {
+        let columns = kind.config_columns();
+        if values.len() != columns.len() {
+            return Err(invalid(
+                kind,
+                format!(
+                    "expected {} configuration values ({}), got {}",
+                    columns.len(),
+                    columns.join(", "),
+                    values.len()
+                ),
+            ));
+        }
+        let mut v = Vec::with_capacity(values.len());
+        for (name, &x) in columns.iter().zip(values) {
+            if x < 0 {
+                return Err(invalid(kind, format!("`{name}` must not be negative, got {x}")));
+            }
+            v.push(usize::try_from(x).map_err(|_| invalid(kind, format!("`{name}` is {x}")))?);
+        }
+        let bool_at = |i: usize| -> Result<bool> {
+            match v[i] {
+                0 => Ok(false),
+                1 => Ok(true),
+                other => Err(invalid(
+                    kind,
+                    format!("`{}` must be 0 or 1, got {other}", columns[i]),
+                )),
+            }
+        };
+        let spec = match kind {
+            ModuleKind::Conv2d => ModuleSpec::Conv2d(Conv2d {
+                in_channels: v[0],
+                out_channels: v[1],
+                input_hw: [v[2], v[3]],
+                kernel: [v[4], v[5]],
+                stride: [v[6], v[7]],
+                padding: [v[8], v[9]],
+                dilation: [v[10], v[11]],
+                groups: v[12],
+                bias: bool_at(13)?,
+            }),
+            ModuleKind::Linear => ModuleSpec::Linear(Linear {
+                tokens: v[0],
+                in_features: v[1],
+                out_features: v[2],
+                bias: bool_at(3)?,
+            }),
+            ModuleKind::Matmul => ModuleSpec::Matmul(Matmul {
+                heads: v[0],
+                m: v[1],
+                k: v[2],
+                n: v[3],
+            }),
+            ModuleKind::MaxPool2d | ModuleKind::AvgPool2d => {
+                let p = Pool2d {
+                    channels: v[0],
+                    input_hw: [v[1], v[2]],
+                    kernel: [v[3], v[4]],
+                    stride: Some([v[5], v[6]]),
+                    padding: [v[7], v[8]],
+                };
+                if kind == ModuleKind::MaxPool2d {
+                    ModuleSpec::MaxPool2d(p)
+                } else {
+                    ModuleSpec::AvgPool2d(p)
+                }
+            }
+            ModuleKind::BatchNorm2d => ModuleSpec::BatchNorm2d(BatchNorm2d {
+                channels: v[0],
+                input_hw: [v[1], v[2]],
+            }),
+            ModuleKind::LayerNorm => ModuleSpec::LayerNorm(LayerNorm {
+                tokens: v[0],
+                features: v[1],
+            }),
+            ModuleKind::Relu
+            | ModuleKind::Gelu
+            | ModuleKind::Sigmoid
+            | ModuleKind::Tanh
+            | ModuleKind::Add
+            | ModuleKind::Mul
+            | ModuleKind::Softmax => {
+                let e = Elementwise {
+                    shape: [v[0], v[1], v[2]],
+                };
+                match kind {
+                    ModuleKind::Relu => ModuleSpec::Relu(e),
+                    ModuleKind::Gelu => ModuleSpec::Gelu(e),
+                    ModuleKind::Sigmoid => ModuleSpec::Sigmoid(e),
+                    ModuleKind::Tanh => ModuleSpec::Tanh(e),
+                    ModuleKind::Add => ModuleSpec::Add(e),
+                    ModuleKind::Mul => ModuleSpec::Mul(e),
+                    _ => ModuleSpec::Softmax(e),
+                }
+            }
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// A short human-readable description, e.g. `conv2d 3->64 k7 s2 p3 @224x224`.
+    pub fn describe(&self) -> String {
+        match self {
+            ModuleSpec::Conv2d(c) => {
+                let g = if c.groups > 1 {
+                    format!(" g{}", c.groups)
+                } else {
+                    String::new()
+                };
+                format!(
+                    "conv2d {}->{} k{} s{} p{}{} @{}x{}",
+                    c.in_channels,
+                    c.out_channels,
+                    fmt_pair(c.kernel),
+                    fmt_pair(c.stride),
+                    fmt_pair(c.padding),
+                    g,
+                    c.input_hw[0],
+                    c.input_hw[1]
+                )
+            }
+            ModuleSpec::Linear(l) => format!(
+                "linear {}->{} x{} tokens",
+                l.in_features, l.out_features, l.tokens
+            ),
+            ModuleSpec::Matmul(m) => format!("matmul {}x[{}x{}]@[{}x{}]", m.heads, m.m, m.k, m.k, m.n),
+            ModuleSpec::MaxPool2d(p) | ModuleSpec::AvgPool2d(p) => format!(
+                "{} k{} s{} p{} {}@{}x{}",
+                self.kind(),
+                fmt_pair(p.kernel),
+                fmt_pair(p.effective_stride()),
+                fmt_pair(p.padding),
+                p.channels,
+                p.input_hw[0],
+                p.input_hw[1]
+            ),
+            ModuleSpec::BatchNorm2d(b) => format!(
+                "batchnorm2d {}@{}x{}",
+                b.channels, b.input_hw[0], b.input_hw[1]
+            ),
+            ModuleSpec::LayerNorm(l) => format!("layernorm {}x{}", l.tokens, l.features),
+            ModuleSpec::Relu(e)
+            | ModuleSpec::Gelu(e)
+            | ModuleSpec::Sigmoid(e)
+            | ModuleSpec::Tanh(e)
+            | ModuleSpec::Add(e)
+            | ModuleSpec::Mul(e)
+            | ModuleSpec::Softmax(e) => format!(
+                "{} {}x{}x{}",
+                self.kind(),
+                e.shape[0],
+                e.shape[1],
+                e.shape[2]
+            ),
+        }
+    }
+}
+
+fn fmt_pair(p: [usize; 2]) -> String {
+    if p[0] == p[1] {
+        p[0].to_string()
+    } else {
+        format!("{}x{}", p[0], p[1])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conv(input: usize, kernel: usize, stride: usize, padding: usize) -> ModuleSpec {
+        ModuleSpec::Conv2d(Conv2d {
+            in_channels: 3,
+            out_channels: 64,
+            input_hw: [input, input],
+            kernel: [kernel, kernel],
+            stride: [stride, stride],
+            padding: [padding, padding],
+            dilation: [1, 1],
+            groups: 1,
+            bias: true,
+        })
+    }
+
+    #[test]
+    fn conv_output_shape_matches_pytorch_formula() {
+        // ResNet stem: 224 -> 112.
+        assert_eq!(conv(224, 7, 2, 3).output_shape().unwrap(), vec![64, 112, 112]);
+        // 3x3 same padding keeps the size.
+        assert_eq!(conv(56, 3, 1, 1).output_shape().unwrap(), vec![64, 56, 56]);
+        // Floor division: (7 + 0 - 3) / 2 + 1 = 3.
+        assert_eq!(conv(7, 3, 2, 0).output_shape().unwrap(), vec![64, 3, 3]);
+    }
+
+    #[test]
+    fn kernel_larger_than_padded_input_is_named() {
+        let err = conv(3, 7, 1, 1).validate().unwrap_err().to_string();
+        assert!(err.contains("kernel height 7"), "{err}");
+        assert!(err.contains("padded input 5"), "{err}");
+    }
+
+    #[test]
+    fn zero_channels_is_an_error_naming_the_field() {
+        let mut spec = conv(8, 3, 1, 1);
+        if let ModuleSpec::Conv2d(c) = &mut spec {
+            c.in_channels = 0;
+        }
+        let err = spec.validate().unwrap_err().to_string();
+        assert!(err.contains("`in_channels` must be at least 1, got 0"), "{err}");
+    }
+
+    #[test]
+    fn groups_must_divide_channels() {
+        let spec = ModuleSpec::Conv2d(Conv2d {
+            in_channels: 6,
+            out_channels: 8,
+            input_hw: [8, 8],
+            kernel: [3, 3],
+            stride: [1, 1],
+            padding: [1, 1],
+            dilation: [1, 1],
+            groups: 4,
+            bias: false,
+        });
+        let err = spec.validate().unwrap_err().to_string();
+        assert!(err.contains("`groups` 4"), "{err}");
+    }
+
+    #[test]
+    fn dilation_widens_the_kernel() {
+        let spec = ModuleSpec::Conv2d(Conv2d {
+            in_channels: 1,
+            out_channels: 1,
+            input_hw: [10, 10],
+            kernel: [3, 3],
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [2, 2],
+            groups: 1,
+            bias: false,
+        });
+        assert_eq!(spec.output_shape().unwrap(), vec![1, 6, 6]);
+    }
+
+    #[test]
+    fn pool_default_stride_is_kernel_and_padding_is_bounded() {
+        let json = r#"{"kind":"maxpool2d","channels":64,"input_hw":112,"kernel":3,"stride":2,"padding":1}"#;
+        let spec = ModuleSpec::from_json(json).unwrap();
+        assert_eq!(spec.output_shape().unwrap(), vec![64, 56, 56]);
+        let json = r#"{"kind":"avgpool2d","channels":4,"input_hw":8,"kernel":2}"#;
+        assert_eq!(
+            ModuleSpec::from_json(json).unwrap().output_shape().unwrap(),
+            vec![4, 4, 4]
+        );
+        let json = r#"{"kind":"maxpool2d","channels":4,"input_hw":8,"kernel":2,"padding":2}"#;
+        let err = ModuleSpec::from_json(json).unwrap_err().to_string();
+        assert!(err.contains("padding height 2 exceeds half the kernel 2"), "{err}");
+    }
+
+    #[test]
+    fn json_accepts_scalars_for_pairs_and_fills_defaults() {
+        let json = r#"{"kind":"conv2d","in_channels":3,"out_channels":64,"input_hw":224,"kernel":7,"stride":2,"padding":3}"#;
+        let spec = ModuleSpec::from_json(json).unwrap();
+        assert_eq!(spec, conv(224, 7, 2, 3));
+    }
+
+    #[test]
+    fn json_rejects_negative_and_unknown_fields() {
+        let json = r#"{"kind":"linear","in_features":-3,"out_features":4}"#;
+        let err = ModuleSpec::from_json(json).unwrap_err().to_string();
+        assert!(err.contains("-3"), "{err}");
+        let json = r#"{"kind":"linear","in_features":3,"out_features":4,"colour":1}"#;
+        let err = ModuleSpec::from_json(json).unwrap_err().to_string();
+        assert!(err.contains("colour"), "{err}");
+    }
+
+    #[test]
+    fn every_kind_round_trips_through_json_and_config() {
+        let specs = crate::testing::one_of_each_kind();
+        assert_eq!(specs.len(), ModuleKind::ALL.len());
+        for spec in specs {
+            let json = serde_json::to_string(&spec).unwrap();
+            assert_eq!(ModuleSpec::from_json(&json).unwrap(), spec, "{json}");
+            let config = spec.config();
+            assert_eq!(config.len(), spec.kind().config_columns().len());
+            let back = ModuleSpec::from_config(spec.kind(), &config).unwrap();
+            assert_eq!(back.config(), config);
+            assert_eq!(back.output_shape().unwrap(), spec.output_shape().unwrap());
+        }
+    }
+
+    #[test]
+    fn from_config_rejects_negative_values_by_name() {
+        let err = ModuleSpec::from_config(ModuleKind::Linear, &[1, -5, 4, 1])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`in_features` must not be negative, got -5"), "{err}");
+    }
+
+    #[test]
+    fn kind_parses_aliases() {
+        assert_eq!("bmm".parse::<ModuleKind>().unwrap(), ModuleKind::Matmul);
+        assert_eq!("MaxPool2d".parse::<ModuleKind>().unwrap(), ModuleKind::MaxPool2d);
+        assert!("conv3d".parse::<ModuleKind>().is_err());
+    }
+}

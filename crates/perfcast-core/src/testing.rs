@@ -1,0 +1,57 @@
+//! Specimen specs for tests and examples in every crate: one small valid spec per kind.
+
+use crate::spec::*;
+
+/// One small, valid spec of every [`ModuleKind`], in [`ModuleKind::ALL`] order.
+pub fn one_of_each_kind() -> Vec<ModuleSpec> {
+    let e = Elementwise { shape: [4, 6, 8] };
+    let pool = Pool2d {
+        channels: 4,
+        input_hw: [8, 8],
+        kernel: [2, 2],
+        stride: Some([2, 2]),
+        padding: [0, 0],
+    };
+    vec![
+        ModuleSpec::Conv2d(Conv2d {
+            in_channels: 4,
+            out_channels: 8,
+            input_hw: [8, 8],
+            kernel: [3, 3],
+            stride: [1, 1],
+            padding: [1, 1],
+            dilation: [1, 1],
+            groups: 2,
+            bias: true,
+        }),
+        ModuleSpec::Linear(Linear {
+            tokens: 3,
+            in_features: 16,
+            out_features: 8,
+            bias: true,
+        }),
+        ModuleSpec::Matmul(Matmul {
+            heads: 2,
+            m: 4,
+            k: 8,
+            n: 6,
+        }),
+        ModuleSpec::MaxPool2d(pool.clone()),
+        ModuleSpec::AvgPool2d(pool),
+        ModuleSpec::BatchNorm2d(BatchNorm2d {
+            channels: 4,
+            input_hw: [6, 6],
+        }),
+        ModuleSpec::LayerNorm(LayerNorm {
+            tokens: 5,
+            features: 16,
+        }),
+        ModuleSpec::Relu(e.clone()),
+        ModuleSpec::Gelu(e.clone()),
+        ModuleSpec::Sigmoid(e.clone()),
+        ModuleSpec::Tanh(e.clone()),
+        ModuleSpec::Add(e.clone()),
+        ModuleSpec::Mul(e.clone()),
+        ModuleSpec::Softmax(e),
+    ]
+}
