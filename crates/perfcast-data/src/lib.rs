@@ -1,1 +1,26 @@
-//! placeholder
+//! perfcast-data: measured datasets on polars.
+//!
+//! A dataset is a directory (`datasets/<device>/`) holding the device spec (`device.json`) and
+//! one Parquet file per module kind: configuration columns, context columns, targets and
+//! provenance. Writes go to a temp file and are renamed into place, so a killed run never leaves
+//! a half-written table; reading validates the schema and every value.
+//!
+//! ```no_run
+//! use perfcast_data::DatasetDir;
+//! use perfcast_core::ModuleKind;
+//!
+//! let dir = DatasetDir::open("datasets/my-cpu")?;
+//! let rows = dir.read(ModuleKind::Conv2d)?;
+//! println!("{} conv2d rows", rows.len());
+//! # Ok::<(), perfcast_data::Error>(())
+//! ```
+
+mod dataset;
+mod error;
+mod record;
+pub mod summary;
+pub mod table;
+
+pub use dataset::{DEVICE_FILE, DatasetDir, write_atomic};
+pub use error::{Error, Result};
+pub use record::{Outcome, Record, Timing, measurement_key};

@@ -1,0 +1,154 @@
+//! A dataset directory: `device.json` plus one Parquet file per module kind.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use perfcast_core::{DeviceSpec, ModuleKind};
+
+use crate::error::{Error, Result};
+use crate::record::Record;
+use crate::table;
+
+/// File holding the device spec beside the Parquet files.
+pub const DEVICE_FILE: &str = "device.json";
+
+/// A dataset directory on disk (`datasets/<device>/`).
+#[derive(Clone, Debug)]
+pub struct DatasetDir {
+    root: PathBuf,
+}
+
+impl DatasetDir {
+    /// Opens an existing dataset directory (it must hold `device.json`).
+    pub fn open(root: impl Into<PathBuf>) -> Result<Self> {
+        let root = root.into();
+        if !root.join(DEVICE_FILE).is_file() {
+            return Err(Error::Missing(root));
+        }
+        Ok(DatasetDir { root })
+    }
+
+    /// Opens `root`, creating it with `device` when it does not exist yet.
+    ///
+    /// An existing directory must describe the same device: measurements of two machines never
+    /// mix in one dataset.
+    pub fn create_or_open(root: impl Into<PathBuf>, device: &DeviceSpec) -> Result<Self> {
+        let root = root.into();
+        std::fs::create_dir_all(&root).map_err(|source| Error::Io {
+            action: "create",
+            path: root.clone(),
+            source,
+        })?;
+        let dir = DatasetDir { root };
+        let device_path = dir.root.join(DEVICE_FILE);
+        if device_path.is_file() {
+            let existing = dir.device()?;
+            if existing.name != device.name {
+                return Err(Error::schema(
+                    &device_path,
+                    format!(
+                        "dataset was measured on `{}`, not on this device `{}`",
+                        existing.name, device.name
+                    ),
+                ));
+            }
+        } else {
+            let json = serde_json::to_string_pretty(device)
+                .map_err(|e| Error::unreadable(&device_path, e))?;
+            write_atomic(&device_path, json.as_bytes())?;
+        }
+        Ok(dir)
+    }
+
+    /// The directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The device spec stored beside the data.
+    pub fn device(&self) -> Result<DeviceSpec> {
+        let path = self.root.join(DEVICE_FILE);
+        let text = std::fs::read_to_string(&path).map_err(|source| Error::Io {
+            action: "read",
+            path: path.clone(),
+            source,
+        })?;
+        DeviceSpec::from_json(&text).map_err(|e| Error::schema(&path, e.to_string()))
+    }
+
+    /// Path of the Parquet file of one kind.
+    pub fn module_path(&self, kind: ModuleKind) -> PathBuf {
+        self.root.join(format!("{}.parquet", kind.name()))
+    }
+
+    /// Kinds with a Parquet file, in [`ModuleKind::ALL`] order.
+    pub fn kinds(&self) -> Vec<ModuleKind> {
+        ModuleKind::ALL
+            .into_iter()
+            .filter(|k| self.module_path(*k).is_file())
+            .collect()
+    }
+
+    /// Reads and validates every record of one kind (empty when the kind has no file).
+    pub fn read(&self, kind: ModuleKind) -> Result<Vec<Record>> {
+        let path = self.module_path(kind);
+        if !path.exists() {
+            return Ok(Vec::new());
+        }
+        let df = table::read_parquet(&path)?;
+        table::from_frame(kind, &df, &path)
+    }
+
+    /// Keys ([`Record::key`]) of the rows already stored for a kind.
+    pub fn measured_keys(&self, kind: ModuleKind) -> Result<HashSet<String>> {
+        Ok(self.read(kind)?.iter().map(Record::key).collect())
+    }
+
+    /// Appends records of one kind atomically: the old file stays intact until the new one,
+    /// holding the old rows and the new, replaces it by rename.
+    pub fn append(&self, kind: ModuleKind, records: &[Record]) -> Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        if let Some(bad) = records.iter().find(|r| r.spec.kind() != kind) {
+            return Err(Error::schema(
+                &self.module_path(kind),
+                format!("cannot append a `{}` row to the `{kind}` table", bad.spec.kind()),
+            ));
+        }
+        let mut all = self.read(kind)?;
+        all.extend_from_slice(records);
+        self.write(kind, &all)
+    }
+
+    /// Replaces the table of one kind atomically.
+    pub fn write(&self, kind: ModuleKind, records: &[Record]) -> Result<()> {
+        let path = self.module_path(kind);
+        let mut df = table::to_frame(kind, records).map_err(|e| Error::unreadable(&path, e))?;
+        table::write_parquet_atomic(&path, &mut df)
+    }
+}
+
+/// Writes bytes to `path` atomically (temp file in the same directory, then rename).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|source| Error::Io {
+        action: "create a temp file in",
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    tmp.write_all(bytes)
+        .and_then(|_| tmp.as_file().sync_all())
+        .map_err(|source| Error::Io {
+            action: "write",
+            path: path.to_path_buf(),
+            source,
+        })?;
+    tmp.persist(path).map_err(|e| Error::Io {
+        action: "rename into",
+        path: path.to_path_buf(),
+        source: e.error,
+    })?;
+    Ok(())
+}

@@ -1,0 +1,82 @@
+//! One dataset row: a module configuration in a context, and what measuring it gave.
+
+use perfcast_core::{Context, ModuleSpec};
+use serde::{Deserialize, Serialize};
+
+/// Summary statistics of one configuration's repeated timings, in milliseconds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Timing {
+    /// Median of the repetitions (the target predictors learn).
+    pub median_ms: f64,
+    /// Fastest repetition.
+    pub min_ms: f64,
+    /// Median absolute deviation from the median.
+    pub mad_ms: f64,
+    /// 10th percentile.
+    pub p10_ms: f64,
+    /// 90th percentile.
+    pub p90_ms: f64,
+    /// Timed repetitions behind the statistics.
+    pub repetitions: u32,
+}
+
+/// How measuring a configuration ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum Outcome {
+    /// Measured.
+    Ok(Timing),
+    /// Could not be measured (out of memory, backend error); the reason is kept.
+    Failed {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// One row of a dataset.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// The module measured.
+    pub spec: ModuleSpec,
+    /// Batch, phase, threads, utilisation.
+    pub context: Context,
+    /// Backend name, e.g. `ndarray`, `flex`, `wgpu`, or an importer's source.
+    pub backend: String,
+    /// Result.
+    pub outcome: Outcome,
+    /// perfcast version that measured it.
+    pub perfcast_version: String,
+    /// Unix time of the measurement, seconds.
+    pub timestamp: i64,
+}
+
+impl Record {
+    /// The identity of a measurement: configuration plus context plus backend. A resumed run
+    /// skips rows whose key is already stored.
+    pub fn key(&self) -> String {
+        measurement_key(&self.spec, &self.context, &self.backend)
+    }
+
+    /// The timing, if measured.
+    pub fn timing(&self) -> Option<&Timing> {
+        match &self.outcome {
+            Outcome::Ok(t) => Some(t),
+            Outcome::Failed { .. } => None,
+        }
+    }
+}
+
+/// See [`Record::key`].
+pub fn measurement_key(spec: &ModuleSpec, context: &Context, backend: &str) -> String {
+    let config: Vec<String> = spec.config().iter().map(i64::to_string).collect();
+    format!(
+        "{}|{}|b{}|{}|t{}|u{:.3}|{}",
+        spec.kind(),
+        config.join(","),
+        context.batch,
+        context.phase,
+        context.threads,
+        context.utilisation,
+        backend
+    )
+}

@@ -1,0 +1,292 @@
+//! Records <-> polars DataFrames <-> Parquet files, with schema checks on the way in.
+
+use std::path::Path;
+
+use perfcast_core::{Context, ModuleKind, ModuleSpec, Phase};
+use polars::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::record::{Outcome, Record, Timing};
+
+/// Version of the column layout; bumped when columns change meaning.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// Context, target and provenance columns every dataset has (after the kind's config columns).
+pub const COMMON_COLUMNS: &[&str] = &[
+    "batch",
+    "phase",
+    "threads",
+    "utilisation",
+    "backend",
+    "status",
+    "error",
+    "median_ms",
+    "min_ms",
+    "mad_ms",
+    "p10_ms",
+    "p90_ms",
+    "repetitions",
+    "perfcast_version",
+    "timestamp",
+    "schema_version",
+];
+
+/// Builds the DataFrame of records of one kind.
+pub fn to_frame(kind: ModuleKind, records: &[Record]) -> PolarsResult<DataFrame> {
+    let n = records.len();
+    let mut columns: Vec<Column> = Vec::new();
+    for (i, name) in kind.config_columns().iter().enumerate() {
+        let values: Vec<i64> = records.iter().map(|r| r.spec.config()[i]).collect();
+        columns.push(Column::new((*name).into(), values));
+    }
+    let ctx = |f: &dyn Fn(&Context) -> i64| -> Vec<i64> { records.iter().map(|r| f(&r.context)).collect() };
+    columns.push(Column::new("batch".into(), ctx(&|c| c.batch as i64)));
+    columns.push(Column::new(
+        "phase".into(),
+        records.iter().map(|r| r.context.phase.name()).collect::<Vec<_>>(),
+    ));
+    columns.push(Column::new("threads".into(), ctx(&|c| c.threads as i64)));
+    columns.push(Column::new(
+        "utilisation".into(),
+        records.iter().map(|r| r.context.utilisation).collect::<Vec<_>>(),
+    ));
+    columns.push(Column::new(
+        "backend".into(),
+        records.iter().map(|r| r.backend.as_str()).collect::<Vec<_>>(),
+    ));
+    columns.push(Column::new(
+        "status".into(),
+        records
+            .iter()
+            .map(|r| if r.timing().is_some() { "ok" } else { "failed" })
+            .collect::<Vec<_>>(),
+    ));
+    columns.push(Column::new(
+        "error".into(),
+        records
+            .iter()
+            .map(|r| match &r.outcome {
+                Outcome::Failed { reason } => Some(reason.as_str()),
+                Outcome::Ok(_) => None,
+            })
+            .collect::<Vec<_>>(),
+    ));
+    let timing = |f: &dyn Fn(&Timing) -> f64| -> Vec<Option<f64>> {
+        records.iter().map(|r| r.timing().map(f)).collect()
+    };
+    columns.push(Column::new("median_ms".into(), timing(&|t| t.median_ms)));
+    columns.push(Column::new("min_ms".into(), timing(&|t| t.min_ms)));
+    columns.push(Column::new("mad_ms".into(), timing(&|t| t.mad_ms)));
+    columns.push(Column::new("p10_ms".into(), timing(&|t| t.p10_ms)));
+    columns.push(Column::new("p90_ms".into(), timing(&|t| t.p90_ms)));
+    columns.push(Column::new(
+        "repetitions".into(),
+        records
+            .iter()
+            .map(|r| r.timing().map(|t| i64::from(t.repetitions)))
+            .collect::<Vec<_>>(),
+    ));
+    columns.push(Column::new(
+        "perfcast_version".into(),
+        records.iter().map(|r| r.perfcast_version.as_str()).collect::<Vec<_>>(),
+    ));
+    columns.push(Column::new(
+        "timestamp".into(),
+        records.iter().map(|r| r.timestamp).collect::<Vec<_>>(),
+    ));
+    columns.push(Column::new("schema_version".into(), vec![SCHEMA_VERSION; n]));
+    DataFrame::new(n, columns)
+}
+
+/// Typed access to one column, with errors naming the file and column.
+struct Columns<'a> {
+    df: &'a DataFrame,
+    path: &'a Path,
+}
+
+impl Columns<'_> {
+    fn get(&self, name: &str) -> Result<&Column> {
+        self.df.column(name).map_err(|_| {
+            Error::schema(self.path, format!("missing column `{name}`"))
+        })
+    }
+
+    fn i64s(&self, name: &str) -> Result<Vec<Option<i64>>> {
+        let col = self.get(name)?;
+        let cast = col
+            .cast(&DataType::Int64)
+            .map_err(|_| Error::schema(self.path, format!("column `{name}` is {} (expected integers)", col.dtype())))?;
+        if !matches!(col.dtype(), DataType::Int64 | DataType::Int32 | DataType::UInt32 | DataType::UInt64 | DataType::Int16 | DataType::Int8 | DataType::UInt8 | DataType::UInt16) {
+            return Err(Error::schema(self.path, format!("column `{name}` is {} (expected integers)", col.dtype())));
+        }
+        let ca = cast.i64().map_err(|e| Error::schema(self.path, e.to_string()))?;
+        Ok(ca.into_iter().collect())
+    }
+
+    fn f64s(&self, name: &str) -> Result<Vec<Option<f64>>> {
+        let col = self.get(name)?;
+        if !col.dtype().is_primitive_numeric() {
+            return Err(Error::schema(self.path, format!("column `{name}` is {} (expected numbers)", col.dtype())));
+        }
+        let cast = col.cast(&DataType::Float64).map_err(|e| Error::schema(self.path, e.to_string()))?;
+        let ca = cast.f64().map_err(|e| Error::schema(self.path, e.to_string()))?;
+        Ok(ca.into_iter().collect())
+    }
+
+    fn strs(&self, name: &str) -> Result<Vec<Option<String>>> {
+        let col = self.get(name)?;
+        let ca = col
+            .str()
+            .map_err(|_| Error::schema(self.path, format!("column `{name}` is {} (expected strings)", col.dtype())))?;
+        Ok(ca.into_iter().map(|s| s.map(str::to_string)).collect())
+    }
+}
+
+fn required<T>(path: &Path, column: &str, row: usize, v: Option<T>) -> Result<T> {
+    v.ok_or_else(|| Error::schema(path, format!("row {row}: column `{column}` is null")))
+}
+
+fn check_usize(path: &Path, column: &str, row: usize, v: i64) -> Result<usize> {
+    usize::try_from(v).map_err(|_| {
+        Error::schema(path, format!("row {row}: `{column}` must not be negative, got {v}"))
+    })
+}
+
+fn finite_positive(path: &Path, column: &str, row: usize, v: f64) -> Result<f64> {
+    if v.is_nan() {
+        return Err(Error::schema(path, format!("row {row}: `{column}` is NaN")));
+    }
+    if !(v.is_finite() && v >= 0.0) {
+        return Err(Error::schema(path, format!("row {row}: `{column}` must be a non-negative finite time, got {v}")));
+    }
+    Ok(v)
+}
+
+/// Converts a DataFrame read from `path` back into records, validating every value.
+pub fn from_frame(kind: ModuleKind, df: &DataFrame, path: &Path) -> Result<Vec<Record>> {
+    let cols = Columns { df, path };
+    let version = cols.i64s("schema_version")?;
+    if let Some(v) = version.iter().flatten().find(|&&v| v != SCHEMA_VERSION) {
+        return Err(Error::schema(
+            path,
+            format!("schema version {v} is not supported (this perfcast reads version {SCHEMA_VERSION})"),
+        ));
+    }
+    let config: Vec<Vec<Option<i64>>> = kind
+        .config_columns()
+        .iter()
+        .map(|c| cols.i64s(c))
+        .collect::<Result<_>>()?;
+    let batch = cols.i64s("batch")?;
+    let phase = cols.strs("phase")?;
+    let threads = cols.i64s("threads")?;
+    let utilisation = cols.f64s("utilisation")?;
+    let backend = cols.strs("backend")?;
+    let status = cols.strs("status")?;
+    let error = cols.strs("error")?;
+    let median = cols.f64s("median_ms")?;
+    let min = cols.f64s("min_ms")?;
+    let mad = cols.f64s("mad_ms")?;
+    let p10 = cols.f64s("p10_ms")?;
+    let p90 = cols.f64s("p90_ms")?;
+    let reps = cols.i64s("repetitions")?;
+    let version_str = cols.strs("perfcast_version")?;
+    let timestamp = cols.i64s("timestamp")?;
+
+    let mut records = Vec::with_capacity(df.height());
+    for row in 0..df.height() {
+        let values: Vec<i64> = kind
+            .config_columns()
+            .iter()
+            .zip(&config)
+            .map(|(name, col)| required(path, name, row, col[row]))
+            .collect::<Result<_>>()?;
+        let spec = ModuleSpec::from_config(kind, &values)
+            .map_err(|e| Error::schema(path, format!("row {row}: {e}")))?;
+        let phase_name = required(path, "phase", row, phase[row].clone())?;
+        let context = Context {
+            batch: check_usize(path, "batch", row, required(path, "batch", row, batch[row])?)?,
+            phase: phase_name
+                .parse::<Phase>()
+                .map_err(|e| Error::schema(path, format!("row {row}: {e}")))?,
+            threads: check_usize(path, "threads", row, required(path, "threads", row, threads[row])?)?,
+            utilisation: required(path, "utilisation", row, utilisation[row])?,
+        };
+        context
+            .validate()
+            .map_err(|e| Error::schema(path, format!("row {row}: {e}")))?;
+        let outcome = match required(path, "status", row, status[row].clone())?.as_str() {
+            "ok" => {
+                let get = |name: &str, col: &[Option<f64>]| -> Result<f64> {
+                    finite_positive(path, name, row, required(path, name, row, col[row])?)
+                };
+                let repetitions = required(path, "repetitions", row, reps[row])?;
+                Outcome::Ok(Timing {
+                    median_ms: get("median_ms", &median)?,
+                    min_ms: get("min_ms", &min)?,
+                    mad_ms: get("mad_ms", &mad)?,
+                    p10_ms: get("p10_ms", &p10)?,
+                    p90_ms: get("p90_ms", &p90)?,
+                    repetitions: u32::try_from(repetitions).map_err(|_| {
+                        Error::schema(path, format!("row {row}: `repetitions` is {repetitions}"))
+                    })?,
+                })
+            }
+            "failed" => Outcome::Failed {
+                reason: error[row].clone().unwrap_or_default(),
+            },
+            other => {
+                return Err(Error::schema(
+                    path,
+                    format!("row {row}: `status` must be `ok` or `failed`, got `{other}`"),
+                ));
+            }
+        };
+        records.push(Record {
+            spec,
+            context,
+            backend: required(path, "backend", row, backend[row].clone())?,
+            outcome,
+            perfcast_version: version_str[row].clone().unwrap_or_default(),
+            timestamp: timestamp[row].unwrap_or(0),
+        });
+    }
+    Ok(records)
+}
+
+/// Reads a Parquet file into a DataFrame.
+pub fn read_parquet(path: &Path) -> Result<DataFrame> {
+    let file = std::fs::File::open(path).map_err(|source| Error::Io {
+        action: "open",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    ParquetReader::new(file)
+        .finish()
+        .map_err(|e| Error::unreadable(path, e))
+}
+
+/// Writes a DataFrame to `path` atomically: a temp file beside it, then a rename.
+pub fn write_parquet_atomic(path: &Path, df: &mut DataFrame) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = tempfile::NamedTempFile::new_in(dir).map_err(|source| Error::Io {
+        action: "create a temp file in",
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    ParquetWriter::new(tmp.as_file())
+        .with_compression(ParquetCompression::Zstd(None))
+        .finish(df)
+        .map_err(|e| Error::unreadable(path, format!("writing failed: {e}")))?;
+    tmp.as_file().sync_all().map_err(|source| Error::Io {
+        action: "sync",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    tmp.persist(path).map_err(|e| Error::Io {
+        action: "rename into",
+        path: path.to_path_buf(),
+        source: e.error,
+    })?;
+    Ok(())
+}
