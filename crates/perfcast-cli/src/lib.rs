@@ -1,1 +1,145 @@
-//! placeholder
+//! The `perfcast` command line: clap definitions and the commands behind them.
+//!
+//! The binary's `main` is [`main_entry`]; it lives in this library so the end-to-end tests
+//! crate can build the same binary. Data goes to stdout, logs and progress bars to stderr.
+//! Exit codes: 0 success, 1 a check that failed, 2 an error.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+mod cmd;
+mod output;
+
+pub use output::Format;
+
+/// Predicts how long DNN layers and networks take to run, from measurements.
+#[derive(Debug, Parser)]
+#[command(name = "perfcast", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Options every command takes.
+#[derive(Debug, Args)]
+pub struct Global {
+    /// More log output on stderr (repeat for more)
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Only errors on stderr
+    #[arg(short, long, global = true)]
+    quiet: bool,
+    /// Hide progress bars
+    #[arg(long, global = true)]
+    no_progress: bool,
+    /// When to use colour
+    #[arg(long, global = true, value_enum, default_value_t = Color::Auto)]
+    color: Color,
+}
+
+/// Colour choice.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Color {
+    /// Colour when stderr is a terminal
+    Auto,
+    /// Always colour
+    Always,
+    /// Never colour
+    Never,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show this machine's device spec, with peak GFLOP/s and bandwidth measured now
+    Devices(cmd::devices::DevicesArgs),
+    /// Measure modules on this device and store them as a dataset
+    ///
+    /// Draws configurations per module kind (built-in ranges, or a sweep TOML), measures each
+    /// in the inference and training phases, and appends every row to
+    /// `<out>/<module>.parquet` the moment it is measured. Safe to kill: rerun with `--resume`.
+    Profile(cmd::profile::ProfileArgs),
+    /// Inspect and check datasets
+    #[command(subcommand)]
+    Datasets(cmd::datasets::DatasetsCommand),
+    /// Compare burn's CPU backends on conv, linear and matmul
+    #[command(subcommand)]
+    Backends(cmd::backends::BackendsCommand),
+}
+
+/// Shared state of one invocation: verbosity and whether to draw progress.
+#[derive(Debug, Clone)]
+pub struct Ui {
+    /// Suppress informational messages.
+    pub quiet: bool,
+    /// Extra detail.
+    pub verbose: u8,
+    /// Draw progress bars.
+    pub progress: bool,
+    /// Colour stderr output.
+    pub color: bool,
+}
+
+impl Ui {
+    /// Prints an informational line to stderr unless quiet.
+    pub fn info(&self, message: impl std::fmt::Display) {
+        if !self.quiet {
+            eprintln!("{message}");
+        }
+    }
+}
+
+/// Runs the command line and returns the process exit code.
+pub fn main_entry() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let stderr_tty = std::io::stderr().is_terminal();
+    let ui = Ui {
+        quiet: cli.global.quiet,
+        verbose: cli.global.verbose,
+        progress: !cli.global.no_progress && !cli.global.quiet && stderr_tty,
+        color: match cli.global.color {
+            Color::Always => true,
+            Color::Never => false,
+            Color::Auto => stderr_tty && std::env::var_os("NO_COLOR").is_none(),
+        },
+    };
+    let result = match cli.command {
+        Command::Devices(args) => cmd::devices::run(args, &ui),
+        Command::Profile(args) => cmd::profile::run(args, &ui),
+        Command::Datasets(c) => cmd::datasets::run(c, &ui),
+        Command::Backends(c) => cmd::backends::run(c, &ui),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            if is_broken_pipe(&err) {
+                return ExitCode::SUCCESS;
+            }
+            let prefix = if ui.color {
+                "\x1b[1;31merror\x1b[0m"
+            } else {
+                "error"
+            };
+            eprintln!("{prefix}: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

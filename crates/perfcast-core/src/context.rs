@@ -60,10 +60,14 @@ impl Context {
     /// Checks ranges; errors name the value.
     pub fn validate(&self) -> Result<()> {
         if self.batch == 0 {
-            return Err(Error::InvalidContext("`batch` must be at least 1, got 0".into()));
+            return Err(Error::InvalidContext(
+                "`batch` must be at least 1, got 0".into(),
+            ));
         }
         if self.threads == 0 {
-            return Err(Error::InvalidContext("`threads` must be at least 1, got 0".into()));
+            return Err(Error::InvalidContext(
+                "`threads` must be at least 1, got 0".into(),
+            ));
         }
         if !(self.utilisation.is_finite() && (0.0..1.0).contains(&self.utilisation)) {
             return Err(Error::InvalidContext(format!(
@@ -83,7 +87,13 @@ mod tests {
     fn phase_parses_aliases_and_rejects_others() {
         assert_eq!("forward".parse::<Phase>().unwrap(), Phase::Inference);
         assert_eq!("Train".parse::<Phase>().unwrap(), Phase::Training);
-        assert!("sideways".parse::<Phase>().unwrap_err().to_string().contains("sideways"));
+        assert!(
+            "sideways"
+                .parse::<Phase>()
+                .unwrap_err()
+                .to_string()
+                .contains("sideways")
+        );
     }
 
     #[test]

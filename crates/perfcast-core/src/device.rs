@@ -85,7 +85,10 @@ impl DeviceSpec {
             }
         }
         if !(self.cache_mb.is_finite() && self.cache_mb >= 0.0) {
-            return Err(bad(format!("`cache_mb` must not be negative, got {}", self.cache_mb)));
+            return Err(bad(format!(
+                "`cache_mb` must not be negative, got {}",
+                self.cache_mb
+            )));
         }
         if self.cores == 0 {
             return Err(bad("`cores` must be at least 1, got 0".into()));
@@ -154,9 +157,10 @@ impl CpuTopology {
             .unwrap_or(1);
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-        let max_khz = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
-            .ok()
-            .and_then(|s| s.trim().parse::<f64>().ok());
+        let max_khz =
+            std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
+                .ok()
+                .and_then(|s| s.trim().parse::<f64>().ok());
         let mut topo = parse_cpuinfo(&cpuinfo, threads);
         if let Some(khz) = max_khz {
             topo.clock_mhz = khz / 1000.0;
@@ -271,10 +275,20 @@ mod tests {
     fn absurd_fields_are_named() {
         let mut s = spec();
         s.mem_bandwidth_gbs = 0.0;
-        assert!(s.validate().unwrap_err().to_string().contains("`mem_bandwidth_gbs` must be positive, got 0"));
+        assert!(
+            s.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("`mem_bandwidth_gbs` must be positive, got 0")
+        );
         let mut s = spec();
         s.peak_gflops = f64::NAN;
-        assert!(s.validate().unwrap_err().to_string().contains("peak_gflops"));
+        assert!(
+            s.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("peak_gflops")
+        );
         let mut s = spec();
         s.cores = 0;
         assert!(s.validate().unwrap_err().to_string().contains("`cores`"));
@@ -287,7 +301,12 @@ mod tests {
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(DeviceSpec::from_json(&json).unwrap(), s);
         let negative = json.replace("\"cores\":2", "\"cores\":-2");
-        assert!(DeviceSpec::from_json(&negative).unwrap_err().to_string().contains("-2"));
+        assert!(
+            DeviceSpec::from_json(&negative)
+                .unwrap_err()
+                .to_string()
+                .contains("-2")
+        );
     }
 
     #[test]

@@ -81,9 +81,19 @@ pub fn derive(spec: &ModuleSpec, batch: usize) -> Derived {
         ModuleSpec::MaxPool2d(p) | ModuleSpec::AvgPool2d(p) => {
             (out_elems * product(&p.kernel), 0.0, 0.0)
         }
-        ModuleSpec::BatchNorm2d(b) => (in_elems * per_element_flops(spec), 2.0 * b.channels as f64, 0.0),
-        ModuleSpec::LayerNorm(l) => (in_elems * per_element_flops(spec), 2.0 * l.features as f64, 0.0),
-        ModuleSpec::Add(_) | ModuleSpec::Mul(_) => (in_elems * per_element_flops(spec), 0.0, in_elems),
+        ModuleSpec::BatchNorm2d(b) => (
+            in_elems * per_element_flops(spec),
+            2.0 * b.channels as f64,
+            0.0,
+        ),
+        ModuleSpec::LayerNorm(l) => (
+            in_elems * per_element_flops(spec),
+            2.0 * l.features as f64,
+            0.0,
+        ),
+        ModuleSpec::Add(_) | ModuleSpec::Mul(_) => {
+            (in_elems * per_element_flops(spec), 0.0, in_elems)
+        }
         _ => (in_elems * per_element_flops(spec), 0.0, 0.0),
     };
     // Backward of a GEMM-like op costs two more GEMMs (input and weight gradients); element-wise

@@ -108,8 +108,8 @@ impl ModuleKind {
             ModuleKind::Linear => &["tokens", "in_features", "out_features", "bias"],
             ModuleKind::Matmul => &["heads", "m", "k", "n"],
             ModuleKind::MaxPool2d | ModuleKind::AvgPool2d => &[
-                "channels", "in_h", "in_w", "kernel_h", "kernel_w", "stride_h", "stride_w", "pad_h",
-                "pad_w",
+                "channels", "in_h", "in_w", "kernel_h", "kernel_w", "stride_h", "stride_w",
+                "pad_h", "pad_w",
             ],
             ModuleKind::BatchNorm2d => &["channels", "in_h", "in_w"],
             ModuleKind::LayerNorm => &["tokens", "features"],
@@ -634,7 +634,10 @@ impl ModuleSpec {
         let mut v = Vec::with_capacity(values.len());
         for (name, &x) in columns.iter().zip(values) {
             if x < 0 {
-                return Err(invalid(kind, format!("`{name}` must not be negative, got {x}")));
+                return Err(invalid(
+                    kind,
+                    format!("`{name}` must not be negative, got {x}"),
+                ));
             }
             v.push(usize::try_from(x).map_err(|_| invalid(kind, format!("`{name}` is {x}")))?);
         }
@@ -744,7 +747,9 @@ impl ModuleSpec {
                 "linear {}->{} x{} tokens",
                 l.in_features, l.out_features, l.tokens
             ),
-            ModuleSpec::Matmul(m) => format!("matmul {}x[{}x{}]@[{}x{}]", m.heads, m.m, m.k, m.k, m.n),
+            ModuleSpec::Matmul(m) => {
+                format!("matmul {}x[{}x{}]@[{}x{}]", m.heads, m.m, m.k, m.k, m.n)
+            }
             ModuleSpec::MaxPool2d(p) | ModuleSpec::AvgPool2d(p) => format!(
                 "{} k{} s{} p{} {}@{}x{}",
                 self.kind(),
@@ -806,7 +811,10 @@ mod tests {
     #[test]
     fn conv_output_shape_matches_pytorch_formula() {
         // ResNet stem: 224 -> 112.
-        assert_eq!(conv(224, 7, 2, 3).output_shape().unwrap(), vec![64, 112, 112]);
+        assert_eq!(
+            conv(224, 7, 2, 3).output_shape().unwrap(),
+            vec![64, 112, 112]
+        );
         // 3x3 same padding keeps the size.
         assert_eq!(conv(56, 3, 1, 1).output_shape().unwrap(), vec![64, 56, 56]);
         // Floor division: (7 + 0 - 3) / 2 + 1 = 3.
@@ -827,7 +835,10 @@ mod tests {
             c.in_channels = 0;
         }
         let err = spec.validate().unwrap_err().to_string();
-        assert!(err.contains("`in_channels` must be at least 1, got 0"), "{err}");
+        assert!(
+            err.contains("`in_channels` must be at least 1, got 0"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -875,7 +886,10 @@ mod tests {
         );
         let json = r#"{"kind":"maxpool2d","channels":4,"input_hw":8,"kernel":2,"padding":2}"#;
         let err = ModuleSpec::from_json(json).unwrap_err().to_string();
-        assert!(err.contains("padding height 2 exceeds half the kernel 2"), "{err}");
+        assert!(
+            err.contains("padding height 2 exceeds half the kernel 2"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -915,13 +929,19 @@ mod tests {
         let err = ModuleSpec::from_config(ModuleKind::Linear, &[1, -5, 4, 1])
             .unwrap_err()
             .to_string();
-        assert!(err.contains("`in_features` must not be negative, got -5"), "{err}");
+        assert!(
+            err.contains("`in_features` must not be negative, got -5"),
+            "{err}"
+        );
     }
 
     #[test]
     fn kind_parses_aliases() {
         assert_eq!("bmm".parse::<ModuleKind>().unwrap(), ModuleKind::Matmul);
-        assert_eq!("MaxPool2d".parse::<ModuleKind>().unwrap(), ModuleKind::MaxPool2d);
+        assert_eq!(
+            "MaxPool2d".parse::<ModuleKind>().unwrap(),
+            ModuleKind::MaxPool2d
+        );
         assert!("conv3d".parse::<ModuleKind>().is_err());
     }
 }

@@ -113,7 +113,10 @@ impl DatasetDir {
         if let Some(bad) = records.iter().find(|r| r.spec.kind() != kind) {
             return Err(Error::schema(
                 &self.module_path(kind),
-                format!("cannot append a `{}` row to the `{kind}` table", bad.spec.kind()),
+                format!(
+                    "cannot append a `{}` row to the `{kind}` table",
+                    bad.spec.kind()
+                ),
             ));
         }
         let mut all = self.read(kind)?;

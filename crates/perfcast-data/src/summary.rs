@@ -78,9 +78,18 @@ pub fn summarize(kind: ModuleKind, records: &[Record]) -> KindSummary {
         let vals = records.iter().map(|r| r.spec.config()[i] as f64);
         ranges.push(range(name, vals));
     }
-    ranges.push(range("batch", records.iter().map(|r| r.context.batch as f64)));
-    ranges.push(range("threads", records.iter().map(|r| r.context.threads as f64)));
-    ranges.push(range("utilisation", records.iter().map(|r| r.context.utilisation)));
+    ranges.push(range(
+        "batch",
+        records.iter().map(|r| r.context.batch as f64),
+    ));
+    ranges.push(range(
+        "threads",
+        records.iter().map(|r| r.context.threads as f64),
+    ));
+    ranges.push(range(
+        "utilisation",
+        records.iter().map(|r| r.context.utilisation),
+    ));
     let mut latency = Vec::new();
     for phase in [Phase::Inference, Phase::Training] {
         let rows: Vec<&Record> = records
@@ -90,17 +99,31 @@ pub fn summarize(kind: ModuleKind, records: &[Record]) -> KindSummary {
         if rows.is_empty() {
             continue;
         }
-        let mut med: Vec<f64> = rows.iter().filter_map(|r| r.timing()).map(|t| t.median_ms).collect();
+        let mut med: Vec<f64> = rows
+            .iter()
+            .filter_map(|r| r.timing())
+            .map(|t| t.median_ms)
+            .collect();
         med.sort_by(f64::total_cmp);
         let mut rel: Vec<f64> = rows
             .iter()
             .filter_map(|r| r.timing())
-            .map(|t| if t.median_ms > 0.0 { t.mad_ms / t.median_ms } else { 0.0 })
+            .map(|t| {
+                if t.median_ms > 0.0 {
+                    t.mad_ms / t.median_ms
+                } else {
+                    0.0
+                }
+            })
             .collect();
         rel.sort_by(f64::total_cmp);
         let mut decades = [0usize; 7];
         for &m in &med {
-            let idx = if m <= 0.0 { 0 } else { ((m.log10() + 3.0).floor().max(0.0) as usize).min(6) };
+            let idx = if m <= 0.0 {
+                0
+            } else {
+                ((m.log10() + 3.0).floor().max(0.0) as usize).min(6)
+            };
             decades[idx] += 1;
         }
         latency.push(LatencyDistribution {
@@ -126,7 +149,9 @@ pub fn summarize(kind: ModuleKind, records: &[Record]) -> KindSummary {
 }
 
 fn range(name: &str, vals: impl Iterator<Item = f64>) -> Range {
-    let (min, max) = vals.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    let (min, max) = vals.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+        (lo.min(v), hi.max(v))
+    });
     Range {
         column: name.to_string(),
         min,

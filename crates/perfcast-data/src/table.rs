@@ -39,20 +39,31 @@ pub fn to_frame(kind: ModuleKind, records: &[Record]) -> PolarsResult<DataFrame>
         let values: Vec<i64> = records.iter().map(|r| r.spec.config()[i]).collect();
         columns.push(Column::new((*name).into(), values));
     }
-    let ctx = |f: &dyn Fn(&Context) -> i64| -> Vec<i64> { records.iter().map(|r| f(&r.context)).collect() };
+    let ctx = |f: &dyn Fn(&Context) -> i64| -> Vec<i64> {
+        records.iter().map(|r| f(&r.context)).collect()
+    };
     columns.push(Column::new("batch".into(), ctx(&|c| c.batch as i64)));
     columns.push(Column::new(
         "phase".into(),
-        records.iter().map(|r| r.context.phase.name()).collect::<Vec<_>>(),
+        records
+            .iter()
+            .map(|r| r.context.phase.name())
+            .collect::<Vec<_>>(),
     ));
     columns.push(Column::new("threads".into(), ctx(&|c| c.threads as i64)));
     columns.push(Column::new(
         "utilisation".into(),
-        records.iter().map(|r| r.context.utilisation).collect::<Vec<_>>(),
+        records
+            .iter()
+            .map(|r| r.context.utilisation)
+            .collect::<Vec<_>>(),
     ));
     columns.push(Column::new(
         "backend".into(),
-        records.iter().map(|r| r.backend.as_str()).collect::<Vec<_>>(),
+        records
+            .iter()
+            .map(|r| r.backend.as_str())
+            .collect::<Vec<_>>(),
     ));
     columns.push(Column::new(
         "status".into(),
@@ -88,13 +99,19 @@ pub fn to_frame(kind: ModuleKind, records: &[Record]) -> PolarsResult<DataFrame>
     ));
     columns.push(Column::new(
         "perfcast_version".into(),
-        records.iter().map(|r| r.perfcast_version.as_str()).collect::<Vec<_>>(),
+        records
+            .iter()
+            .map(|r| r.perfcast_version.as_str())
+            .collect::<Vec<_>>(),
     ));
     columns.push(Column::new(
         "timestamp".into(),
         records.iter().map(|r| r.timestamp).collect::<Vec<_>>(),
     ));
-    columns.push(Column::new("schema_version".into(), vec![SCHEMA_VERSION; n]));
+    columns.push(Column::new(
+        "schema_version".into(),
+        vec![SCHEMA_VERSION; n],
+    ));
     DataFrame::new(n, columns)
 }
 
@@ -106,39 +123,67 @@ struct Columns<'a> {
 
 impl Columns<'_> {
     fn get(&self, name: &str) -> Result<&Column> {
-        self.df.column(name).map_err(|_| {
-            Error::schema(self.path, format!("missing column `{name}`"))
-        })
+        self.df
+            .column(name)
+            .map_err(|_| Error::schema(self.path, format!("missing column `{name}`")))
     }
 
     fn i64s(&self, name: &str) -> Result<Vec<Option<i64>>> {
         let col = self.get(name)?;
-        let cast = col
-            .cast(&DataType::Int64)
-            .map_err(|_| Error::schema(self.path, format!("column `{name}` is {} (expected integers)", col.dtype())))?;
-        if !matches!(col.dtype(), DataType::Int64 | DataType::Int32 | DataType::UInt32 | DataType::UInt64 | DataType::Int16 | DataType::Int8 | DataType::UInt8 | DataType::UInt16) {
-            return Err(Error::schema(self.path, format!("column `{name}` is {} (expected integers)", col.dtype())));
+        let cast = col.cast(&DataType::Int64).map_err(|_| {
+            Error::schema(
+                self.path,
+                format!("column `{name}` is {} (expected integers)", col.dtype()),
+            )
+        })?;
+        if !matches!(
+            col.dtype(),
+            DataType::Int64
+                | DataType::Int32
+                | DataType::UInt32
+                | DataType::UInt64
+                | DataType::Int16
+                | DataType::Int8
+                | DataType::UInt8
+                | DataType::UInt16
+        ) {
+            return Err(Error::schema(
+                self.path,
+                format!("column `{name}` is {} (expected integers)", col.dtype()),
+            ));
         }
-        let ca = cast.i64().map_err(|e| Error::schema(self.path, e.to_string()))?;
-        Ok(ca.into_iter().collect())
+        let ca = cast
+            .i64()
+            .map_err(|e| Error::schema(self.path, e.to_string()))?;
+        Ok(ca.iter().collect())
     }
 
     fn f64s(&self, name: &str) -> Result<Vec<Option<f64>>> {
         let col = self.get(name)?;
         if !col.dtype().is_primitive_numeric() {
-            return Err(Error::schema(self.path, format!("column `{name}` is {} (expected numbers)", col.dtype())));
+            return Err(Error::schema(
+                self.path,
+                format!("column `{name}` is {} (expected numbers)", col.dtype()),
+            ));
         }
-        let cast = col.cast(&DataType::Float64).map_err(|e| Error::schema(self.path, e.to_string()))?;
-        let ca = cast.f64().map_err(|e| Error::schema(self.path, e.to_string()))?;
-        Ok(ca.into_iter().collect())
+        let cast = col
+            .cast(&DataType::Float64)
+            .map_err(|e| Error::schema(self.path, e.to_string()))?;
+        let ca = cast
+            .f64()
+            .map_err(|e| Error::schema(self.path, e.to_string()))?;
+        Ok(ca.iter().collect())
     }
 
     fn strs(&self, name: &str) -> Result<Vec<Option<String>>> {
         let col = self.get(name)?;
-        let ca = col
-            .str()
-            .map_err(|_| Error::schema(self.path, format!("column `{name}` is {} (expected strings)", col.dtype())))?;
-        Ok(ca.into_iter().map(|s| s.map(str::to_string)).collect())
+        let ca = col.str().map_err(|_| {
+            Error::schema(
+                self.path,
+                format!("column `{name}` is {} (expected strings)", col.dtype()),
+            )
+        })?;
+        Ok(ca.iter().map(|s| s.map(str::to_string)).collect())
     }
 }
 
@@ -148,7 +193,10 @@ fn required<T>(path: &Path, column: &str, row: usize, v: Option<T>) -> Result<T>
 
 fn check_usize(path: &Path, column: &str, row: usize, v: i64) -> Result<usize> {
     usize::try_from(v).map_err(|_| {
-        Error::schema(path, format!("row {row}: `{column}` must not be negative, got {v}"))
+        Error::schema(
+            path,
+            format!("row {row}: `{column}` must not be negative, got {v}"),
+        )
     })
 }
 
@@ -157,7 +205,10 @@ fn finite_positive(path: &Path, column: &str, row: usize, v: f64) -> Result<f64>
         return Err(Error::schema(path, format!("row {row}: `{column}` is NaN")));
     }
     if !(v.is_finite() && v >= 0.0) {
-        return Err(Error::schema(path, format!("row {row}: `{column}` must be a non-negative finite time, got {v}")));
+        return Err(Error::schema(
+            path,
+            format!("row {row}: `{column}` must be a non-negative finite time, got {v}"),
+        ));
     }
     Ok(v)
 }
@@ -169,7 +220,9 @@ pub fn from_frame(kind: ModuleKind, df: &DataFrame, path: &Path) -> Result<Vec<R
     if let Some(v) = version.iter().flatten().find(|&&v| v != SCHEMA_VERSION) {
         return Err(Error::schema(
             path,
-            format!("schema version {v} is not supported (this perfcast reads version {SCHEMA_VERSION})"),
+            format!(
+                "schema version {v} is not supported (this perfcast reads version {SCHEMA_VERSION})"
+            ),
         ));
     }
     let config: Vec<Vec<Option<i64>>> = kind
@@ -205,11 +258,21 @@ pub fn from_frame(kind: ModuleKind, df: &DataFrame, path: &Path) -> Result<Vec<R
             .map_err(|e| Error::schema(path, format!("row {row}: {e}")))?;
         let phase_name = required(path, "phase", row, phase[row].clone())?;
         let context = Context {
-            batch: check_usize(path, "batch", row, required(path, "batch", row, batch[row])?)?,
+            batch: check_usize(
+                path,
+                "batch",
+                row,
+                required(path, "batch", row, batch[row])?,
+            )?,
             phase: phase_name
                 .parse::<Phase>()
                 .map_err(|e| Error::schema(path, format!("row {row}: {e}")))?,
-            threads: check_usize(path, "threads", row, required(path, "threads", row, threads[row])?)?,
+            threads: check_usize(
+                path,
+                "threads",
+                row,
+                required(path, "threads", row, threads[row])?,
+            )?,
             utilisation: required(path, "utilisation", row, utilisation[row])?,
         };
         context

@@ -1,3 +1,4 @@
 //! Integration tests of perfcast-data: round trips, atomic appends, schema validation.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod roundtrip;

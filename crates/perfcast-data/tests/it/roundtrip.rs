@@ -1,4 +1,6 @@
-use perfcast_core::{Caches, Context, DeviceKind, DeviceSpec, ModuleKind, Phase, SpecSource, testing};
+use perfcast_core::{
+    Caches, Context, DeviceKind, DeviceSpec, ModuleKind, Phase, SpecSource, testing,
+};
 use perfcast_data::{DatasetDir, Outcome, Record, Timing, table};
 use polars::prelude::*;
 
@@ -64,8 +66,10 @@ fn append_keeps_old_rows_and_leaves_no_temp_files() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = DatasetDir::create_or_open(tmp.path(), &device("cpu a")).unwrap();
     let spec = testing::one_of_each_kind().remove(0);
-    dir.append(ModuleKind::Conv2d, &[record(spec.clone(), 1, 1.0)]).unwrap();
-    dir.append(ModuleKind::Conv2d, &[record(spec.clone(), 2, 2.0)]).unwrap();
+    dir.append(ModuleKind::Conv2d, &[record(spec.clone(), 1, 1.0)])
+        .unwrap();
+    dir.append(ModuleKind::Conv2d, &[record(spec.clone(), 2, 2.0)])
+        .unwrap();
     let rows = dir.read(ModuleKind::Conv2d).unwrap();
     assert_eq!(rows.len(), 2);
     assert_eq!(dir.measured_keys(ModuleKind::Conv2d).unwrap().len(), 2);
@@ -82,7 +86,9 @@ fn append_keeps_old_rows_and_leaves_no_temp_files() {
 fn a_dataset_of_another_device_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     DatasetDir::create_or_open(tmp.path(), &device("cpu a")).unwrap();
-    let err = DatasetDir::create_or_open(tmp.path(), &device("cpu b")).unwrap_err().to_string();
+    let err = DatasetDir::create_or_open(tmp.path(), &device("cpu b"))
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("`cpu a`") && err.contains("`cpu b`"), "{err}");
 }
 
@@ -91,7 +97,8 @@ fn truncated_file_is_unreadable_with_its_path() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = DatasetDir::create_or_open(tmp.path(), &device("cpu a")).unwrap();
     let spec = testing::one_of_each_kind().remove(1);
-    dir.append(ModuleKind::Linear, &[record(spec, 1, 1.0)]).unwrap();
+    dir.append(ModuleKind::Linear, &[record(spec, 1, 1.0)])
+        .unwrap();
     let path = dir.module_path(ModuleKind::Linear);
     let bytes = std::fs::read(&path).unwrap();
     std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
@@ -107,7 +114,10 @@ fn write_frame(dir: &DatasetDir, kind: ModuleKind, mut df: DataFrame) {
 fn good_frame() -> (DataFrame, ModuleKind) {
     let spec = testing::one_of_each_kind().remove(1);
     let kind = spec.kind();
-    (table::to_frame(kind, &[record(spec.clone(), 1, 1.0), record(spec, 2, 2.0)]).unwrap(), kind)
+    (
+        table::to_frame(kind, &[record(spec.clone(), 1, 1.0), record(spec, 2, 2.0)]).unwrap(),
+        kind,
+    )
 }
 
 #[test]
@@ -125,18 +135,27 @@ fn nan_and_negative_latencies_are_named_with_the_row() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = DatasetDir::create_or_open(tmp.path(), &device("cpu a")).unwrap();
     let (mut df, kind) = good_frame();
-    df.replace("median_ms", Series::new("median_ms".into(), [Some(1.0), Some(f64::NAN)]))
-        .unwrap();
+    df.replace(
+        "median_ms",
+        Column::new("median_ms".into(), [Some(1.0), Some(f64::NAN)]),
+    )
+    .unwrap();
     write_frame(&dir, kind, df);
     let err = dir.read(kind).unwrap_err().to_string();
     assert!(err.contains("row 1: `median_ms` is NaN"), "{err}");
 
     let (mut df, kind) = good_frame();
-    df.replace("min_ms", Series::new("min_ms".into(), [Some(-1.0), Some(1.0)]))
-        .unwrap();
+    df.replace(
+        "min_ms",
+        Column::new("min_ms".into(), [Some(-1.0), Some(1.0)]),
+    )
+    .unwrap();
     write_frame(&dir, kind, df);
     let err = dir.read(kind).unwrap_err().to_string();
-    assert!(err.contains("row 0: `min_ms`") && err.contains("-1"), "{err}");
+    assert!(
+        err.contains("row 0: `min_ms`") && err.contains("-1"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -144,11 +163,17 @@ fn impossible_shapes_in_a_table_are_named() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = DatasetDir::create_or_open(tmp.path(), &device("cpu a")).unwrap();
     let (mut df, kind) = good_frame();
-    df.replace("out_features", Series::new("out_features".into(), [0i64, 8]))
-        .unwrap();
+    df.replace(
+        "out_features",
+        Column::new("out_features".into(), [0i64, 8]),
+    )
+    .unwrap();
     write_frame(&dir, kind, df);
     let err = dir.read(kind).unwrap_err().to_string();
-    assert!(err.contains("row 0") && err.contains("`out_features` must be at least 1"), "{err}");
+    assert!(
+        err.contains("row 0") && err.contains("`out_features` must be at least 1"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -156,8 +181,12 @@ fn wrong_column_type_is_named() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = DatasetDir::create_or_open(tmp.path(), &device("cpu a")).unwrap();
     let (mut df, kind) = good_frame();
-    df.replace("batch", Series::new("batch".into(), ["one", "two"])).unwrap();
+    df.replace("batch", Column::new("batch".into(), ["one", "two"]))
+        .unwrap();
     write_frame(&dir, kind, df);
     let err = dir.read(kind).unwrap_err().to_string();
-    assert!(err.contains("column `batch`") && err.contains("expected integers"), "{err}");
+    assert!(
+        err.contains("column `batch`") && err.contains("expected integers"),
+        "{err}"
+    );
 }

@@ -1,0 +1,6 @@
+//! One module per top-level command.
+
+pub mod backends;
+pub mod datasets;
+pub mod devices;
+pub mod profile;

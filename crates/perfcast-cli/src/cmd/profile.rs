@@ -1,0 +1,211 @@
+//! `perfcast profile`: measure a sweep of module configurations into a dataset.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Context as _;
+use clap::Args;
+use perfcast_core::{CpuTopology, ModuleKind, Phase, slugify};
+use perfcast_data::Outcome;
+use perfcast_profile::run::{Event, RunOptions, run as run_sweep};
+use perfcast_profile::sweep::{Param, Value};
+use perfcast_profile::{Backend, Sweep, probe};
+
+use crate::Ui;
+use crate::output::{Format, emit, emit_json, fmt_ms, progress};
+
+/// Arguments of `perfcast profile`.
+#[derive(Debug, Args)]
+pub struct ProfileArgs {
+    /// Module kinds, comma-separated (default: conv2d,linear,maxpool2d,batchnorm2d,relu)
+    #[arg(long, value_delimiter = ',')]
+    modules: Vec<ModuleKind>,
+    /// Configurations per module kind (each measured in every phase)
+    #[arg(long)]
+    samples: Option<usize>,
+    /// Sweep TOML overriding the built-in ranges (see `perfcast profile --help`)
+    #[arg(long)]
+    sweep: Option<PathBuf>,
+    /// Dataset directory (default: datasets/<this device>)
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Backend to measure on
+    #[arg(long, default_value = "flex")]
+    backend: Backend,
+    /// Skip rows the dataset already holds (continue a killed run)
+    #[arg(long)]
+    resume: bool,
+    /// RNG seed of the sampler
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Phases, comma-separated: inference, training
+    #[arg(long, value_delimiter = ',')]
+    phases: Vec<Phase>,
+    /// Batch sizes to draw from, comma-separated
+    #[arg(long, value_delimiter = ',')]
+    batch: Vec<usize>,
+    /// Compute thread counts to draw from, comma-separated (default 1: the most repeatable)
+    #[arg(long, value_delimiter = ',')]
+    threads: Vec<usize>,
+    /// Background utilisation shares in [0, 1) to draw from, comma-separated
+    #[arg(long, value_delimiter = ',')]
+    utilisation: Vec<f64>,
+    /// Output format of the summary
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+fn choice<T: Into<f64> + Copy>(values: &[T]) -> Param {
+    Param::Choice(values.iter().map(|&v| Value::Num(v.into())).collect())
+}
+
+/// The sweep from the file (or built-in) with command-line overrides on top.
+fn build_sweep(args: &ProfileArgs) -> anyhow::Result<Sweep> {
+    let mut sweep = match &args.sweep {
+        Some(path) => Sweep::from_file(path)?,
+        None => Sweep::default(),
+    };
+    if !args.modules.is_empty() {
+        let mut kinds = args.modules.clone();
+        kinds.dedup();
+        sweep.modules = kinds;
+    }
+    if let Some(n) = args.samples {
+        anyhow::ensure!(n > 0, "`--samples` must be at least 1, got 0");
+        sweep.samples = n;
+    }
+    if let Some(seed) = args.seed {
+        sweep.seed = seed;
+    }
+    if !args.phases.is_empty() {
+        sweep.phases = args.phases.clone();
+    }
+    if !args.batch.is_empty() {
+        sweep.batch = choice(&args.batch.iter().map(|&b| b as f64).collect::<Vec<_>>());
+    }
+    if !args.threads.is_empty() {
+        sweep.threads = choice(&args.threads.iter().map(|&t| t as f64).collect::<Vec<_>>());
+    }
+    if !args.utilisation.is_empty() {
+        sweep.utilisation = choice(&args.utilisation);
+    }
+    sweep
+        .validate()
+        .map_err(|message| perfcast_profile::Error::Sweep {
+            path: args
+                .sweep
+                .clone()
+                .unwrap_or_else(perfcast_profile::sweep::builtin_path),
+            message: format!("after command-line overrides: {message}"),
+        })?;
+    Ok(sweep)
+}
+
+pub fn run(args: ProfileArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
+    let sweep = build_sweep(&args)?;
+    anyhow::ensure!(
+        args.backend.available(),
+        "backend `{}` is not in this build\n\nhint: rebuild with `cargo build --release --features wgpu`",
+        args.backend
+    );
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("datasets").join(slugify(&CpuTopology::detect().model)));
+    ui.info(format!(
+        "measuring this device's peaks for `{}`...",
+        out.join("device.json").display()
+    ));
+    let (device, _) = probe::local_cpu(Backend::Flex)?;
+    let memory = device.memory_gb * 1e9;
+    let options = RunOptions {
+        backend: args.backend,
+        out: out.clone(),
+        device,
+        resume: args.resume,
+        max_bytes: (sweep.max_mib * 1048576.0).min(0.5 * memory),
+    };
+
+    let interrupted = Arc::new(AtomicBool::new(false));
+    {
+        let flag = Arc::clone(&interrupted);
+        // A second Ctrl-C after the first kills the process the usual way.
+        let _ = ctrlc::set_handler(move || {
+            if flag.swap(true, Ordering::SeqCst) {
+                std::process::exit(130);
+            }
+        });
+    }
+    let bar = progress(ui, 0, "profile");
+    let verbose = ui.verbose > 0 && !ui.quiet;
+    let mut on_event = |event: Event<'_>| match event {
+        Event::Planned { total, skipped } => {
+            bar.set_length(total as u64);
+            if skipped > 0 {
+                bar.println(format!(
+                    "resuming: {skipped} rows already measured, {total} to go"
+                ));
+            }
+        }
+        Event::Started { job } => {
+            bar.set_message(format!("{} ({})", job.sample.spec.describe(), job.phase))
+        }
+        Event::Finished { record, .. } => {
+            bar.inc(1);
+            if verbose {
+                let what = match &record.outcome {
+                    Outcome::Ok(t) => fmt_ms(t.median_ms),
+                    Outcome::Failed { reason } => format!("failed: {reason}"),
+                };
+                bar.println(format!(
+                    "{} b{} {}: {what}",
+                    record.spec.describe(),
+                    record.context.batch,
+                    record.context.phase
+                ));
+            }
+        }
+    };
+    let summary = run_sweep(&sweep, &options, &mut on_event, &interrupted);
+    bar.finish_and_clear();
+    let summary = summary.with_context(|| format!("profiling into `{}`", out.display()))?;
+
+    match args.format {
+        Format::Json => emit_json(&summary)?,
+        Format::Text => {
+            let mut text = format!(
+                "profiled {} on {} in {:.1} s -> {}\n\n{:<12} {:>9} {:>7} {:>8} {:>11}\n",
+                sweep
+                    .modules
+                    .iter()
+                    .map(|k| k.name())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                summary.backend,
+                summary.elapsed_s,
+                summary.dataset.display(),
+                "module",
+                "measured",
+                "failed",
+                "skipped",
+                "total rows"
+            );
+            for (kind, c) in &summary.kinds {
+                text.push_str(&format!(
+                    "{kind:<12} {:>9} {:>7} {:>8} {:>11}\n",
+                    c.measured, c.failed, c.skipped, c.total_rows
+                ));
+            }
+            if !summary.failures.is_empty() {
+                text.push_str("\nfailed configurations (recorded with their reason):\n");
+                for f in &summary.failures {
+                    text.push_str(&format!("  {f}\n"));
+                }
+            }
+            emit(&text)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,154 @@
+//! The local device's spec: the OS's topology plus peaks measured by two micro-benchmarks.
+//!
+//! Peak fp32 GFLOP/s is the best of several large square GEMMs on the default backend with
+//! every hardware thread (what this machine can actually deliver through burn, not a data-sheet
+//! number); bandwidth is a STREAM-style triad `a = b + s * c` over arrays far larger than the
+//! last-level cache, best of five, counting 12 bytes per element.
+
+use std::time::Instant;
+
+use burn::tensor::{Distribution, Tensor};
+use perfcast_core::{CpuTopology, DeviceKind, DeviceSpec, SpecSource};
+
+use crate::backend::Backend;
+use crate::error::Result;
+use crate::pool::with_threads;
+use crate::timer::{TimingConfig, measure};
+
+/// Figures of the two micro-benchmarks.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Peaks {
+    /// Best GEMM throughput, GFLOP/s.
+    pub gflops: f64,
+    /// GEMM size used.
+    pub gemm_n: usize,
+    /// Triad bandwidth, GB/s.
+    pub bandwidth_gbs: f64,
+    /// Elements per triad array.
+    pub triad_elems: usize,
+}
+
+/// Measures GEMM throughput with `threads` threads on `backend`.
+pub fn gemm_gflops(backend: Backend, threads: usize, n: usize) -> Result<f64> {
+    let device = backend.device()?;
+    let config = TimingConfig {
+        max_time_s: 0.5,
+        ..TimingConfig::default()
+    };
+    let timing = with_threads(threads, || {
+        let a = Tensor::<2>::random([n, n], Distribution::Uniform(-1.0, 1.0), &device);
+        let b = Tensor::<2>::random([n, n], Distribution::Uniform(-1.0, 1.0), &device);
+        let mut call = || -> std::result::Result<(), String> {
+            let c = a.clone().matmul(b.clone());
+            device.sync().map_err(|e| e.to_string())?;
+            drop(c);
+            Ok(())
+        };
+        measure(&mut call, &config)
+    })
+    .map_err(|reason| crate::Error::Backend {
+        name: backend.name().into(),
+        reason,
+    })?;
+    let flops = 2.0 * (n as f64).powi(3);
+    Ok(flops / (timing.min_ms / 1e3) / 1e9)
+}
+
+/// Measures triad bandwidth (GB/s) with `threads` threads over arrays of `elems` f32.
+pub fn triad_bandwidth(threads: usize, elems: usize) -> f64 {
+    let threads = threads.max(1);
+    let mut a = vec![0.0f32; elems];
+    let b = vec![1.0f32; elems];
+    let c = vec![2.0f32; elems];
+    let chunk = elems.div_ceil(threads);
+    let mut best = f64::INFINITY;
+    for _ in 0..6 {
+        let start = Instant::now();
+        std::thread::scope(|scope| {
+            for ((a, b), c) in a
+                .chunks_mut(chunk)
+                .zip(b.chunks(chunk))
+                .zip(c.chunks(chunk))
+            {
+                scope.spawn(move || {
+                    for ((x, y), z) in a.iter_mut().zip(b).zip(c) {
+                        *x = y + 3.0 * z;
+                    }
+                });
+            }
+        });
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    std::hint::black_box(&a);
+    12.0 * elems as f64 / best / 1e9
+}
+
+/// Runs both micro-benchmarks with every hardware thread.
+pub fn measure_peaks(backend: Backend, threads: usize) -> Result<Peaks> {
+    let gemm_n = 1024;
+    let gflops = gemm_gflops(backend, threads, gemm_n)?;
+    let triad_elems = 1 << 24; // 64 MiB per array, 192 MiB in all: far beyond any LLC
+    let bandwidth_gbs = triad_bandwidth(threads, triad_elems);
+    Ok(Peaks {
+        gflops,
+        gemm_n,
+        bandwidth_gbs,
+        triad_elems,
+    })
+}
+
+/// The local CPU's spec with measured peaks.
+pub fn local_cpu(backend: Backend) -> Result<(DeviceSpec, Peaks)> {
+    let topo = CpuTopology::detect();
+    let peaks = measure_peaks(backend, topo.threads as usize)?;
+    let cache_mb = topo
+        .caches
+        .l3_kb
+        .or(topo.caches.l2_kb)
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0);
+    let spec = DeviceSpec {
+        name: topo.model.clone(),
+        kind: DeviceKind::Cpu,
+        peak_gflops: round3(peaks.gflops),
+        mem_bandwidth_gbs: round3(peaks.bandwidth_gbs),
+        cores: topo.cores,
+        threads: topo.threads,
+        clock_mhz: if topo.clock_mhz > 0.0 {
+            topo.clock_mhz
+        } else {
+            1.0
+        },
+        memory_gb: round3(topo.memory_gb.max(0.001)),
+        cache_mb: round3(cache_mb),
+        caches: topo.caches,
+        source: SpecSource::Measured,
+    };
+    Ok((spec, peaks))
+}
+
+fn round3(v: f64) -> f64 {
+    if v == 0.0 {
+        return 0.0;
+    }
+    let scale = 10f64.powf(2.0 - v.abs().log10().floor());
+    (v * scale).round() / scale
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_to_three_significant_digits() {
+        assert_eq!(round3(123.456), 123.0);
+        assert_eq!(round3(0.012345), 0.0123);
+        assert_eq!(round3(98765.0), 98800.0);
+    }
+
+    #[test]
+    fn triad_reports_a_plausible_bandwidth() {
+        let gbs = triad_bandwidth(1, 1 << 20);
+        assert!(gbs > 0.1 && gbs < 10_000.0, "{gbs}");
+    }
+}

@@ -1,0 +1,30 @@
+# Thin recipes over cargo. `just --list` shows them.
+
+# Measure this machine with the built-in sweep (the main job until the quickstart lands)
+profile *ARGS:
+    cargo run --release -p perfcast-cli -- profile {{ARGS}}
+
+# The README's test command
+test:
+    cargo test --workspace --release
+
+# Formatting and lints as CI runs them
+lint:
+    cargo fmt --all --check
+    cargo clippy --workspace --all-targets --release -- -D warnings
+
+# Everything CI runs
+ci:
+    bash .ci/run
+
+# Compare burn's CPU backends (flex vs ndarray) on conv, linear and matmul
+bench-backends:
+    cargo run --release -p perfcast-cli -- backends compare
+
+# Repeatability: re-measure 50 stored rows of a dataset
+remeasure DIR:
+    cargo run --release -p perfcast-cli -- datasets remeasure {{DIR}} --rows 50
+
+# Check the GPU code path (needs `apt-get install mesa-vulkan-drivers` without a GPU)
+profile-gpu *ARGS:
+    cargo run --release -p perfcast-cli --features wgpu -- profile --backend wgpu {{ARGS}}

@@ -1,0 +1,229 @@
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use perfcast_core::ModuleKind;
+use perfcast_data::DatasetDir;
+
+use crate::{perfcast, run, stderr, write_fast_sweep};
+
+#[test]
+fn profile_writes_a_dataset_that_show_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sweep = write_fast_sweep(tmp.path(), "");
+    let out = tmp.path().join("ds");
+    let o = run(&[
+        "profile",
+        "--modules",
+        "relu,linear",
+        "--samples",
+        "4",
+        "--sweep",
+        sweep.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(summary["kinds"]["relu"]["measured"], 4);
+    assert_eq!(summary["kinds"]["linear"]["total_rows"], 4);
+
+    let dir = DatasetDir::open(&out).unwrap();
+    assert_eq!(dir.kinds(), vec![ModuleKind::Linear, ModuleKind::Relu]);
+    let rows = dir.read(ModuleKind::Relu).unwrap();
+    assert_eq!(rows.len(), 4);
+    for r in &rows {
+        let t = r.timing().expect("measured");
+        assert!(t.median_ms > 0.0 && t.min_ms <= t.median_ms);
+        assert_eq!(r.backend, "flex");
+    }
+    assert!(dir.device().unwrap().peak_gflops > 0.0);
+
+    let o = run(&[
+        "datasets",
+        "show",
+        out.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let shown: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(shown["kinds"][1]["kind"], "relu");
+    assert_eq!(shown["kinds"][1]["rows"], 4);
+
+    // Profiling the same sweep again without --resume would duplicate rows: refused.
+    let o = run(&[
+        "profile",
+        "--modules",
+        "relu",
+        "--samples",
+        "4",
+        "--sweep",
+        sweep.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--resume"), "{}", stderr(&o));
+}
+
+/// Issue #2: a killed run resumed with `--resume` loses no finished row and duplicates none.
+#[test]
+fn killed_run_resumes_without_loss_or_duplicates() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Slow rows down a little (30 ms warm-up each) so the kill lands mid-run.
+    let sweep = write_fast_sweep(tmp.path(), "");
+    let text = std::fs::read_to_string(&sweep)
+        .unwrap()
+        .replace("warmup_s = 0.0", "warmup_s = 0.03");
+    std::fs::write(&sweep, text).unwrap();
+    let out = tmp.path().join("ds");
+    let args = [
+        "profile",
+        "--modules",
+        "relu",
+        "--samples",
+        "40",
+        "--sweep",
+        sweep.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let mut child = perfcast().args(args).spawn().unwrap();
+    let start = Instant::now();
+    let before = loop {
+        if let Ok(dir) = DatasetDir::open(&out)
+            && let Ok(rows) = dir.read(ModuleKind::Relu)
+            && rows.len() >= 3
+        {
+            break rows;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no rows appeared"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let dir = DatasetDir::open(&out).unwrap();
+    let after_kill = dir.read(ModuleKind::Relu).unwrap();
+    assert!(
+        after_kill.len() < 40,
+        "the run finished before it was killed"
+    );
+    // Rows seen before the kill are all still there, byte for byte.
+    for r in &before {
+        assert!(after_kill.contains(r));
+    }
+
+    let o = perfcast().args(args).arg("--resume").output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let done = dir.read(ModuleKind::Relu).unwrap();
+    assert_eq!(done.len(), 40);
+    let keys: HashSet<String> = done.iter().map(|r| r.key()).collect();
+    assert_eq!(keys.len(), 40, "duplicated rows");
+    for r in &after_kill {
+        assert!(done.contains(r), "lost a finished row");
+    }
+}
+
+#[test]
+fn malformed_sweep_is_a_one_line_error_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sweep = tmp.path().join("bad.toml");
+    std::fs::write(&sweep, "samples = 3\nbatch = [1, 2\n").unwrap();
+    let o = run(&[
+        "profile",
+        "--sweep",
+        sweep.to_str().unwrap(),
+        "--out",
+        tmp.path().join("ds").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("bad.toml") && err.contains("line 2"), "{err}");
+    assert!(
+        !tmp.path().join("ds").exists(),
+        "nothing written on a bad sweep"
+    );
+}
+
+#[test]
+fn impossible_shapes_are_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sweep = tmp.path().join("conv.toml");
+    std::fs::write(
+        &sweep,
+        "samples = 2\nmodules = [\"conv2d\"]\n[conv2d]\ninput_hw = [3]\nkernel = [7]\npadding = [1]\n",
+    )
+    .unwrap();
+    let o = run(&[
+        "profile",
+        "--sweep",
+        sweep.to_str().unwrap(),
+        "--out",
+        tmp.path().join("ds").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains("conv.toml")
+            && err.contains("kernel height 7 is larger than the padded input 5"),
+        "{err}"
+    );
+
+    std::fs::write(
+        &sweep,
+        "samples = 2\nmodules = [\"conv2d\"]\n[conv2d]\nin_channels = [0]\n",
+    )
+    .unwrap();
+    let o = run(&[
+        "profile",
+        "--sweep",
+        sweep.to_str().unwrap(),
+        "--out",
+        tmp.path().join("ds").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains("conv.toml") && err.contains("`in_channels` must be at least 1, got 0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unreadable_dataset_is_a_one_line_error_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sweep = write_fast_sweep(tmp.path(), "");
+    let out = tmp.path().join("ds");
+    let o = run(&[
+        "profile",
+        "--modules",
+        "relu",
+        "--samples",
+        "2",
+        "--sweep",
+        sweep.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(out.join("relu.parquet"), b"PAR1 this is not parquet").unwrap();
+    let o = run(&["datasets", "show", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("relu.parquet"), "{err}");
+
+    let o = run(&[
+        "datasets",
+        "show",
+        tmp.path().join("nowhere").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("no dataset at"), "{}", stderr(&o));
+}
