@@ -21,6 +21,6 @@ mod record;
 pub mod summary;
 pub mod table;
 
-pub use dataset::{DEVICE_FILE, DatasetDir, write_atomic};
+pub use dataset::{DEVICE_FILE, DatasetDir, write_atomic, write_atomic_with};
 pub use error::{Error, Result};
 pub use record::{Outcome, Record, Timing, measurement_key};

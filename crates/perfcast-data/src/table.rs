@@ -331,25 +331,11 @@ pub fn read_parquet(path: &Path) -> Result<DataFrame> {
 
 /// Writes a DataFrame to `path` atomically: a temp file beside it, then a rename.
 pub fn write_parquet_atomic(path: &Path, df: &mut DataFrame) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = tempfile::NamedTempFile::new_in(dir).map_err(|source| Error::Io {
-        action: "create a temp file in",
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    ParquetWriter::new(tmp.as_file())
-        .with_compression(ParquetCompression::Zstd(None))
-        .finish(df)
-        .map_err(|e| Error::unreadable(path, format!("writing failed: {e}")))?;
-    tmp.as_file().sync_all().map_err(|source| Error::Io {
-        action: "sync",
-        path: path.to_path_buf(),
-        source,
-    })?;
-    tmp.persist(path).map_err(|e| Error::Io {
-        action: "rename into",
-        path: path.to_path_buf(),
-        source: e.error,
-    })?;
-    Ok(())
+    crate::dataset::write_atomic_with(path, |file| {
+        ParquetWriter::new(file)
+            .with_compression(ParquetCompression::Zstd(None))
+            .finish(df)
+            .map(|_| ())
+            .map_err(|e| Error::unreadable(path, format!("writing failed: {e}")))
+    })
 }

@@ -140,11 +140,19 @@ pub fn run(args: ProfileArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     }
     let bar = progress(ui, 0, "profile");
     let verbose = ui.verbose > 0 && !ui.quiet;
+    // A hidden bar swallows println: log lines go straight to stderr then.
+    let log = |line: String| {
+        if bar.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            bar.println(line);
+        }
+    };
     let mut on_event = |event: Event<'_>| match event {
         Event::Planned { total, skipped } => {
             bar.set_length(total as u64);
             if skipped > 0 {
-                bar.println(format!(
+                log(format!(
                     "resuming: {skipped} rows already measured, {total} to go"
                 ));
             }
@@ -159,7 +167,7 @@ pub fn run(args: ProfileArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
                     Outcome::Ok(t) => fmt_ms(t.median_ms),
                     Outcome::Failed { reason } => format!("failed: {reason}"),
                 };
-                bar.println(format!(
+                log(format!(
                     "{} b{} {}: {what}",
                     record.spec.describe(),
                     record.context.batch,
