@@ -68,6 +68,12 @@ enum Command {
     /// Compare burn's CPU backends on conv, linear and matmul
     #[command(subcommand)]
     Backends(cmd::backends::BackendsCommand),
+    /// Import published measurements, or your own CSV, as perfcast datasets
+    ///
+    /// Writes one dataset directory per device. The output is built beside `--out` and renamed
+    /// into place, so a failed import leaves nothing behind.
+    #[command(subcommand)]
+    Import(cmd::import::ImportCommand),
 }
 
 /// Shared state of one invocation: verbosity and whether to draw progress.
@@ -118,6 +124,7 @@ pub fn main_entry() -> ExitCode {
         Command::Profile(args) => cmd::profile::run(args, &ui),
         Command::Datasets(c) => cmd::datasets::run(c, &ui),
         Command::Backends(c) => cmd::backends::run(c, &ui),
+        Command::Import(c) => cmd::import::run(c, &ui),
     };
     match result {
         Ok(code) => code,

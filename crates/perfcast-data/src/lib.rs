@@ -17,6 +17,7 @@
 
 mod dataset;
 mod error;
+pub mod import;
 mod record;
 pub mod summary;
 pub mod table;

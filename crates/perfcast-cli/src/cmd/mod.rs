@@ -3,4 +3,5 @@
 pub mod backends;
 pub mod datasets;
 pub mod devices;
+pub mod import;
 pub mod profile;

@@ -1,0 +1,253 @@
+//! Reading CSV files as text columns, and parsing cells with errors that name the file, the
+//! line, the column and the value.
+
+use std::path::{Path, PathBuf};
+
+use polars::prelude::{CsvReadOptions, DataFrame, SerReader};
+
+use crate::error::{Error, Result};
+
+/// A CSV file read with every column as text, so each cell is parsed (and reported) here.
+pub(crate) struct CsvFile {
+    path: PathBuf,
+    df: DataFrame,
+}
+
+/// One text column of a [`CsvFile`].
+pub(crate) struct Col<'a> {
+    path: &'a Path,
+    name: String,
+    cells: Vec<Option<&'a str>>,
+}
+
+/// The line of data row `row` (0-based), counting the header as line 1.
+pub(crate) fn line(row: usize) -> usize {
+    row + 2
+}
+
+impl CsvFile {
+    /// Reads `path`; a missing or malformed file is an error naming it.
+    pub(crate) fn read(path: &Path) -> Result<CsvFile> {
+        if let Err(e) = std::fs::metadata(path) {
+            return Err(super::cannot_read(path, &e));
+        }
+        let df = CsvReadOptions::default()
+            .with_has_header(true)
+            // 0: no type inference, every column is text.
+            .with_infer_schema_length(Some(0))
+            .try_into_reader_with_file_path(Some(path.to_path_buf()))
+            .and_then(|r| r.finish())
+            .map_err(|e| Error::unreadable(path, e.to_string().replace('\n', " ")))?;
+        Ok(CsvFile {
+            path: path.to_path_buf(),
+            df,
+        })
+    }
+
+    /// The file.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Data rows.
+    pub(crate) fn rows(&self) -> usize {
+        self.df.height()
+    }
+
+    /// Whether the header names `name`.
+    pub(crate) fn has(&self, name: &str) -> bool {
+        self.df.column(name).is_ok()
+    }
+
+    /// A column by name; a missing one is an error naming the file and the column.
+    pub(crate) fn column(&self, name: &str) -> Result<Col<'_>> {
+        self.column_for(name, "")
+    }
+
+    /// Like [`CsvFile::column`], with `why` appended to a missing column's message.
+    pub(crate) fn column_for(&self, name: &str, why: &str) -> Result<Col<'_>> {
+        let col = self.df.column(name).map_err(|_| {
+            let names: Vec<String> = self
+                .df
+                .get_column_names()
+                .iter()
+                .map(|n| n.to_string())
+                .collect();
+            Error::schema(
+                &self.path,
+                format!(
+                    "missing column `{name}`{why} (the header has: {})",
+                    names.join(", ")
+                ),
+            )
+        })?;
+        let ca = col.str().map_err(|e| Error::unreadable(&self.path, e))?;
+        Ok(Col {
+            path: &self.path,
+            name: name.to_string(),
+            cells: ca.iter().collect(),
+        })
+    }
+}
+
+impl<'a> Col<'a> {
+    /// The file the column belongs to.
+    pub(crate) fn path(&self) -> &'a Path {
+        self.path
+    }
+
+    /// The column's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn fail(&self, row: usize, message: String) -> Error {
+        Error::schema(
+            self.path,
+            format!("line {}: column `{}`: {message}", line(row), self.name),
+        )
+    }
+
+    /// The trimmed cell, `None` when empty.
+    pub(crate) fn raw(&self, row: usize) -> Option<&str> {
+        self.cells[row].map(str::trim).filter(|s| !s.is_empty())
+    }
+
+    /// The trimmed cell; empty is an error.
+    pub(crate) fn text(&self, row: usize) -> Result<&str> {
+        self.raw(row)
+            .ok_or_else(|| self.fail(row, "the cell is empty".into()))
+    }
+
+    /// A finite number.
+    pub(crate) fn number(&self, row: usize) -> Result<f64> {
+        let s = self.text(row)?;
+        let v: f64 = s
+            .parse()
+            .map_err(|_| self.fail(row, format!("`{s}` is not a number")))?;
+        if v.is_nan() {
+            return Err(self.fail(row, format!("`{s}` is NaN")));
+        }
+        if !v.is_finite() {
+            return Err(self.fail(row, format!("`{s}` is not finite")));
+        }
+        Ok(v)
+    }
+
+    /// A positive, finite time (`scale` converts the file's unit to ms).
+    pub(crate) fn time_ms(&self, row: usize, scale: f64) -> Result<f64> {
+        let v = self.number(row)?;
+        if v < 0.0 {
+            return Err(self.fail(row, format!("latency `{v}` is negative")));
+        }
+        if v == 0.0 {
+            return Err(self.fail(row, "latency `0` is not a measurement".into()));
+        }
+        Ok(v * scale)
+    }
+
+    /// A non-negative integer (`3` or `3.0`, not `3.5`).
+    pub(crate) fn integer(&self, row: usize) -> Result<i64> {
+        let s = self.text(row)?;
+        let v = parse_integer(s).map_err(|m| self.fail(row, m))?;
+        if v < 0 {
+            return Err(self.fail(row, format!("`{s}` is negative")));
+        }
+        Ok(v)
+    }
+
+    /// A count (at least 0) as usize.
+    pub(crate) fn count(&self, row: usize) -> Result<usize> {
+        let v = self.integer(row)?;
+        usize::try_from(v).map_err(|_| self.fail(row, format!("`{v}` is too large")))
+    }
+
+    /// `True`/`False`/`1`/`0` in any case.
+    pub(crate) fn flag(&self, row: usize) -> Result<bool> {
+        let s = self.text(row)?;
+        parse_flag(s).ok_or_else(|| self.fail(row, format!("`{s}` is not true or false")))
+    }
+}
+
+/// Parses an integer, accepting a float spelling with no fraction (`3.0`).
+pub(crate) fn parse_integer(s: &str) -> std::result::Result<i64, String> {
+    if let Ok(v) = s.parse::<i64>() {
+        return Ok(v);
+    }
+    match s.parse::<f64>() {
+        Ok(v) if v.is_nan() => Err(format!("`{s}` is NaN")),
+        Ok(v) if v.is_finite() && v.fract() == 0.0 && v.abs() < 9.0e15 => Ok(v as i64),
+        Ok(_) => Err(format!("`{s}` is not an integer")),
+        Err(_) => Err(format!("`{s}` is not a number")),
+    }
+}
+
+/// `true`/`false`/`1`/`0`, any case.
+pub(crate) fn parse_flag(s: &str) -> Option<bool> {
+    match s.to_ascii_lowercase().as_str() {
+        "true" | "1" | "1.0" | "yes" => Some(true),
+        "false" | "0" | "0.0" | "no" => Some(false),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_accept_whole_floats_only() {
+        assert_eq!(parse_integer("7"), Ok(7));
+        assert_eq!(parse_integer("7.0"), Ok(7));
+        assert!(parse_integer("7.5").unwrap_err().contains("not an integer"));
+        assert!(parse_integer("NaN").unwrap_err().contains("NaN"));
+        assert!(parse_integer("seven").unwrap_err().contains("not a number"));
+    }
+
+    #[test]
+    fn cells_are_checked_with_file_line_and_column() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("t.csv");
+        std::fs::write(&path, "a,b,c\n1,2.5,x\n-3,NaN,\n").unwrap();
+        let f = CsvFile::read(&path).unwrap();
+        assert_eq!(f.rows(), 2);
+        let a = f.column("a").unwrap();
+        assert_eq!(a.integer(0).unwrap(), 1);
+        let err = a.integer(1).unwrap_err().to_string();
+        assert!(
+            err.contains("t.csv") && err.contains("line 3") && err.contains("`a`"),
+            "{err}"
+        );
+        assert!(err.contains("`-3` is negative"), "{err}");
+        let b = f.column("b").unwrap();
+        assert_eq!(b.time_ms(0, 1.0).unwrap(), 2.5);
+        assert!(
+            b.number(1)
+                .unwrap_err()
+                .to_string()
+                .contains("`NaN` is NaN")
+        );
+        let c = f.column("c").unwrap();
+        assert!(
+            c.number(0)
+                .unwrap_err()
+                .to_string()
+                .contains("`x` is not a number")
+        );
+        assert!(c.text(1).unwrap_err().to_string().contains("empty"));
+        let err = f.column("d").err().unwrap().to_string();
+        assert!(
+            err.contains("missing column `d`") && err.contains("a, b, c"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_missing_file_names_the_path() {
+        let err = CsvFile::read(Path::new("/nonexistent/x.csv"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("/nonexistent/x.csv"), "{err}");
+    }
+}

@@ -1,0 +1,135 @@
+use std::path::{Path, PathBuf};
+
+use perfcast_core::ModuleKind;
+use perfcast_data::DatasetDir;
+
+use crate::{run, stderr};
+
+/// The committed NeuSight sample of perfcast-data's tests.
+fn neusight_sample() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/perfcast-data/tests/data/neusight")
+}
+
+#[test]
+fn import_neusight_writes_datasets_that_show_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("neusight");
+    let sample = neusight_sample();
+    let args = [
+        "import",
+        "neusight",
+        sample.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--format",
+        "json",
+    ];
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(summary["source"], "neusight");
+    assert_eq!(summary["imported"], 55);
+    assert_eq!(summary["skipped"], 0);
+    let v100 = &summary["devices"][1];
+    assert_eq!(v100["dataset"], "tesla-v100-pcie-32gb");
+    assert_eq!(v100["kinds"][0]["kind"], "conv2d");
+    assert_eq!(v100["kinds"][0]["imported"], 10);
+
+    let dataset = out.join("tesla-v100-pcie-32gb");
+    let o = run(&[
+        "datasets",
+        "show",
+        dataset.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let shown: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(shown["device"]["name"], "Tesla V100-PCIE-32GB");
+    assert_eq!(shown["device"]["source"], "published");
+    let kinds: Vec<(String, u64)> = shown["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            (
+                k["kind"].as_str().unwrap().to_string(),
+                k["rows"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("conv2d".to_string(), 10),
+            ("linear".to_string(), 20),
+            ("matmul".to_string(), 20)
+        ]
+    );
+    let o = run(&["datasets", "show", dataset.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("neusight:pytorch-2.1"));
+
+    // Again: refused without --force (exit 2, a hint), replaced with it.
+    let o = run(&args);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--force"), "{}", stderr(&o));
+    let mut forced = args.to_vec();
+    forced.push("--force");
+    let o = run(&forced);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let dir = DatasetDir::open(&dataset).unwrap();
+    assert_eq!(dir.read(ModuleKind::Linear).unwrap().len(), 20);
+}
+
+#[test]
+fn import_csv_bad_cell_is_a_one_line_error_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let csv = tmp.path().join("lab.csv");
+    std::fs::write(&csv, "b,m,k,n,ms\n1,8,8,8,0.1\n1,16,16,16,NaN\n").unwrap();
+    let device = tmp.path().join("gpu.json");
+    std::fs::write(
+        &device,
+        r#"{"name":"Lab GPU","kind":"gpu","peak_gflops":1000.0,"mem_bandwidth_gbs":100.0,
+            "cores":10,"threads":640,"clock_mhz":1000.0,"memory_gb":8.0,"cache_mb":4.0,
+            "source":"published"}"#,
+    )
+    .unwrap();
+    let mapping = tmp.path().join("map.toml");
+    std::fs::write(
+        &mapping,
+        "kind = \"matmul\"\ndevice = \"gpu.json\"\nbackend = \"lab\"\nunit = \"ms\"\n\
+         phase = \"inference\"\n[columns]\nbatch = \"b\"\nm = \"m\"\nk = \"k\"\nn = \"n\"\n\
+         median_ms = \"ms\"\n[defaults]\nheads = 1\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("ds");
+    let args = [
+        "import",
+        "csv",
+        csv.to_str().unwrap(),
+        "--mapping",
+        mapping.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let o = run(&args);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    let last = err.trim().lines().last().unwrap();
+    assert!(last.starts_with("error:"), "{err}");
+    assert!(
+        last.contains("lab.csv") && last.contains("line 3") && last.contains("`ms`"),
+        "{err}"
+    );
+    assert!(last.contains("NaN"), "{err}");
+    assert!(!out.exists(), "nothing written on a bad input");
+
+    std::fs::write(&csv, "b,m,k,n,ms\n1,8,8,8,0.1\n1,16,16,16,0.2\n").unwrap();
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("2 rows imported"), "{text}");
+    let dir = DatasetDir::open(&out).unwrap();
+    assert_eq!(dir.read(ModuleKind::Matmul).unwrap().len(), 2);
+}
