@@ -11,12 +11,13 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 mod cmd;
 mod output;
+mod plot;
 
 pub use output::Format;
 
 /// Predicts how long DNN layers and networks take to run, from measurements.
 #[derive(Debug, Parser)]
-#[command(name = "perfcast", version, about, long_about = None, propagate_version = true)]
+#[command(name = "perfcast", version, propagate_version = true)]
 pub struct Cli {
     #[command(flatten)]
     global: Global,
@@ -26,6 +27,7 @@ pub struct Cli {
 
 /// Options every command takes.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Global options")]
 pub struct Global {
     /// More log output on stderr (repeat for more)
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
@@ -74,6 +76,14 @@ enum Command {
     /// into place, so a failed import leaves nothing behind.
     #[command(subcommand)]
     Import(cmd::import::ImportCommand),
+    /// Fit regressors per module kind on a dataset, score them, save them
+    ///
+    /// Holds out `--test-share` of the rows (at random or by configuration group), cross-validates
+    /// every model on the rest, fits it, scores it on the held-out rows, times its predictions,
+    /// and writes `<out>/<module>/<model>.json` plus `report.json`.
+    Train(cmd::train::TrainArgs),
+    /// Score models saved by `perfcast train` on another dataset
+    Eval(cmd::train::EvalArgs),
 }
 
 /// Shared state of one invocation: verbosity and whether to draw progress.
@@ -125,6 +135,8 @@ pub fn main_entry() -> ExitCode {
         Command::Datasets(c) => cmd::datasets::run(c, &ui),
         Command::Backends(c) => cmd::backends::run(c, &ui),
         Command::Import(c) => cmd::import::run(c, &ui),
+        Command::Train(args) => cmd::train::train(args, &ui),
+        Command::Eval(args) => cmd::train::eval(args, &ui),
     };
     match result {
         Ok(code) => code,

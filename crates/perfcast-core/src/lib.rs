@@ -19,6 +19,7 @@ mod context;
 mod device;
 mod error;
 pub mod features;
+mod metrics;
 mod spec;
 pub mod testing;
 
@@ -28,6 +29,7 @@ pub use device::{
     slugify,
 };
 pub use error::{Error, Result};
+pub use metrics::Metrics;
 pub use spec::{
     BatchNorm2d, Conv2d, Elementwise, LayerNorm, Linear, Matmul, ModuleKind, ModuleSpec, Pool2d,
 };

@@ -4,20 +4,39 @@ use perfcast_core::{Context, ModuleSpec};
 use serde::{Deserialize, Serialize};
 
 /// Summary statistics of one configuration's repeated timings, in milliseconds.
+///
+/// perfcast's own measurements fill every field. Imported measurements carry what their authors
+/// published (often one latency, sometimes a minimum or a repeat count): the rest is `None`,
+/// never invented.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Timing {
-    /// Median of the repetitions (the target predictors learn).
+    /// Median of the repetitions (the target predictors learn; for imports, the published
+    /// central latency).
     pub median_ms: f64,
     /// Fastest repetition.
-    pub min_ms: f64,
+    pub min_ms: Option<f64>,
     /// Median absolute deviation from the median.
-    pub mad_ms: f64,
+    pub mad_ms: Option<f64>,
     /// 10th percentile.
-    pub p10_ms: f64,
+    pub p10_ms: Option<f64>,
     /// 90th percentile.
-    pub p90_ms: f64,
+    pub p90_ms: Option<f64>,
     /// Timed repetitions behind the statistics.
-    pub repetitions: u32,
+    pub repetitions: Option<u32>,
+}
+
+impl Timing {
+    /// A timing of which only the central latency is known.
+    pub fn median_only(median_ms: f64) -> Timing {
+        Timing {
+            median_ms,
+            min_ms: None,
+            mad_ms: None,
+            p10_ms: None,
+            p90_ms: None,
+            repetitions: None,
+        }
+    }
 }
 
 /// How measuring a configuration ended.

@@ -33,7 +33,7 @@ pub struct LatencyDistribution {
     pub p90_ms: f64,
     /// Slowest median.
     pub max_ms: f64,
-    /// Median relative spread (MAD / median) of the rows.
+    /// Median relative spread (MAD / median) of the rows that record a MAD (NaN if none do).
     pub median_rel_mad: f64,
     /// Counts per decade bucket of latency: `[<0.01, <0.1, <1, <10, <100, <1000, >=1000]` ms.
     pub decades: [usize; 7],
@@ -108,12 +108,14 @@ pub fn summarize(kind: ModuleKind, records: &[Record]) -> KindSummary {
         let mut rel: Vec<f64> = rows
             .iter()
             .filter_map(|r| r.timing())
-            .map(|t| {
-                if t.median_ms > 0.0 {
-                    t.mad_ms / t.median_ms
-                } else {
-                    0.0
-                }
+            .filter_map(|t| {
+                t.mad_ms.map(|mad| {
+                    if t.median_ms > 0.0 {
+                        mad / t.median_ms
+                    } else {
+                        0.0
+                    }
+                })
             })
             .collect();
         rel.sort_by(f64::total_cmp);

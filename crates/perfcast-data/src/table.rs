@@ -85,16 +85,19 @@ pub fn to_frame(kind: ModuleKind, records: &[Record]) -> PolarsResult<DataFrame>
     let timing = |f: &dyn Fn(&Timing) -> f64| -> Vec<Option<f64>> {
         records.iter().map(|r| r.timing().map(f)).collect()
     };
+    let optional = |f: &dyn Fn(&Timing) -> Option<f64>| -> Vec<Option<f64>> {
+        records.iter().map(|r| r.timing().and_then(f)).collect()
+    };
     columns.push(Column::new("median_ms".into(), timing(&|t| t.median_ms)));
-    columns.push(Column::new("min_ms".into(), timing(&|t| t.min_ms)));
-    columns.push(Column::new("mad_ms".into(), timing(&|t| t.mad_ms)));
-    columns.push(Column::new("p10_ms".into(), timing(&|t| t.p10_ms)));
-    columns.push(Column::new("p90_ms".into(), timing(&|t| t.p90_ms)));
+    columns.push(Column::new("min_ms".into(), optional(&|t| t.min_ms)));
+    columns.push(Column::new("mad_ms".into(), optional(&|t| t.mad_ms)));
+    columns.push(Column::new("p10_ms".into(), optional(&|t| t.p10_ms)));
+    columns.push(Column::new("p90_ms".into(), optional(&|t| t.p90_ms)));
     columns.push(Column::new(
         "repetitions".into(),
         records
             .iter()
-            .map(|r| r.timing().map(|t| i64::from(t.repetitions)))
+            .map(|r| r.timing().and_then(|t| t.repetitions).map(i64::from))
             .collect::<Vec<_>>(),
     ));
     columns.push(Column::new(
@@ -280,19 +283,26 @@ pub fn from_frame(kind: ModuleKind, df: &DataFrame, path: &Path) -> Result<Vec<R
             .map_err(|e| Error::schema(path, format!("row {row}: {e}")))?;
         let outcome = match required(path, "status", row, status[row].clone())?.as_str() {
             "ok" => {
-                let get = |name: &str, col: &[Option<f64>]| -> Result<f64> {
-                    finite_positive(path, name, row, required(path, name, row, col[row])?)
+                let optional = |name: &str, col: &[Option<f64>]| -> Result<Option<f64>> {
+                    col[row]
+                        .map(|v| finite_positive(path, name, row, v))
+                        .transpose()
                 };
-                let repetitions = required(path, "repetitions", row, reps[row])?;
+                let repetitions = reps[row]
+                    .map(|n| {
+                        u32::try_from(n).map_err(|_| {
+                            Error::schema(path, format!("row {row}: `repetitions` is {n}"))
+                        })
+                    })
+                    .transpose()?;
+                let median = required(path, "median_ms", row, median[row])?;
                 Outcome::Ok(Timing {
-                    median_ms: get("median_ms", &median)?,
-                    min_ms: get("min_ms", &min)?,
-                    mad_ms: get("mad_ms", &mad)?,
-                    p10_ms: get("p10_ms", &p10)?,
-                    p90_ms: get("p90_ms", &p90)?,
-                    repetitions: u32::try_from(repetitions).map_err(|_| {
-                        Error::schema(path, format!("row {row}: `repetitions` is {repetitions}"))
-                    })?,
+                    median_ms: finite_positive(path, "median_ms", row, median)?,
+                    min_ms: optional("min_ms", &min)?,
+                    mad_ms: optional("mad_ms", &mad)?,
+                    p10_ms: optional("p10_ms", &p10)?,
+                    p90_ms: optional("p90_ms", &p90)?,
+                    repetitions,
                 })
             }
             "failed" => Outcome::Failed {

@@ -40,6 +40,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::features::{FeatureSchema, TrainSet};
 use crate::regressor::{self, Fit, Regressor, SavedModel};
+use crate::ridge::{FittedRidge, RidgeParams};
 
 const MODEL: &str = "trees";
 
@@ -85,6 +86,9 @@ pub struct TreeParams {
     pub early_stopping_rounds: usize,
     /// Seed of the row, feature and hold-out sampling. Default 0.
     pub seed: u64,
+    /// Boost from a ridge regression on log features instead of a constant, so the trees fit
+    /// what a smooth power law misses (and extrapolate along it). Default true.
+    pub baseline: bool,
 }
 
 impl Default for TreeParams {
@@ -102,6 +106,7 @@ impl Default for TreeParams {
             validation_fraction: 0.1,
             early_stopping_rounds: 30,
             seed: 0,
+            baseline: true,
         }
     }
 }
@@ -177,7 +182,18 @@ impl Fit for TreeParams {
                 u32::MAX
             )));
         }
-        Ok(boost(self, data))
+        let baseline = if self.baseline {
+            Some(
+                RidgeParams {
+                    lambda: 1e-2,
+                    degree: 1,
+                }
+                .fit(data)?,
+            )
+        } else {
+            None
+        };
+        Ok(boost(self, data, baseline))
     }
 }
 
@@ -277,6 +293,9 @@ pub struct FittedTrees {
     roots: Vec<u32>,
     /// Every tree's nodes, tree after tree; children always follow their parent.
     nodes: Vec<Node>,
+    /// The smooth model the trees correct, when fitted with a baseline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    baseline: Option<FittedRidge>,
 }
 
 /// The saved form before its structure is checked.
@@ -287,6 +306,8 @@ struct UncheckedTrees {
     base: Exact,
     roots: Vec<u32>,
     nodes: Vec<Node>,
+    #[serde(default)]
+    baseline: Option<FittedRidge>,
 }
 
 impl TryFrom<UncheckedTrees> for FittedTrees {
@@ -330,6 +351,7 @@ impl TryFrom<UncheckedTrees> for FittedTrees {
             base,
             roots: t.roots,
             nodes: t.nodes,
+            baseline: t.baseline,
         })
     }
 }
@@ -373,7 +395,10 @@ impl Regressor for FittedTrees {
 
     fn predict_row(&self, x: &[f64]) -> Result<f64> {
         regressor::check_width(&self.schema, x.len())?;
-        let mut log_ms = self.base;
+        let mut log_ms = match &self.baseline {
+            Some(b) => b.predict_row(x)?.ln(),
+            None => self.base,
+        };
         for &root in &self.roots {
             log_ms += tree_value(&self.nodes, root, x);
         }
@@ -384,6 +409,7 @@ impl Regressor for FittedTrees {
         std::mem::size_of_val(self.nodes.as_slice())
             + std::mem::size_of_val(self.roots.as_slice())
             + std::mem::size_of::<f64>()
+            + self.baseline.as_ref().map_or(0, |b| b.size_bytes())
     }
 
     fn to_saved(&self) -> SavedModel {
@@ -825,17 +851,24 @@ fn holdout(params: &TreeParams, data: &TrainSet, rng: &mut StdRng) -> (Vec<usize
     (train, valid)
 }
 
-fn boost(params: &TreeParams, data: &TrainSet) -> FittedTrees {
+fn boost(params: &TreeParams, data: &TrainSet, baseline: Option<FittedRidge>) -> FittedTrees {
     let mut rng = StdRng::seed_from_u64(params.seed);
     let (train, valid) = holdout(params, data, &mut rng);
     let mut grower = Grower::new(params, data, &train);
 
     let target: Vec<f64> = train.iter().map(|&i| data.y[i].ln()).collect();
     let base = target.iter().sum::<f64>() / target.len() as f64;
-    let mut pred = vec![base; train.len()];
+    // Starting scores: the baseline's log prediction per row, or the mean.
+    let start = |i: usize| -> f64 {
+        baseline
+            .as_ref()
+            .and_then(|b| b.predict_row(data.x.row(i)).ok())
+            .map_or(base, f64::ln)
+    };
+    let mut pred: Vec<f64> = train.iter().map(|&i| start(i)).collect();
     let mut resid = vec![0.0; train.len()];
     let valid_target: Vec<f64> = valid.iter().map(|&i| data.y[i].ln()).collect();
-    let mut valid_pred = vec![base; valid.len()];
+    let mut valid_pred: Vec<f64> = valid.iter().map(|&i| start(i)).collect();
     let valid_loss = |p: &[f64]| -> f64 {
         p.iter()
             .zip(&valid_target)
@@ -915,6 +948,7 @@ fn boost(params: &TreeParams, data: &TrainSet) -> FittedTrees {
         base,
         roots,
         nodes,
+        baseline,
     }
 }
 
@@ -946,6 +980,7 @@ mod tests {
             l2: 0.0,
             subsample: 1.0,
             validation_fraction: 0.0,
+            baseline: false,
             ..TreeParams::default()
         }
     }
@@ -1190,7 +1225,12 @@ mod tests {
         let data = latency_like(600, 4);
         let m = TreeParams::default().fit(&data).unwrap();
         assert!(m.n_trees() > 10);
-        assert_eq!(m.size_bytes(), 16 * m.n_nodes() + 4 * m.n_trees() + 8);
+        let baseline = m.baseline.as_ref().map_or(0, |b| b.size_bytes());
+        assert!(baseline > 0, "the default boosts from a ridge baseline");
+        assert_eq!(
+            m.size_bytes(),
+            16 * m.n_nodes() + 4 * m.n_trees() + 8 + baseline
+        );
         let json = serde_json::to_string(&m.to_saved()).unwrap();
         let loaded = serde_json::from_str::<SavedModel>(&json)
             .unwrap()

@@ -273,3 +273,66 @@ pub fn run(
         failures,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sweep::Sample;
+
+    fn job(spec_json: &str, phase: Phase) -> Job {
+        Job {
+            sample: Sample {
+                spec: perfcast_core::ModuleSpec::from_json(spec_json).unwrap(),
+                batch: 2,
+                threads: 1,
+                utilisation: 0.0,
+            },
+            phase,
+        }
+    }
+
+    #[test]
+    fn every_kind_measures_in_both_phases() {
+        let sweep = Sweep {
+            timing: crate::timer::TimingConfig {
+                warmup_s: 0.0,
+                min_samples: 3,
+                max_time_s: 0.001,
+                ..Default::default()
+            },
+            ..Sweep::default()
+        };
+        for spec in perfcast_core::testing::one_of_each_kind() {
+            for phase in [Phase::Inference, Phase::Training] {
+                let json = serde_json::to_string(&spec).unwrap();
+                match measure_job(&job(&json, phase), Backend::Flex, &sweep, f64::INFINITY) {
+                    Outcome::Ok(t) => assert!(t.median_ms > 0.0, "{json} {phase}"),
+                    Outcome::Failed { reason } => panic!("{json} {phase}: {reason}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_configuration_over_the_memory_limit_fails_with_its_reason() {
+        let j = job(
+            r#"{"kind":"linear","in_features":1024,"out_features":1024}"#,
+            Phase::Training,
+        );
+        match measure_job(&j, Backend::Flex, &Sweep::default(), 1024.0) {
+            Outcome::Failed { reason } => assert!(reason.contains("above the limit"), "{reason}"),
+            Outcome::Ok(_) => panic!("measured despite the limit"),
+        }
+    }
+
+    #[test]
+    fn plan_expands_samples_into_phases() {
+        let sweep = Sweep {
+            samples: 3,
+            modules: vec![ModuleKind::Relu, ModuleKind::Linear],
+            ..Sweep::default()
+        };
+        let jobs = plan(&sweep).unwrap();
+        assert_eq!(jobs.len(), 3 * 2 * 2);
+    }
+}

@@ -3,6 +3,7 @@
 
 mod import;
 mod profile;
+mod train;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -35,7 +35,8 @@ fn profile_writes_a_dataset_that_show_reads() {
     assert_eq!(rows.len(), 4);
     for r in &rows {
         let t = r.timing().expect("measured");
-        assert!(t.median_ms > 0.0 && t.min_ms <= t.median_ms);
+        assert!(t.median_ms > 0.0 && t.min_ms.unwrap() <= t.median_ms);
+        assert!(t.mad_ms.is_some() && t.repetitions.unwrap() >= 3);
         assert_eq!(r.backend, "flex");
     }
     assert!(dir.device().unwrap().peak_gflops > 0.0);

@@ -5,3 +5,4 @@ pub mod datasets;
 pub mod devices;
 pub mod import;
 pub mod profile;
+pub mod train;

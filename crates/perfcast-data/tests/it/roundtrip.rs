@@ -32,15 +32,26 @@ fn record(spec: perfcast_core::ModuleSpec, batch: usize, ms: f64) -> Record {
         backend: "flex".into(),
         outcome: Outcome::Ok(Timing {
             median_ms: ms,
-            min_ms: ms * 0.9,
-            mad_ms: ms * 0.01,
-            p10_ms: ms * 0.95,
-            p90_ms: ms * 1.1,
-            repetitions: 20,
+            min_ms: Some(ms * 0.9),
+            mad_ms: Some(ms * 0.01),
+            p10_ms: Some(ms * 0.95),
+            p90_ms: Some(ms * 1.1),
+            repetitions: Some(20),
         }),
         perfcast_version: "test".into(),
         timestamp: 1_700_000_000,
     }
+}
+
+#[test]
+fn imported_rows_keep_unknown_statistics_empty() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = DatasetDir::create_or_open(tmp.path(), &device("gpu a")).unwrap();
+    let mut row = record(testing::one_of_each_kind().remove(1), 8, 0.25);
+    row.outcome = Outcome::Ok(Timing::median_only(0.25));
+    dir.append(ModuleKind::Linear, std::slice::from_ref(&row))
+        .unwrap();
+    assert_eq!(dir.read(ModuleKind::Linear).unwrap(), vec![row]);
 }
 
 #[test]

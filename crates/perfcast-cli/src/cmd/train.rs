@@ -1,0 +1,413 @@
+//! `perfcast train` and `perfcast eval`: fit regressors per module kind, score them, save them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Args;
+use perfcast_core::{Metrics, ModuleKind, Phase};
+use perfcast_data::DatasetDir;
+use perfcast_models::eval::{
+    ModelParams, PredictionCost, Split, cross_validate, holdout, prediction_cost, score,
+};
+use perfcast_models::{Regressor, SavedModel, TrainSet};
+use serde::{Deserialize, Serialize};
+
+use crate::Ui;
+use crate::output::{Format, emit, emit_json, progress, sig3};
+use crate::plot;
+
+/// Arguments of `perfcast train`.
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// Dataset directory (one device: `device.json` + `<module>.parquet`)
+    #[arg(long)]
+    data: PathBuf,
+    /// Model families, comma-separated: ridge, knn, trees, roofline
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "ridge,knn,trees,roofline"
+    )]
+    models: Vec<String>,
+    /// Output directory for the fitted models and the report
+    #[arg(long)]
+    out: PathBuf,
+    /// Module kinds to train (default: every kind in the dataset)
+    #[arg(long, value_delimiter = ',')]
+    modules: Vec<ModuleKind>,
+    /// Folds of the cross-validation on the training part
+    #[arg(long, default_value_t = 5)]
+    folds: usize,
+    /// How rows are split: `random` rows, or whole configuration `group`s
+    #[arg(long, default_value = "random")]
+    split: Split,
+    /// Share of rows (or groups) held out for the final test
+    #[arg(long, default_value_t = 0.2)]
+    test_share: f64,
+    /// Seed of the splits
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Replace an existing output directory
+    #[arg(long)]
+    force: bool,
+    /// Output format of the report
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+/// One model's results on one module kind.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ModelReport {
+    /// Family.
+    pub model: String,
+    /// Cross-validated metrics on the training part.
+    pub cv: Metrics,
+    /// Metrics on the held-out part.
+    pub test: Metrics,
+    /// Held-out MAPE per phase, percent.
+    pub test_mape_by_phase: BTreeMap<String, f64>,
+    /// Prediction cost.
+    pub cost: PredictionCost,
+    /// Saved model file, relative to the output directory.
+    pub file: String,
+}
+
+/// Results on one module kind.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct KindReport {
+    /// Kind.
+    pub kind: ModuleKind,
+    /// Training rows, held-out rows.
+    pub rows: (usize, usize),
+    /// Per model.
+    pub models: Vec<ModelReport>,
+    /// The model with the lowest held-out MAPE.
+    pub best: String,
+}
+
+/// The whole report (`report.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrainReport {
+    /// Dataset trained on.
+    pub data: PathBuf,
+    /// Device name.
+    pub device: String,
+    /// Split and folds.
+    pub split: Split,
+    /// Folds.
+    pub folds: usize,
+    /// Held-out share.
+    pub test_share: f64,
+    /// Per kind.
+    pub kinds: Vec<KindReport>,
+}
+
+fn phase_mapes(data: &TrainSet, pred: &[f64]) -> BTreeMap<String, f64> {
+    let idx = data.schema.index("training");
+    let mut out = BTreeMap::new();
+    for phase in [Phase::Inference, Phase::Training] {
+        let want = f64::from(u8::from(phase == Phase::Training));
+        let (p, t): (Vec<f64>, Vec<f64>) = data
+            .x
+            .iter_rows()
+            .zip(pred.iter().zip(&data.y))
+            .filter(|(r, _)| idx.is_some_and(|i| r[i] == want))
+            .map(|(_, (p, t))| (*p, *t))
+            .unzip();
+        if let Some(m) = Metrics::compute(&p, &t) {
+            out.insert(phase.name().to_string(), m.mape);
+        }
+    }
+    out
+}
+
+pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
+    let params: Vec<ModelParams> = args
+        .models
+        .iter()
+        .map(|m| ModelParams::by_name(m))
+        .collect::<Result<_, _>>()?;
+    anyhow::ensure!(!params.is_empty(), "`--models` is empty");
+    anyhow::ensure!(
+        args.force || !args.out.exists(),
+        "`{}` already exists\n\nhint: pass `--force` to replace it, or choose another `--out`",
+        args.out.display()
+    );
+    let dir = DatasetDir::open(&args.data)?;
+    let device = dir.device()?;
+    let kinds = if args.modules.is_empty() {
+        dir.kinds()
+    } else {
+        args.modules.clone()
+    };
+    anyhow::ensure!(
+        !kinds.is_empty(),
+        "`{}` holds no module tables",
+        args.data.display()
+    );
+
+    // Everything is written into a temp directory beside `--out`, renamed into place at the end:
+    // a failed run leaves no partial model directory.
+    let parent = match args.out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&parent).with_context(|| format!("creating `{}`", parent.display()))?;
+    let staging = tempfile::Builder::new()
+        .prefix(".perfcast-train-")
+        .tempdir_in(&parent)
+        .with_context(|| format!("creating a temp directory in `{}`", parent.display()))?;
+
+    let bar = progress(ui, (kinds.len() * params.len()) as u64, "train");
+    let mut reports = Vec::new();
+    for kind in kinds {
+        let records = dir.read(kind)?;
+        let data = TrainSet::from_records(kind, &records, &device)
+            .with_context(|| format!("`{}`", dir.module_path(kind).display()))?;
+        let (train_idx, test_idx) = holdout(&data, args.test_share, args.split, args.seed)
+            .with_context(|| format!("splitting `{}`", dir.module_path(kind).display()))?;
+        let train_set = data.select(&train_idx);
+        let test_set = data.select(&test_idx);
+        std::fs::create_dir_all(staging.path().join(kind.name()))?;
+        let mut models = Vec::new();
+        let mut scatter = Vec::new();
+        let mut cdfs = Vec::new();
+        for p in &params {
+            bar.set_message(format!("{kind}: {}", p.name()));
+            let cv = cross_validate(p, &train_set, args.folds, args.split, args.seed)
+                .with_context(|| {
+                    format!(
+                        "cross-validating {} on `{}`",
+                        p.name(),
+                        dir.module_path(kind).display()
+                    )
+                })?;
+            let model = p.fit(&train_set)?;
+            let test = score(model.as_ref(), &test_set)?;
+            let pred = model.predict(&test_set.x)?;
+            let cost = prediction_cost(model.as_ref(), &test_set)?;
+            scatter.push(plot::Series {
+                name: p.name().to_string(),
+                points: test_set
+                    .y
+                    .iter()
+                    .copied()
+                    .zip(pred.iter().copied())
+                    .collect(),
+            });
+            cdfs.push(plot::Series {
+                name: format!("{} (MAPE {}%)", p.name(), sig3(test.mape)),
+                points: plot::error_cdf(&pred, &test_set.y),
+            });
+            let file = format!("{}/{}.json", kind.name(), p.name());
+            let json = serde_json::to_vec(&model.to_saved())?;
+            perfcast_data::write_atomic(&staging.path().join(&file), &json)?;
+            models.push(ModelReport {
+                model: p.name().to_string(),
+                cv: cv.pooled,
+                test_mape_by_phase: phase_mapes(&test_set, &pred),
+                test,
+                cost,
+                file,
+            });
+            bar.inc(1);
+        }
+        let title = format!("{kind} on {}: held-out rows", device.name);
+        let plots = staging.path().join("plots");
+        std::fs::create_dir_all(&plots)?;
+        let svg = plot::chart(
+            &title,
+            "measured (ms)",
+            "predicted (ms)",
+            &scatter,
+            (true, true),
+            true,
+            true,
+        );
+        perfcast_data::write_atomic(
+            &plots.join(format!("{kind}-predicted-vs-measured.svg")),
+            svg.as_bytes(),
+        )?;
+        let svg = plot::chart(
+            &title,
+            "absolute percentage error (%)",
+            "share of rows (%)",
+            &cdfs,
+            (true, false),
+            false,
+            false,
+        );
+        perfcast_data::write_atomic(&plots.join(format!("{kind}-error-cdf.svg")), svg.as_bytes())?;
+        let best = models
+            .iter()
+            .min_by(|a, b| a.test.mape.total_cmp(&b.test.mape))
+            .map(|m| m.model.clone())
+            .unwrap_or_default();
+        reports.push(KindReport {
+            kind,
+            rows: (train_set.len(), test_set.len()),
+            models,
+            best,
+        });
+    }
+    bar.finish_and_clear();
+    let report = TrainReport {
+        data: args.data.clone(),
+        device: device.name.clone(),
+        split: args.split,
+        folds: args.folds,
+        test_share: args.test_share,
+        kinds: reports,
+    };
+    perfcast_data::write_atomic(
+        &staging.path().join("report.json"),
+        &serde_json::to_vec_pretty(&report)?,
+    )?;
+    let staged = staging.keep();
+    if args.out.exists() {
+        std::fs::remove_dir_all(&args.out)
+            .with_context(|| format!("replacing `{}`", args.out.display()))?;
+    }
+    std::fs::rename(&staged, &args.out)
+        .with_context(|| format!("moving the models into `{}`", args.out.display()))?;
+
+    match args.format {
+        Format::Json => emit_json(&report)?,
+        Format::Text => emit(&render(&report, &args.out))?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn render(report: &TrainReport, out: &Path) -> String {
+    let mut t = format!(
+        "{} ({}), {:?} split, {}% held out, {}-fold CV -> {}\n",
+        report.data.display(),
+        report.device,
+        report.split,
+        sig3(100.0 * report.test_share),
+        report.folds,
+        out.display()
+    );
+    for k in &report.kinds {
+        t.push_str(&format!(
+            "\n{}: {} train / {} test rows, best {}\n{:<9} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>10} {:>11} {:>9}\n",
+            k.kind, k.rows.0, k.rows.1, k.best, "model", "cv MAPE", "test MAPE", "R2(log)", "±10%", "p50 APE", "p95 APE",
+            "1 row us", "batch us/row", "size KB"
+        ));
+        for m in &k.models {
+            t.push_str(&format!(
+                "{:<9} {:>7}% {:>8}% {:>8} {:>7}% {:>7}% {:>7}% {:>10} {:>11} {:>9}\n",
+                m.model,
+                sig3(m.cv.mape),
+                sig3(m.test.mape),
+                format!("{:.4}", m.test.r2_log),
+                sig3(m.test.within_10),
+                sig3(m.test.p50_ape),
+                sig3(m.test.p95_ape),
+                sig3(m.cost.one_row_us),
+                sig3(m.cost.batch_row_us),
+                sig3(m.cost.size_bytes as f64 / 1024.0)
+            ));
+        }
+    }
+    t
+}
+
+/// Arguments of `perfcast eval`.
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Directory written by `perfcast train`
+    #[arg(long)]
+    models: PathBuf,
+    /// Dataset to score the saved models on
+    #[arg(long)]
+    data: PathBuf,
+    /// Output format
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+#[derive(Debug, Serialize)]
+struct EvalRow {
+    kind: ModuleKind,
+    model: String,
+    metrics: Metrics,
+}
+
+/// Loads a saved model, refusing a corrupt file or one of another feature schema.
+pub fn load_model(path: &Path, kind: ModuleKind) -> anyhow::Result<Box<dyn Regressor>> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading `{}`", path.display()))?;
+    let saved: SavedModel =
+        serde_json::from_slice(&bytes).map_err(|e| perfcast_models::Error::Load {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+    let model = saved.into_regressor();
+    let expected = perfcast_models::FeatureSchema::for_kind(kind);
+    if model.schema().hash() != expected.hash() {
+        return Err(perfcast_models::Error::Load {
+            path: path.to_path_buf(),
+            message: format!("its feature schema is not this perfcast's schema for `{kind}`"),
+        }
+        .into());
+    }
+    Ok(model)
+}
+
+pub fn eval(args: EvalArgs, _ui: &Ui) -> anyhow::Result<ExitCode> {
+    let report_path = args.models.join("report.json");
+    let report: TrainReport = serde_json::from_slice(
+        &std::fs::read(&report_path)
+            .with_context(|| format!("reading `{}`", report_path.display()))?,
+    )
+    .with_context(|| format!("`{}` is not a perfcast train report", report_path.display()))?;
+    let dir = DatasetDir::open(&args.data)?;
+    let device = dir.device()?;
+    let mut rows = Vec::new();
+    for k in &report.kinds {
+        let records = dir.read(k.kind)?;
+        if records.is_empty() {
+            continue;
+        }
+        let data = TrainSet::from_records(k.kind, &records, &device)?;
+        for m in &k.models {
+            let model = load_model(&args.models.join(&m.file), k.kind)?;
+            rows.push(EvalRow {
+                kind: k.kind,
+                model: m.model.clone(),
+                metrics: score(model.as_ref(), &data)?,
+            });
+        }
+    }
+    anyhow::ensure!(
+        !rows.is_empty(),
+        "`{}` has no rows of the kinds in `{}`",
+        args.data.display(),
+        args.models.display()
+    );
+    match args.format {
+        Format::Json => emit_json(&rows)?,
+        Format::Text => {
+            let mut t = format!(
+                "{:<12} {:<9} {:>6} {:>8} {:>8} {:>8} {:>8}\n",
+                "module", "model", "rows", "MAPE", "R2(log)", "±10%", "p95 APE"
+            );
+            for r in &rows {
+                t.push_str(&format!(
+                    "{:<12} {:<9} {:>6} {:>7}% {:>8} {:>7}% {:>7}%\n",
+                    r.kind.name(),
+                    r.model,
+                    r.metrics.n,
+                    sig3(r.metrics.mape),
+                    format!("{:.4}", r.metrics.r2_log),
+                    sig3(r.metrics.within_10),
+                    sig3(r.metrics.p95_ape)
+                ));
+            }
+            emit(&t)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,40 @@
+//! Errors of perfcast-models.
+
+/// What can go wrong fitting, predicting, saving or loading a model.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A hyper-parameter out of range, named with its value.
+    #[error("invalid {model} parameters: {message}")]
+    InvalidParams {
+        /// Model name.
+        model: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// Training data unusable (too few rows, NaN, non-positive targets).
+    #[error("invalid training data: {0}")]
+    InvalidData(String),
+    /// A feature row of the wrong width.
+    #[error("expected {expected} features, got {got}")]
+    FeatureWidth {
+        /// Width the model was fitted on.
+        expected: usize,
+        /// Width given.
+        got: usize,
+    },
+    /// A saved model that does not load.
+    #[error("cannot load model `{path}`: {message}")]
+    Load {
+        /// File.
+        path: std::path::PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// Unknown model name.
+    #[error("unknown model `{0}` (known: ridge, knn, trees, roofline)")]
+    UnknownModel(String),
+}
+
+/// Result with perfcast-models' [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,394 @@
+//! Evaluation shared by every model: splits, k-fold cross-validation, accuracy and cost.
+//!
+//! All models are judged by the same code on the same splits: [`holdout`] and [`kfold`] split
+//! rows at random or by configuration group (every row of one layer configuration on one side,
+//! so a model cannot score by having seen the same layer at another batch size), [`score`]
+//! computes [`Metrics`], and [`prediction_cost`] measures prediction time and size.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use perfcast_core::Metrics;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::features::TrainSet;
+use crate::knn::KnnParams;
+use crate::regressor::{Fit, Regressor};
+use crate::ridge::RidgeParams;
+use crate::roofline::RooflineParams;
+use crate::trees::TreeParams;
+
+/// How rows are split between training and test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Split {
+    /// Rows independently at random.
+    Random,
+    /// Whole configuration groups at random.
+    Group,
+}
+
+impl std::str::FromStr for Split {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "random" => Ok(Split::Random),
+            "group" => Ok(Split::Group),
+            other => Err(Error::InvalidData(format!(
+                "unknown split `{other}` (expected `random` or `group`)"
+            ))),
+        }
+    }
+}
+
+/// Assigns each row a fold in `0..k`: rows, or whole groups, shuffled under `seed`.
+fn folds(data: &TrainSet, k: usize, split: Split, seed: u64) -> Vec<usize> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    match split {
+        Split::Random => {
+            let mut order: Vec<usize> = (0..data.len()).collect();
+            order.shuffle(&mut rng);
+            let mut fold = vec![0; data.len()];
+            for (pos, &i) in order.iter().enumerate() {
+                fold[i] = pos % k;
+            }
+            fold
+        }
+        Split::Group => {
+            let mut groups: Vec<u64> = data.groups.clone();
+            groups.sort_unstable();
+            groups.dedup();
+            groups.shuffle(&mut rng);
+            let of: BTreeMap<u64, usize> = groups
+                .iter()
+                .enumerate()
+                .map(|(pos, &g)| (g, pos % k))
+                .collect();
+            data.groups.iter().map(|g| of[g]).collect()
+        }
+    }
+}
+
+/// Train and test row indices holding out about `test_share` of the rows (or groups).
+pub fn holdout(
+    data: &TrainSet,
+    test_share: f64,
+    split: Split,
+    seed: u64,
+) -> Result<(Vec<usize>, Vec<usize>)> {
+    if !(test_share > 0.0 && test_share < 1.0) {
+        return Err(Error::InvalidData(format!(
+            "test share must be in (0, 1), got {test_share}"
+        )));
+    }
+    // Shuffle the units (rows or groups) and hold out the first share of them.
+    let mut rng = StdRng::seed_from_u64(seed);
+    let test_units: std::collections::HashSet<u64> = match split {
+        Split::Random => {
+            let mut order: Vec<u64> = (0..data.len() as u64).collect();
+            order.shuffle(&mut rng);
+            let cut = (test_share * order.len() as f64).round() as usize;
+            order.into_iter().take(cut).collect()
+        }
+        Split::Group => {
+            let mut groups: Vec<u64> = data.groups.clone();
+            groups.sort_unstable();
+            groups.dedup();
+            groups.shuffle(&mut rng);
+            let cut = (test_share * groups.len() as f64).round() as usize;
+            groups.into_iter().take(cut).collect()
+        }
+    };
+    let unit = |i: usize| match split {
+        Split::Random => i as u64,
+        Split::Group => data.groups[i],
+    };
+    let (test, train): (Vec<usize>, Vec<usize>) =
+        (0..data.len()).partition(|&i| test_units.contains(&unit(i)));
+    if train.is_empty() || test.is_empty() {
+        return Err(Error::InvalidData(format!(
+            "{} rows cannot be split {:.0}/{:.0}",
+            data.len(),
+            100.0 * (1.0 - test_share),
+            100.0 * test_share
+        )));
+    }
+    Ok((train, test))
+}
+
+/// `k` (train, test) index pairs covering every row once as test.
+pub fn kfold(
+    data: &TrainSet,
+    k: usize,
+    split: Split,
+    seed: u64,
+) -> Result<Vec<(Vec<usize>, Vec<usize>)>> {
+    let units = match split {
+        Split::Random => data.len(),
+        Split::Group => {
+            let mut g = data.groups.clone();
+            g.sort_unstable();
+            g.dedup();
+            g.len()
+        }
+    };
+    if k < 2 || units < k {
+        return Err(Error::InvalidData(format!(
+            "{k}-fold cross-validation needs at least {k} {}, the data has {units}",
+            if split == Split::Group {
+                "configuration groups"
+            } else {
+                "rows"
+            }
+        )));
+    }
+    let f = folds(data, k, split, seed);
+    Ok((0..k)
+        .map(|fold| (0..data.len()).partition::<Vec<usize>, _>(|&i| f[i] != fold))
+        .collect())
+}
+
+/// Accuracy of a fitted model on a data set.
+pub fn score(model: &dyn Regressor, data: &TrainSet) -> Result<Metrics> {
+    let pred = model.predict(&data.x)?;
+    Metrics::compute(&pred, &data.y).ok_or_else(|| Error::InvalidData("no rows to score".into()))
+}
+
+/// What predicting costs: time for one row, per row in a batch, and the model's size.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PredictionCost {
+    /// Median time of one single-row prediction, µs.
+    pub one_row_us: f64,
+    /// Time per row when predicting a batch of 10,000 rows, µs.
+    pub batch_row_us: f64,
+    /// Stored size of the fitted parameters, bytes.
+    pub size_bytes: usize,
+}
+
+/// Measures prediction time on rows of `data` (warm-up, then medians of repeated runs).
+pub fn prediction_cost(model: &dyn Regressor, data: &TrainSet) -> Result<PredictionCost> {
+    if data.is_empty() {
+        return Err(Error::InvalidData("no rows to time predictions on".into()));
+    }
+    let rows = data.len();
+    // One row: 31 samples of 200 predictions each, cycling through the rows.
+    let mut samples = Vec::with_capacity(31);
+    let mut sink = 0.0;
+    for s in 0..33 {
+        let t = Instant::now();
+        for i in 0..200 {
+            sink += model.predict_row(data.x.row((s * 200 + i) % rows))?;
+        }
+        if s >= 2 {
+            samples.push(t.elapsed().as_secs_f64() / 200.0);
+        }
+    }
+    samples.sort_by(f64::total_cmp);
+    let one_row_us = samples[samples.len() / 2] * 1e6;
+    // Batch: 10,000 rows tiled from the data, best of 3.
+    let idx: Vec<usize> = (0..10_000).map(|i| i % rows).collect();
+    let batch = data.x.select(&idx);
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let out = model.predict(&batch)?;
+        best = best.min(t.elapsed().as_secs_f64());
+        sink += out[0];
+    }
+    std::hint::black_box(sink);
+    Ok(PredictionCost {
+        one_row_us,
+        batch_row_us: best / 10_000.0 * 1e6,
+        size_bytes: model.size_bytes(),
+    })
+}
+
+/// A model family with its hyper-parameters: fits into a `Box<dyn Regressor>`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "model", rename_all = "lowercase")]
+pub enum ModelParams {
+    /// Ridge regression.
+    Ridge(RidgeParams),
+    /// k nearest neighbours.
+    Knn(KnnParams),
+    /// Gradient-boosted trees.
+    Trees(TreeParams),
+    /// Roofline.
+    Roofline(RooflineParams),
+}
+
+impl ModelParams {
+    /// Defaults of a family by name.
+    pub fn by_name(name: &str) -> Result<ModelParams> {
+        match name.trim() {
+            "ridge" => Ok(ModelParams::Ridge(RidgeParams::default())),
+            "knn" => Ok(ModelParams::Knn(KnnParams::default())),
+            "trees" | "gbdt" => Ok(ModelParams::Trees(TreeParams::default())),
+            "roofline" => Ok(ModelParams::Roofline(RooflineParams::default())),
+            other => Err(Error::UnknownModel(other.to_string())),
+        }
+    }
+
+    /// Family name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ModelParams::Ridge(_) => "ridge",
+            ModelParams::Knn(_) => "knn",
+            ModelParams::Trees(_) => "trees",
+            ModelParams::Roofline(_) => "roofline",
+        }
+    }
+
+    /// Checks the hyper-parameters.
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            ModelParams::Ridge(p) => p.validate(),
+            ModelParams::Knn(p) => p.validate(),
+            ModelParams::Trees(p) => p.validate(),
+            ModelParams::Roofline(p) => p.validate(),
+        }
+    }
+
+    /// Fits on `data`.
+    pub fn fit(&self, data: &TrainSet) -> Result<Box<dyn Regressor>> {
+        Ok(match self {
+            ModelParams::Ridge(p) => Box::new(p.fit(data)?),
+            ModelParams::Knn(p) => Box::new(p.fit(data)?),
+            ModelParams::Trees(p) => Box::new(p.fit(data)?),
+            ModelParams::Roofline(p) => Box::new(p.fit(data)?),
+        })
+    }
+}
+
+/// Cross-validated accuracy: pooled over all held-out rows, and per fold.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CvReport {
+    /// Model family.
+    pub model: String,
+    /// Folds.
+    pub k: usize,
+    /// Split kind.
+    pub split: Split,
+    /// Metrics over every held-out prediction.
+    pub pooled: Metrics,
+    /// MAPE of each fold, percent.
+    pub fold_mape: Vec<f64>,
+    /// Held-out predictions, ms, in row order (for plots).
+    pub predictions: Vec<f64>,
+}
+
+/// k-fold cross-validation of a model family on `data`.
+pub fn cross_validate(
+    params: &ModelParams,
+    data: &TrainSet,
+    k: usize,
+    split: Split,
+    seed: u64,
+) -> Result<CvReport> {
+    params.validate()?;
+    let mut predictions = vec![f64::NAN; data.len()];
+    let mut fold_mape = Vec::with_capacity(k);
+    for (train, test) in kfold(data, k, split, seed)? {
+        let model = params.fit(&data.select(&train))?;
+        let test_set = data.select(&test);
+        let pred = model.predict(&test_set.x)?;
+        if let Some(m) = Metrics::compute(&pred, &test_set.y) {
+            fold_mape.push(m.mape);
+        }
+        for (&i, p) in test.iter().zip(pred) {
+            predictions[i] = p;
+        }
+    }
+    let pooled = Metrics::compute(&predictions, &data.y)
+        .ok_or_else(|| Error::InvalidData("no held-out predictions".into()))?;
+    Ok(CvReport {
+        model: params.name().to_string(),
+        k,
+        split,
+        pooled,
+        fold_mape,
+        predictions,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::features::FeatureSchema;
+    use crate::matrix::Matrix;
+    use perfcast_core::ModuleKind;
+
+    fn data(n: usize, groups: u64) -> TrainSet {
+        TrainSet {
+            schema: FeatureSchema {
+                kind: ModuleKind::Linear,
+                names: vec!["a".into()],
+            },
+            x: Matrix::from_vec(n, 1, (0..n).map(|i| i as f64).collect()),
+            y: (0..n).map(|i| 1.0 + i as f64).collect(),
+            groups: (0..n as u64).map(|i| i % groups).collect(),
+        }
+    }
+
+    #[test]
+    fn kfold_covers_every_row_once() {
+        let d = data(23, 23);
+        let folds = kfold(&d, 5, Split::Random, 1).unwrap();
+        let mut seen = [0; 23];
+        for (train, test) in &folds {
+            assert_eq!(train.len() + test.len(), 23);
+            for &i in test {
+                seen[i] += 1;
+            }
+        }
+        assert!(seen.iter().all(|&c| c == 1));
+    }
+
+    #[test]
+    fn group_split_keeps_groups_together() {
+        let d = data(40, 8);
+        let (train, test) = holdout(&d, 0.25, Split::Group, 3).unwrap();
+        for &i in &test {
+            assert!(train.iter().all(|&j| d.groups[j] != d.groups[i]));
+        }
+        for (train, test) in kfold(&d, 4, Split::Group, 3).unwrap() {
+            for &i in &test {
+                assert!(train.iter().all(|&j| d.groups[j] != d.groups[i]));
+            }
+        }
+    }
+
+    #[test]
+    fn too_few_rows_for_the_folds_is_named() {
+        let err = kfold(&data(3, 3), 5, Split::Random, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("5-fold cross-validation needs at least 5 rows, the data has 3"),
+            "{err}"
+        );
+        let err = kfold(&data(30, 2), 5, Split::Group, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("configuration groups, the data has 2"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn cross_validated_ridge_on_a_power_law_is_nearly_exact() {
+        let d = data(50, 50);
+        let params = ModelParams::Ridge(RidgeParams {
+            lambda: 0.0,
+            degree: 1,
+        });
+        let report = cross_validate(&params, &d, 5, Split::Random, 0).unwrap();
+        assert!(report.pooled.mape < 1e-6, "{:?}", report.pooled);
+        assert_eq!(report.fold_mape.len(), 5);
+    }
+}

@@ -1,0 +1,288 @@
+//! The feature rows models learn from: a module's configuration, its context, derived work and
+//! the device's spec, in one fixed order per module kind (the schema).
+//!
+//! Features are computed from specs at training and query time, never stored as the only copy.
+//! Rows are raw (no logs): each model applies its own transform, so trees, k-NN and ridge see
+//! the same inputs.
+
+use perfcast_core::{Context, DeviceSpec, ModuleKind, ModuleSpec, Phase, features};
+use perfcast_data::Record;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::matrix::Matrix;
+
+/// Feature names after the kind's configuration columns.
+pub const COMMON: &[&str] = &[
+    "batch",
+    "training",
+    "threads",
+    "utilisation",
+    "flops",
+    "work_flops",
+    "bytes",
+    "work_bytes",
+    "params",
+    "output_elems",
+    "input_elems",
+    "intensity",
+    "dev_peak_gflops",
+    "dev_bandwidth_gbs",
+    "roofline_ms",
+    "gemm_m",
+    "gemm_n",
+    "gemm_k",
+    "gemm_min",
+];
+
+/// The GEMM a CPU or GPU backend lowers a module to, `(M, N, K)` for the whole batch (zeros
+/// for kinds that are not GEMM-like). Efficiency depends on these far more than on FLOPs alone:
+/// a conv with 2 output channels is a GEMM with N = 2, memory-bound at any size.
+pub fn gemm_dims(spec: &ModuleSpec, batch: usize) -> (f64, f64, f64) {
+    let n = batch as f64;
+    match spec {
+        ModuleSpec::Conv2d(c) => {
+            let out = spec.output_shape().unwrap_or_default();
+            let hw = out.iter().skip(1).map(|&d| d as f64).product::<f64>();
+            let g = c.groups.max(1) as f64;
+            (
+                n * hw * g,
+                c.out_channels as f64 / g,
+                (c.in_channels as f64 / g) * (c.kernel[0] * c.kernel[1]) as f64,
+            )
+        }
+        ModuleSpec::Linear(l) => (
+            n * l.tokens as f64,
+            l.out_features as f64,
+            l.in_features as f64,
+        ),
+        ModuleSpec::Matmul(m) => (n * (m.heads * m.m) as f64, m.n as f64, m.k as f64),
+        _ => (0.0, 0.0, 0.0),
+    }
+}
+
+/// The ordered feature names of one module kind.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeatureSchema {
+    /// Module kind.
+    pub kind: ModuleKind,
+    /// Names, in row order.
+    pub names: Vec<String>,
+}
+
+impl FeatureSchema {
+    /// The schema of a kind: its configuration columns, then [`COMMON`].
+    pub fn for_kind(kind: ModuleKind) -> FeatureSchema {
+        let names = kind
+            .config_columns()
+            .iter()
+            .chain(COMMON)
+            .map(|s| (*s).to_string())
+            .collect();
+        FeatureSchema { kind, names }
+    }
+
+    /// Index of a feature by name.
+    pub fn index(&self, name: &str) -> Option<usize> {
+        self.names.iter().position(|n| n == name)
+    }
+
+    /// Stable 64-bit FNV-1a hash of the kind and names: a saved model refuses rows of another schema.
+    pub fn hash(&self) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in self.kind.name().bytes().chain(self.names.join(",").bytes()) {
+            h ^= u64::from(byte);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        h
+    }
+
+    /// Width of a row.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Whether the schema is empty (never, for a real kind).
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}
+
+/// Training phases multiply the bytes moved: activations are read again and gradients written.
+const TRAINING_BYTES_FACTOR: f64 = 3.0;
+
+/// The feature row of a module in a context on a device, in [`FeatureSchema::for_kind`] order.
+pub fn row(spec: &ModuleSpec, context: &Context, device: &DeviceSpec) -> Vec<f64> {
+    let d = features::derive(spec, context.batch);
+    let training = context.phase == Phase::Training;
+    let bytes = d.bytes_read + d.bytes_written;
+    let work_flops = if training { d.train_flops } else { d.flops };
+    let work_bytes = if training {
+        TRAINING_BYTES_FACTOR * bytes
+    } else {
+        bytes
+    };
+    let roofline_s = (work_flops / (device.peak_gflops * 1e9))
+        .max(work_bytes / (device.mem_bandwidth_gbs * 1e9));
+    let mut out: Vec<f64> = spec.config().iter().map(|&v| v as f64).collect();
+    out.extend_from_slice(&[
+        context.batch as f64,
+        f64::from(u8::from(training)),
+        context.threads as f64,
+        context.utilisation,
+        d.flops,
+        work_flops,
+        bytes,
+        work_bytes,
+        d.params,
+        d.output_elems,
+        d.input_elems,
+        d.arithmetic_intensity,
+        device.peak_gflops,
+        device.mem_bandwidth_gbs,
+        roofline_s * 1e3,
+    ]);
+    let (gm, gn, gk) = gemm_dims(spec, context.batch);
+    out.extend_from_slice(&[gm, gn, gk, gm.min(gn).min(gk)]);
+    out
+}
+
+/// Training data of one kind: features, measured latencies (ms) and configuration groups.
+#[derive(Clone, Debug)]
+pub struct TrainSet {
+    /// Schema of the rows.
+    pub schema: FeatureSchema,
+    /// Feature rows.
+    pub x: Matrix,
+    /// Measured median latency per row, ms (positive).
+    pub y: Vec<f64>,
+    /// Configuration group per row: rows of one layer configuration (any batch, phase or
+    /// context) share it, so a group split never puts the same layer on both sides.
+    pub groups: Vec<u64>,
+}
+
+fn group_of(spec: &ModuleSpec) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for v in spec.config() {
+        for byte in v.to_le_bytes() {
+            h ^= u64::from(byte);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+impl TrainSet {
+    /// Builds the set of one kind from dataset records (failed rows are left out).
+    ///
+    /// Every latency must be finite and positive; the error names the offending row.
+    pub fn from_records(
+        kind: ModuleKind,
+        records: &[Record],
+        device: &DeviceSpec,
+    ) -> Result<TrainSet> {
+        let schema = FeatureSchema::for_kind(kind);
+        let mut x = Matrix::with_cols(schema.len());
+        let mut y = Vec::new();
+        let mut groups = Vec::new();
+        for (i, r) in records.iter().enumerate() {
+            if r.spec.kind() != kind {
+                return Err(Error::InvalidData(format!(
+                    "row {i} is a `{}`, not a `{kind}`",
+                    r.spec.kind()
+                )));
+            }
+            let Some(t) = r.timing() else { continue };
+            if !(t.median_ms.is_finite() && t.median_ms > 0.0) {
+                return Err(Error::InvalidData(format!(
+                    "row {i}: latency must be positive, got {}",
+                    t.median_ms
+                )));
+            }
+            x.push_row(&row(&r.spec, &r.context, device));
+            y.push(t.median_ms);
+            groups.push(group_of(&r.spec));
+        }
+        Ok(TrainSet {
+            schema,
+            x,
+            y,
+            groups,
+        })
+    }
+
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.y.len()
+    }
+
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.y.is_empty()
+    }
+
+    /// The subset at `indices`.
+    pub fn select(&self, indices: &[usize]) -> TrainSet {
+        TrainSet {
+            schema: self.schema.clone(),
+            x: self.x.select(indices),
+            y: indices.iter().map(|&i| self.y[i]).collect(),
+            groups: indices.iter().map(|&i| self.groups[i]).collect(),
+        }
+    }
+}
+
+/// `ln(1 + max(v, 0))`: the transform for non-negative count-like features.
+pub fn log1p_pos(v: f64) -> f64 {
+    v.max(0.0).ln_1p()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use perfcast_core::{Caches, DeviceKind, SpecSource, testing};
+
+    pub(crate) fn device() -> DeviceSpec {
+        DeviceSpec {
+            name: "test".into(),
+            kind: DeviceKind::Cpu,
+            peak_gflops: 100.0,
+            mem_bandwidth_gbs: 10.0,
+            cores: 2,
+            threads: 2,
+            clock_mhz: 3000.0,
+            memory_gb: 8.0,
+            cache_mb: 16.0,
+            caches: Caches::default(),
+            source: SpecSource::Measured,
+        }
+    }
+
+    #[test]
+    fn rows_match_the_schema_for_every_kind() {
+        for spec in testing::one_of_each_kind() {
+            let schema = FeatureSchema::for_kind(spec.kind());
+            let ctx = Context {
+                batch: 4,
+                phase: Phase::Training,
+                threads: 1,
+                utilisation: 0.0,
+            };
+            let r = row(&spec, &ctx, &device());
+            assert_eq!(r.len(), schema.len(), "{}", spec.kind());
+            assert!(r.iter().all(|v| v.is_finite() && *v >= 0.0));
+            let work = schema.index("work_flops").unwrap();
+            let flops = schema.index("flops").unwrap();
+            assert!(r[work] >= r[flops]);
+            assert!(r[schema.index("roofline_ms").unwrap()] > 0.0);
+        }
+    }
+
+    #[test]
+    fn schema_hash_differs_between_kinds() {
+        let a = FeatureSchema::for_kind(ModuleKind::Conv2d).hash();
+        let b = FeatureSchema::for_kind(ModuleKind::Linear).hash();
+        assert_ne!(a, b);
+        assert_eq!(a, FeatureSchema::for_kind(ModuleKind::Conv2d).hash());
+    }
+}

@@ -1,0 +1,173 @@
+//! The one interface every model implements, and the saved form of every fitted model.
+//!
+//! Hyper-parameters (a `*Params` struct, validated before fitting) are separate from fitted
+//! models, as in linfa. Fitted models are used through `Box<dyn Regressor>`, so evaluation and
+//! auto-selection treat them all alike. Every model predicts milliseconds and works in log
+//! space internally, so predictions are positive.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::features::{FeatureSchema, TrainSet};
+use crate::matrix::Matrix;
+
+/// A fitted latency model.
+pub trait Regressor: Send + Sync + std::fmt::Debug {
+    /// Model family name: `ridge`, `knn`, `trees`, `roofline`, ...
+    fn name(&self) -> &'static str;
+
+    /// The schema the model was fitted on (row width and meaning).
+    fn schema(&self) -> &FeatureSchema;
+
+    /// Predicted latency (ms) of one raw feature row in schema order.
+    ///
+    /// Must not allocate on the hot path: single-row prediction is timed in microseconds.
+    fn predict_row(&self, x: &[f64]) -> Result<f64>;
+
+    /// Predicted latencies (ms) of every row.
+    fn predict(&self, x: &Matrix) -> Result<Vec<f64>> {
+        check_width(self.schema(), x.cols())?;
+        x.iter_rows().map(|r| self.predict_row(r)).collect()
+    }
+
+    /// Memory the fitted parameters take, in bytes (what a bundle would store).
+    fn size_bytes(&self) -> usize;
+
+    /// The saved form of the model.
+    fn to_saved(&self) -> SavedModel;
+}
+
+/// Errors unless a row of `width` fits `schema`.
+pub fn check_width(schema: &FeatureSchema, width: usize) -> Result<()> {
+    if width != schema.len() {
+        return Err(Error::FeatureWidth {
+            expected: schema.len(),
+            got: width,
+        });
+    }
+    Ok(())
+}
+
+/// Hyper-parameters that fit into a [`Regressor`].
+pub trait Fit {
+    /// The fitted model.
+    type Fitted: Regressor + 'static;
+
+    /// Checks the hyper-parameters; errors carry the bad value.
+    fn validate(&self) -> Result<()>;
+
+    /// Fits on a training set (validating first).
+    fn fit(&self, data: &TrainSet) -> Result<Self::Fitted>;
+}
+
+/// Every fitted model in saved form; `serde` gives the file format (JSON).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "model", rename_all = "lowercase")]
+pub enum SavedModel {
+    /// Ridge regression on log features.
+    Ridge(crate::ridge::FittedRidge),
+    /// k nearest neighbours.
+    Knn(crate::knn::FittedKnn),
+    /// Gradient-boosted trees.
+    Trees(crate::trees::FittedTrees),
+    /// Roofline with fitted efficiencies.
+    Roofline(crate::roofline::FittedRoofline),
+}
+
+impl SavedModel {
+    /// The model behind the interface.
+    pub fn into_regressor(self) -> Box<dyn Regressor> {
+        match self {
+            SavedModel::Ridge(m) => Box::new(m),
+            SavedModel::Knn(m) => Box::new(m),
+            SavedModel::Trees(m) => Box::new(m),
+            SavedModel::Roofline(m) => Box::new(m),
+        }
+    }
+}
+
+/// Checks the invariants every fit needs: rows, finite features, positive finite targets.
+pub fn check_train_set(data: &TrainSet, min_rows: usize) -> Result<()> {
+    if data.len() < min_rows {
+        return Err(Error::InvalidData(format!(
+            "{} `{}` rows, need at least {min_rows}",
+            data.len(),
+            data.schema.kind
+        )));
+    }
+    check_width(&data.schema, data.x.cols())?;
+    for (i, row) in data.x.iter_rows().enumerate() {
+        if let Some(j) = row.iter().position(|v| !v.is_finite()) {
+            return Err(Error::InvalidData(format!(
+                "row {i}: feature `{}` is {}",
+                data.schema.names[j], row[j]
+            )));
+        }
+    }
+    if let Some((i, y)) = data
+        .y
+        .iter()
+        .enumerate()
+        .find(|(_, y)| !(y.is_finite() && **y > 0.0))
+    {
+        return Err(Error::InvalidData(format!(
+            "row {i}: latency must be positive, got {y}"
+        )));
+    }
+    Ok(())
+}
+
+/// Per-feature standardisation of `ln(1 + x)`, fitted on the training rows.
+///
+/// Constant columns get scale 1 so they contribute nothing instead of dividing by zero.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LogStandardiser {
+    /// Mean of each transformed column.
+    pub mean: Vec<f64>,
+    /// Reciprocal standard deviation of each transformed column.
+    pub inv_std: Vec<f64>,
+}
+
+impl LogStandardiser {
+    /// Fits on the rows of `x`.
+    pub fn fit(x: &Matrix) -> LogStandardiser {
+        let n = x.rows().max(1) as f64;
+        let cols = x.cols();
+        let mut mean = vec![0.0; cols];
+        for r in x.iter_rows() {
+            for (m, v) in mean.iter_mut().zip(r) {
+                *m += crate::features::log1p_pos(*v) / n;
+            }
+        }
+        let mut var = vec![0.0; cols];
+        for r in x.iter_rows() {
+            for ((s, m), v) in var.iter_mut().zip(&mean).zip(r) {
+                *s += (crate::features::log1p_pos(*v) - m).powi(2) / n;
+            }
+        }
+        let inv_std = var
+            .iter()
+            .map(|v| if *v > 1e-12 { 1.0 / v.sqrt() } else { 1.0 })
+            .collect();
+        LogStandardiser { mean, inv_std }
+    }
+
+    /// Transforms one row into `out` (same width), without allocating.
+    #[inline]
+    pub fn transform_into(&self, row: &[f64], out: &mut [f64]) {
+        for (((o, v), m), s) in out.iter_mut().zip(row).zip(&self.mean).zip(&self.inv_std) {
+            *o = (crate::features::log1p_pos(*v) - m) * s;
+        }
+    }
+
+    /// Transforms every row.
+    pub fn transform(&self, x: &Matrix) -> Matrix {
+        let mut out = Matrix::with_cols(x.cols());
+        let mut buf = vec![0.0; x.cols()];
+        for r in x.iter_rows() {
+            self.transform_into(r, &mut buf);
+            out.push_row(&buf);
+        }
+        out
+    }
+}

@@ -1,0 +1,170 @@
+use perfcast_core::ModuleKind;
+use perfcast_data::{DatasetDir, table};
+
+use crate::{run, stderr, write_fast_sweep};
+
+/// A small measured dataset of relu and linear rows (inference and training).
+fn small_dataset(dir: &std::path::Path, samples: &str) -> std::path::PathBuf {
+    let sweep = write_fast_sweep(dir, "");
+    let text = std::fs::read_to_string(&sweep)
+        .unwrap()
+        .replace(
+            "phases = [\"inference\"]",
+            "phases = [\"inference\", \"training\"]",
+        )
+        .replace("batch = [1, 2]", "batch = [1, 2, 4, 8]")
+        .replace(
+            "c = { min = 1, max = 8 }",
+            "c = { min = 1, max = 64, scale = \"log\" }",
+        )
+        .replace("h = [4, 8]", "h = { min = 2, max = 32 }")
+        .replace(
+            "in_features = { min = 4, max = 32 }",
+            "in_features = { min = 4, max = 256, scale = \"log\" }",
+        );
+    std::fs::write(&sweep, text).unwrap();
+    let out = dir.join("ds");
+    let o = run(&[
+        "profile",
+        "--modules",
+        "relu,linear",
+        "--samples",
+        samples,
+        "--sweep",
+        sweep.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    out
+}
+
+#[test]
+fn train_saves_every_model_and_eval_reloads_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = small_dataset(tmp.path(), "30");
+    let models = tmp.path().join("models");
+    let o = run(&[
+        "train",
+        "--data",
+        data.to_str().unwrap(),
+        "--out",
+        models.to_str().unwrap(),
+        "--models",
+        "ridge,knn,trees,roofline",
+        "--folds",
+        "3",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let kinds = report["kinds"].as_array().unwrap();
+    assert_eq!(kinds.len(), 2);
+    for k in kinds {
+        let entries = k["models"].as_array().unwrap();
+        assert_eq!(entries.len(), 4);
+        for m in entries {
+            let mape = m["test"]["mape"].as_f64().unwrap();
+            assert!(mape.is_finite() && mape >= 0.0, "{m}");
+            assert!(m["cost"]["one_row_us"].as_f64().unwrap() > 0.0);
+            assert!(models.join(m["file"].as_str().unwrap()).is_file(), "{m}");
+        }
+        let kind = k["kind"].as_str().unwrap();
+        assert!(
+            models
+                .join(format!("plots/{kind}-predicted-vs-measured.svg"))
+                .is_file()
+        );
+        assert!(models.join(format!("plots/{kind}-error-cdf.svg")).is_file());
+    }
+    assert!(models.join("report.json").is_file());
+
+    let o = run(&[
+        "eval",
+        "--models",
+        models.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 8);
+
+    // A corrupt saved model is refused with its path.
+    std::fs::write(models.join("relu/knn.json"), b"{\"model\":\"knn\",").unwrap();
+    let o = run(&[
+        "eval",
+        "--models",
+        models.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("knn.json"), "{}", stderr(&o));
+}
+
+#[test]
+fn bad_training_data_fails_cleanly_without_a_partial_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = small_dataset(tmp.path(), "6");
+    let models = tmp.path().join("models");
+
+    // Too few rows for the folds.
+    let o = run(&[
+        "train",
+        "--data",
+        data.to_str().unwrap(),
+        "--out",
+        models.to_str().unwrap(),
+        "--folds",
+        "50",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("50-fold cross-validation needs at least 50"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!models.exists(), "no partial model directory");
+    let leftovers: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".perfcast"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    // A NaN latency is named with its file and row.
+    let dir = DatasetDir::open(&data).unwrap();
+    let mut df = table::read_parquet(&dir.module_path(ModuleKind::Relu)).unwrap();
+    let mut median: Vec<Option<f64>> = df
+        .column("median_ms")
+        .unwrap()
+        .f64()
+        .unwrap()
+        .iter()
+        .collect();
+    median[2] = Some(f64::NAN);
+    df.replace(
+        "median_ms",
+        polars::prelude::Column::new("median_ms".into(), median),
+    )
+    .unwrap();
+    table::write_parquet_atomic(&dir.module_path(ModuleKind::Relu), &mut df).unwrap();
+    let o = run(&[
+        "train",
+        "--data",
+        data.to_str().unwrap(),
+        "--out",
+        models.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains("relu.parquet") && err.contains("row 2: `median_ms` is NaN"),
+        "{err}"
+    );
+    assert!(!models.exists());
+}
