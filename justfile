@@ -28,3 +28,13 @@ remeasure DIR:
 # Check the GPU code path (needs `apt-get install mesa-vulkan-drivers` without a GPU)
 profile-gpu *ARGS:
     cargo run --release -p perfcast-cli --features wgpu -- profile --backend wgpu {{ARGS}}
+
+# Import the published data sets from ../shared/data into datasets/
+import-all:
+    cargo run --release -p perfcast-cli -- import neusight ../shared/data/neusight --out datasets/neusight --force
+    cargo run --release -p perfcast-cli -- import justus ../shared/data/justus --out datasets/justus --force
+    cargo run --release -p perfcast-cli -- import deepbench ../shared/data/deepbench --out datasets/deepbench --force
+
+# Train every cheap model on a dataset: just train datasets/neusight/tesla-v100-pcie-32gb models/v100
+train DATA OUT *ARGS:
+    cargo run --release -p perfcast-cli -- train --data {{DATA}} --out {{OUT}} {{ARGS}}

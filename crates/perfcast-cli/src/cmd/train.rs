@@ -49,6 +49,9 @@ pub struct TrainArgs {
     /// Seed of the splits
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Set a hyper-parameter, e.g. `--set trees.n_trees=600 --set ridge.degree=1` (repeatable)
+    #[arg(long = "set", value_name = "MODEL.FIELD=VALUE")]
+    set: Vec<String>,
     /// Replace an existing output directory
     #[arg(long)]
     force: bool,
@@ -129,6 +132,7 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|m| ModelParams::by_name(m))
         .collect::<Result<_, _>>()?;
+    let params = apply_overrides(params, &args.set)?;
     anyhow::ensure!(!params.is_empty(), "`--models` is empty");
     anyhow::ensure!(
         args.force || !args.out.exists(),
@@ -278,6 +282,36 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         Format::Text => emit(&render(&report, &args.out))?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Applies `model.field=value` overrides through the parameters' serde form, so unknown fields
+/// and bad values are refused by the same checks as a config file.
+fn apply_overrides(params: Vec<ModelParams>, sets: &[String]) -> anyhow::Result<Vec<ModelParams>> {
+    let mut out = Vec::with_capacity(params.len());
+    for p in params {
+        let mut value = serde_json::to_value(&p)?;
+        for set in sets {
+            let (key, raw) = set.split_once('=').ok_or_else(|| {
+                anyhow::anyhow!("`--set {set}` must look like `model.field=value`")
+            })?;
+            let (model, field) = key.split_once('.').ok_or_else(|| {
+                anyhow::anyhow!("`--set {set}` must look like `model.field=value`")
+            })?;
+            ModelParams::by_name(model)?;
+            if model != p.name() {
+                continue;
+            }
+            // A JSON literal (number, bool) when it parses as one, a string otherwise.
+            let v = serde_json::from_str(raw)
+                .unwrap_or_else(|_| serde_json::Value::String(raw.to_string()));
+            value[field] = v;
+        }
+        let updated: ModelParams = serde_json::from_value(value)
+            .map_err(|e| anyhow::anyhow!("invalid `--set` for `{}`: {e}", p.name()))?;
+        updated.validate()?;
+        out.push(updated);
+    }
+    Ok(out)
 }
 
 fn render(report: &TrainReport, out: &Path) -> String {
