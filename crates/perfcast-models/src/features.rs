@@ -87,14 +87,9 @@ impl FeatureSchema {
         self.names.iter().position(|n| n == name)
     }
 
-    /// Stable 64-bit FNV-1a hash of the kind and names: a saved model refuses rows of another schema.
+    /// Stable hash of the kind and names: a saved model refuses rows of another schema.
     pub fn hash(&self) -> u64 {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for byte in self.kind.name().bytes().chain(self.names.join(",").bytes()) {
-            h ^= u64::from(byte);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        h
+        fnv1a(self.kind.name().bytes().chain(self.names.join(",").bytes()))
     }
 
     /// Width of a row.
@@ -161,15 +156,15 @@ pub struct TrainSet {
     pub groups: Vec<u64>,
 }
 
+/// 64-bit FNV-1a: stable across runs and platforms, unlike `std`'s randomly seeded hasher.
+fn fnv1a(bytes: impl Iterator<Item = u8>) -> u64 {
+    bytes.fold(0xcbf2_9ce4_8422_2325, |h, byte| {
+        (h ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 fn group_of(spec: &ModuleSpec) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for v in spec.config() {
-        for byte in v.to_le_bytes() {
-            h ^= u64::from(byte);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    h
+    fnv1a(spec.config().into_iter().flat_map(i64::to_le_bytes))
 }
 
 impl TrainSet {
