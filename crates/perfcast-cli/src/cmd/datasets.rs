@@ -107,7 +107,7 @@ fn show(args: ShowArgs) -> anyhow::Result<ExitCode> {
         ));
         for l in &s.latency {
             t.push_str(&format!(
-                "  {:<9} {:>4} rows  min {}  p10 {}  p50 {}  p90 {}  max {}  (median spread {}%)\n",
+                "  {:<9} {:>4} rows  min {}  p10 {}  p50 {}  p90 {}  max {}  (median spread {})\n",
                 l.phase.name(),
                 l.rows,
                 fmt_ms(l.min_ms),
@@ -115,7 +115,11 @@ fn show(args: ShowArgs) -> anyhow::Result<ExitCode> {
                 fmt_ms(l.p50_ms),
                 fmt_ms(l.p90_ms),
                 fmt_ms(l.max_ms),
-                sig3(100.0 * l.median_rel_mad)
+                if l.median_rel_mad.is_nan() {
+                    "not published".to_string()
+                } else {
+                    format!("{}%", sig3(100.0 * l.median_rel_mad))
+                }
             ));
             let labels = ["<10us", "<100us", "<1ms", "<10ms", "<100ms", "<1s", ">=1s"];
             let most = l.decades.iter().copied().max().unwrap_or(1).max(1);
