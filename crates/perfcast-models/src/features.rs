@@ -33,7 +33,29 @@ pub const COMMON: &[&str] = &[
     "gemm_n",
     "gemm_k",
     "gemm_min",
+    "conv_pointwise",
+    "conv_depthwise",
+    "conv_small_channel",
+    "conv_grouped",
 ];
+
+/// Which family of algorithm a CPU backend picks for a conv, as 0/1 flags: `[pointwise (1x1),
+/// depthwise, small-channel direct, other grouped]`; all zero for the generic im2col + GEMM path
+/// and for other kinds. burn-flex dispatches exactly on these (1x1 -> GEMM on NCHW; groups =
+/// c_in = c_out -> direct depthwise; groups = 1 with c_in <= 4 and c_out <= 16 -> direct
+/// small-channel), and each path has its own efficiency curve, so trees need the switch points
+/// as inputs rather than guessing them from the channel counts.
+pub fn conv_algorithm_flags(spec: &ModuleSpec) -> [f64; 4] {
+    let ModuleSpec::Conv2d(c) = spec else {
+        return [0.0; 4];
+    };
+    let pointwise = c.kernel == [1, 1] && c.stride == [1, 1] && c.padding == [0, 0];
+    let depthwise =
+        !pointwise && c.groups == c.in_channels && c.out_channels == c.in_channels && c.groups > 1;
+    let small = !pointwise && c.groups == 1 && c.in_channels <= 4 && c.out_channels <= 16;
+    let grouped = !pointwise && !depthwise && c.groups > 1;
+    [pointwise, depthwise, small, grouped].map(|b| f64::from(u8::from(b)))
+}
 
 /// The GEMM a CPU or GPU backend lowers a module to, `(M, N, K)` for the whole batch (zeros
 /// for kinds that are not GEMM-like). Efficiency depends on these far more than on FLOPs alone:
@@ -139,6 +161,7 @@ pub fn row(spec: &ModuleSpec, context: &Context, device: &DeviceSpec) -> Vec<f64
     ]);
     let (gm, gn, gk) = gemm_dims(spec, context.batch);
     out.extend_from_slice(&[gm, gn, gk, gm.min(gn).min(gk)]);
+    out.extend_from_slice(&conv_algorithm_flags(spec));
     out
 }
 
@@ -271,6 +294,44 @@ mod tests {
             assert!(r[work] >= r[flops]);
             assert!(r[schema.index("roofline_ms").unwrap()] > 0.0);
         }
+    }
+
+    #[test]
+    fn conv_algorithm_flags_follow_the_backend_dispatch() {
+        let conv = |cin: usize, cout: usize, k: usize, stride: usize, groups: usize| {
+            ModuleSpec::Conv2d(perfcast_core::Conv2d {
+                in_channels: cin,
+                out_channels: cout,
+                input_hw: [16, 16],
+                kernel: [k, k],
+                stride: [stride, stride],
+                padding: [k / 2, k / 2],
+                dilation: [1, 1],
+                groups,
+                bias: true,
+            })
+        };
+        assert_eq!(
+            conv_algorithm_flags(&conv(64, 32, 1, 1, 1)),
+            [1.0, 0.0, 0.0, 0.0]
+        );
+        // A strided 1x1 conv is not the pointwise fast path.
+        assert_eq!(conv_algorithm_flags(&conv(64, 32, 1, 2, 1)), [0.0; 4]);
+        assert_eq!(
+            conv_algorithm_flags(&conv(32, 32, 3, 1, 32)),
+            [0.0, 1.0, 0.0, 0.0]
+        );
+        assert_eq!(
+            conv_algorithm_flags(&conv(3, 16, 3, 1, 1)),
+            [0.0, 0.0, 1.0, 0.0]
+        );
+        assert_eq!(conv_algorithm_flags(&conv(3, 64, 3, 1, 1)), [0.0; 4]);
+        assert_eq!(
+            conv_algorithm_flags(&conv(32, 64, 3, 1, 4)),
+            [0.0, 0.0, 0.0, 1.0]
+        );
+        let linear = perfcast_core::testing::one_of_each_kind().remove(1);
+        assert_eq!(conv_algorithm_flags(&linear), [0.0; 4]);
     }
 
     #[test]

@@ -77,6 +77,16 @@ fn train_saves_every_model_and_eval_reloads_them() {
                 .is_file()
         );
         assert!(models.join(format!("plots/{kind}-error-cdf.svg")).is_file());
+        let heldout = std::fs::read_to_string(models.join(format!("{kind}/heldout.csv"))).unwrap();
+        let header = heldout.lines().next().unwrap();
+        assert!(
+            header.contains(",measured_ms,ridge_ms,knn_ms,trees_ms,roofline_ms"),
+            "{header}"
+        );
+        assert_eq!(
+            heldout.lines().count(),
+            1 + k["rows"][1].as_u64().unwrap() as usize
+        );
     }
     assert!(models.join("report.json").is_file());
 

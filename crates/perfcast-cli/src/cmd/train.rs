@@ -218,6 +218,26 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             });
             bar.inc(1);
         }
+        // The held-out rows with every model's prediction, for looking into errors.
+        let mut csv = test_set.schema.names.join(",");
+        csv.push_str(",measured_ms");
+        for series in &scatter {
+            csv.push_str(&format!(",{}_ms", series.name));
+        }
+        csv.push('\n');
+        for (i, row) in test_set.x.iter_rows().enumerate() {
+            let cells: Vec<String> = row.iter().map(|v| v.to_string()).collect();
+            csv.push_str(&cells.join(","));
+            csv.push_str(&format!(",{}", test_set.y[i]));
+            for series in &scatter {
+                csv.push_str(&format!(",{}", series.points[i].1));
+            }
+            csv.push('\n');
+        }
+        perfcast_data::write_atomic(
+            &staging.path().join(kind.name()).join("heldout.csv"),
+            csv.as_bytes(),
+        )?;
         let title = format!("{kind} on {}: held-out rows", device.name);
         let plots = staging.path().join("plots");
         std::fs::create_dir_all(&plots)?;
