@@ -1,7 +1,8 @@
-//! Minimal SVG charts: log-log scatter (predicted vs measured) and error CDFs.
+//! Minimal charts, as SVG and PNG: log-log scatter (predicted vs measured) and error CDFs.
 //!
-//! Hand-written SVG keeps the binary free of a plotting stack and of fonts: text is `<text>`,
-//! rendered by whatever views the file.
+//! Hand-written output keeps the binary free of a plotting stack and of system fonts: SVG text
+//! is `<text>`, rendered by whatever views the file; PNG text uses the public-domain 8x8 bitmap
+//! font of `font8x8`.
 
 use std::fmt::Write as _;
 
@@ -42,8 +43,21 @@ impl Axis {
         if log {
             lo = 10f64.powf(lo.log10().floor());
             hi = 10f64.powf(hi.log10().ceil().max(lo.log10() + 1.0));
-        } else if hi <= lo {
-            hi = lo + 1.0;
+        } else {
+            // Non-negative data starts at 0; the top is rounded up to 1, 2 or 5 x 10^k.
+            if lo >= 0.0 {
+                lo = 0.0;
+            }
+            if hi <= lo {
+                hi = lo + 1.0;
+            }
+            let step = 10f64.powf((hi - lo).log10().floor());
+            hi = lo
+                + [1.0, 2.0, 5.0, 10.0]
+                    .iter()
+                    .map(|m| m * step)
+                    .find(|&span| lo + span >= hi)
+                    .unwrap_or(10.0 * step);
         }
         Axis { lo, hi, log }
     }
@@ -88,116 +102,353 @@ fn escape(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// Draws series as points (`scatter`) or lines, with an optional y = x diagonal.
-pub fn chart(
-    title: &str,
-    x_label: &str,
-    y_label: &str,
-    series: &[Series],
-    log: (bool, bool),
-    scatter: bool,
-    diagonal: bool,
-) -> String {
-    let all = || series.iter().flat_map(|s| s.points.iter());
-    let (mut xa, mut ya) = (
-        Axis::fit(all().map(|p| p.0), log.0),
-        Axis::fit(all().map(|p| p.1), log.1),
-    );
-    if diagonal {
-        // Same range on both axes so the diagonal is the 45° line.
-        let (lo, hi) = (xa.lo.min(ya.lo), xa.hi.max(ya.hi));
-        xa = Axis { lo, hi, log: log.0 };
-        ya = Axis { lo, hi, log: log.1 };
-    }
-    let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
-    let px = |v: f64| LEFT + xa.frac(v) * pw;
-    let py = |v: f64| TOP + (1.0 - ya.frac(v)) * ph;
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/><text x="{}" y="22" text-anchor="middle" font-size="15">{}</text>"#,
-        W / 2.0,
-        escape(title)
-    );
-    for t in xa.ticks() {
-        let x = px(t);
-        let _ = write!(
-            s,
-            r##"<line x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{:.1}" stroke="#ddd"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
-            TOP + ph,
-            TOP + ph + 16.0,
-            label(t)
-        );
-    }
-    for t in ya.ticks() {
-        let y = py(t);
-        let _ = write!(
-            s,
-            r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
-            LEFT + pw,
-            LEFT - 6.0,
-            y + 4.0,
-            label(t)
-        );
-    }
-    let _ = write!(
-        s,
-        r#"<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" stroke="black"/><text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text><text transform="translate(16 {:.1}) rotate(-90)" text-anchor="middle">{}</text>"#,
-        LEFT + pw / 2.0,
-        H - 12.0,
-        escape(x_label),
-        TOP + ph / 2.0,
-        escape(y_label)
-    );
-    if diagonal {
-        let _ = write!(
-            s,
-            r#"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="gray" stroke-dasharray="4 4"/>"#,
-            px(xa.lo),
-            py(ya.lo),
-            px(xa.hi),
-            py(ya.hi)
-        );
-    }
-    for (i, ser) in series.iter().enumerate() {
-        let c = COLORS[i % COLORS.len()];
-        if scatter {
-            for &(x, y) in &ser.points {
-                if x.is_finite() && y.is_finite() {
-                    let _ = write!(
-                        s,
-                        r#"<circle cx="{:.1}" cy="{:.1}" r="2.2" fill="{c}" fill-opacity="0.6"/>"#,
-                        px(x),
-                        py(y)
-                    );
-                }
-            }
+/// How text is anchored at its point.
+#[derive(Clone, Copy, PartialEq)]
+enum Anchor {
+    Start,
+    Middle,
+    End,
+}
+
+/// What a chart draws on: an SVG document or a pixel buffer. One layout serves both.
+trait Canvas {
+    fn line(&mut self, a: (f64, f64), b: (f64, f64), color: &str, dashed: bool);
+    fn rect(&mut self, x: f64, y: f64, w: f64, h: f64, fill: Option<&str>);
+    fn dot(&mut self, x: f64, y: f64, color: &str);
+    fn polyline(&mut self, points: &[(f64, f64)], color: &str);
+    fn text(&mut self, x: f64, y: f64, text: &str, anchor: Anchor, size: f64, vertical: bool);
+}
+
+struct Svg(String);
+
+impl Canvas for Svg {
+    fn line(&mut self, a: (f64, f64), b: (f64, f64), color: &str, dashed: bool) {
+        let dash = if dashed {
+            r#" stroke-dasharray="4 4""#
         } else {
-            let path: Vec<String> = ser
-                .points
-                .iter()
-                .filter(|p| p.0.is_finite() && p.1.is_finite())
-                .map(|&(x, y)| format!("{:.1},{:.1}", px(x), py(y)))
-                .collect();
+            ""
+        };
+        let _ = write!(
+            self.0,
+            r#"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{color}"{dash}/>"#,
+            a.0, a.1, b.0, b.1
+        );
+    }
+    fn rect(&mut self, x: f64, y: f64, w: f64, h: f64, fill: Option<&str>) {
+        match fill {
+            Some(c) => {
+                let _ = write!(
+                    self.0,
+                    r#"<rect x="{x:.1}" y="{y:.1}" width="{w:.1}" height="{h:.1}" fill="{c}"/>"#
+                );
+            }
+            None => {
+                let _ = write!(
+                    self.0,
+                    r#"<rect x="{x:.1}" y="{y:.1}" width="{w:.1}" height="{h:.1}" fill="none" stroke="black"/>"#
+                );
+            }
+        }
+    }
+    fn dot(&mut self, x: f64, y: f64, color: &str) {
+        let _ = write!(
+            self.0,
+            r#"<circle cx="{x:.1}" cy="{y:.1}" r="2.2" fill="{color}" fill-opacity="0.6"/>"#
+        );
+    }
+    fn polyline(&mut self, points: &[(f64, f64)], color: &str) {
+        let path: Vec<String> = points
+            .iter()
+            .map(|(x, y)| format!("{x:.1},{y:.1}"))
+            .collect();
+        let _ = write!(
+            self.0,
+            r#"<polyline fill="none" stroke="{color}" stroke-width="1.8" points="{}"/>"#,
+            path.join(" ")
+        );
+    }
+    fn text(&mut self, x: f64, y: f64, text: &str, anchor: Anchor, size: f64, vertical: bool) {
+        let a = match anchor {
+            Anchor::Start => "start",
+            Anchor::Middle => "middle",
+            Anchor::End => "end",
+        };
+        let t = escape(text);
+        if vertical {
             let _ = write!(
-                s,
-                r#"<polyline fill="none" stroke="{c}" stroke-width="1.8" points="{}"/>"#,
-                path.join(" ")
+                self.0,
+                r#"<text transform="translate({x:.1} {y:.1}) rotate(-90)" text-anchor="{a}" font-size="{size}">{t}</text>"#
+            );
+        } else {
+            let _ = write!(
+                self.0,
+                r#"<text x="{x:.1}" y="{y:.1}" text-anchor="{a}" font-size="{size}">{t}</text>"#
             );
         }
-        let ly = TOP + 16.0 + 16.0 * i as f64;
-        let _ = write!(
-            s,
-            r#"<rect x="{:.1}" y="{:.1}" width="10" height="10" fill="{c}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
-            LEFT + 10.0,
-            ly - 9.0,
-            LEFT + 26.0,
-            ly,
-            escape(&ser.name)
-        );
     }
-    s.push_str("</svg>\n");
-    s
+}
+
+/// An RGB pixel buffer with an 8x8 bitmap font (public-domain font8x8): PNGs need no fonts.
+struct Raster {
+    pixels: Vec<u8>,
+}
+
+fn rgb(color: &str) -> [u8; 3] {
+    let hex = color.trim_start_matches('#');
+    if hex.len() != 6 {
+        return [0, 0, 0];
+    }
+    let byte = |i: usize| u8::from_str_radix(&hex[i..i + 2], 16).unwrap_or(0);
+    [byte(0), byte(2), byte(4)]
+}
+
+impl Raster {
+    fn new() -> Raster {
+        Raster {
+            pixels: vec![255; (W * H) as usize * 3],
+        }
+    }
+
+    fn put(&mut self, x: i64, y: i64, c: [u8; 3], alpha: f64) {
+        if x < 0 || y < 0 || x >= W as i64 || y >= H as i64 {
+            return;
+        }
+        let i = (y as usize * W as usize + x as usize) * 3;
+        for (p, new) in self.pixels[i..i + 3].iter_mut().zip(c) {
+            let old = f64::from(*p);
+            *p = (old + alpha * (f64::from(new) - old)).round() as u8;
+        }
+    }
+
+    fn glyph(&mut self, x: i64, y: i64, ch: char, scale: i64, vertical: bool) {
+        use font8x8::UnicodeFonts;
+        let rows = font8x8::BASIC_FONTS
+            .get(ch)
+            .or_else(|| font8x8::BASIC_FONTS.get('?'))
+            .unwrap_or([0; 8]);
+        for (r, bits) in rows.iter().enumerate() {
+            for c in 0..8 {
+                if bits & (1 << c) == 0 {
+                    continue;
+                }
+                for dy in 0..scale {
+                    for dx in 0..scale {
+                        let (px, py) = (c as i64 * scale + dx, r as i64 * scale + dy);
+                        if vertical {
+                            self.put(x + py, y - px, [0, 0, 0], 1.0);
+                        } else {
+                            self.put(x + px, y + py, [0, 0, 0], 1.0);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn png(&self) -> std::io::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut encoder = png::Encoder::new(&mut out, W as u32, H as u32);
+        encoder.set_color(png::ColorType::Rgb);
+        encoder.set_depth(png::BitDepth::Eight);
+        let mut writer = encoder.write_header().map_err(std::io::Error::other)?;
+        writer
+            .write_image_data(&self.pixels)
+            .map_err(std::io::Error::other)?;
+        writer.finish().map_err(std::io::Error::other)?;
+        Ok(out)
+    }
+}
+
+impl Canvas for Raster {
+    fn line(&mut self, a: (f64, f64), b: (f64, f64), color: &str, dashed: bool) {
+        let c = rgb(color);
+        let steps = (b.0 - a.0).abs().max((b.1 - a.1).abs()).ceil().max(1.0) as i64;
+        for i in 0..=steps {
+            if dashed && (i / 4) % 2 == 1 {
+                continue;
+            }
+            let t = i as f64 / steps as f64;
+            self.put(
+                (a.0 + t * (b.0 - a.0)).round() as i64,
+                (a.1 + t * (b.1 - a.1)).round() as i64,
+                c,
+                1.0,
+            );
+        }
+    }
+    fn rect(&mut self, x: f64, y: f64, w: f64, h: f64, fill: Option<&str>) {
+        match fill {
+            Some(color) => {
+                let c = rgb(color);
+                for py in y.round() as i64..(y + h).round() as i64 {
+                    for px in x.round() as i64..(x + w).round() as i64 {
+                        self.put(px, py, c, 1.0);
+                    }
+                }
+            }
+            None => {
+                for (a, b) in [
+                    ((x, y), (x + w, y)),
+                    ((x + w, y), (x + w, y + h)),
+                    ((x, y + h), (x + w, y + h)),
+                    ((x, y), (x, y + h)),
+                ] {
+                    self.line(a, b, "#000000", false);
+                }
+            }
+        }
+    }
+    fn dot(&mut self, x: f64, y: f64, color: &str) {
+        let c = rgb(color);
+        for dy in -2i64..=2 {
+            for dx in -2i64..=2 {
+                if dx * dx + dy * dy <= 5 {
+                    self.put(x.round() as i64 + dx, y.round() as i64 + dy, c, 0.6);
+                }
+            }
+        }
+    }
+    fn polyline(&mut self, points: &[(f64, f64)], color: &str) {
+        for w in points.windows(2) {
+            self.line(w[0], w[1], color, false);
+            self.line((w[0].0, w[0].1 + 1.0), (w[1].0, w[1].1 + 1.0), color, false);
+        }
+    }
+    fn text(&mut self, x: f64, y: f64, text: &str, anchor: Anchor, size: f64, vertical: bool) {
+        let scale = if size >= 15.0 { 2 } else { 1 };
+        let width = (text.chars().count() as i64) * 8 * scale;
+        let shift = match anchor {
+            Anchor::Start => 0,
+            Anchor::Middle => width / 2,
+            Anchor::End => width,
+        };
+        // `y` is the text baseline, as in SVG.
+        let (x, y) = (x.round() as i64, y.round() as i64);
+        for (i, ch) in text.chars().enumerate() {
+            let offset = i as i64 * 8 * scale - shift;
+            if vertical {
+                self.glyph(x - 7 * scale, y - offset, ch, scale, true);
+            } else {
+                self.glyph(x + offset, y - 7 * scale, ch, scale, false);
+            }
+        }
+    }
+}
+
+/// A chart's content: what both the SVG and the PNG show.
+pub struct Chart<'a> {
+    /// Title above the plot.
+    pub title: &'a str,
+    /// Horizontal axis label.
+    pub x_label: &'a str,
+    /// Vertical axis label.
+    pub y_label: &'a str,
+    /// The data.
+    pub series: &'a [Series],
+    /// Log scale on (x, y).
+    pub log: (bool, bool),
+    /// Points (true) or lines.
+    pub scatter: bool,
+    /// Draw y = x and give both axes one range.
+    pub diagonal: bool,
+}
+
+impl Chart<'_> {
+    /// The chart as an SVG document.
+    pub fn svg(&self) -> String {
+        let mut svg = Svg(format!(
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/>"#
+        ));
+        self.draw(&mut svg);
+        svg.0.push_str("</svg>\n");
+        svg.0
+    }
+
+    /// The chart as a PNG image.
+    pub fn png(&self) -> std::io::Result<Vec<u8>> {
+        let mut raster = Raster::new();
+        self.draw(&mut raster);
+        raster.png()
+    }
+
+    fn draw(&self, c: &mut dyn Canvas) {
+        let all = || self.series.iter().flat_map(|s| s.points.iter());
+        let (mut xa, mut ya) = (
+            Axis::fit(all().map(|p| p.0), self.log.0),
+            Axis::fit(all().map(|p| p.1), self.log.1),
+        );
+        if self.diagonal {
+            // Same range on both axes so the diagonal is the 45° line.
+            let (lo, hi) = (xa.lo.min(ya.lo), xa.hi.max(ya.hi));
+            xa = Axis {
+                lo,
+                hi,
+                log: self.log.0,
+            };
+            ya = Axis {
+                lo,
+                hi,
+                log: self.log.1,
+            };
+        }
+        let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
+        let px = |v: f64| LEFT + xa.frac(v) * pw;
+        let py = |v: f64| TOP + (1.0 - ya.frac(v)) * ph;
+        c.text(W / 2.0, 22.0, self.title, Anchor::Middle, 15.0, false);
+        for t in xa.ticks() {
+            let x = px(t);
+            c.line((x, TOP), (x, TOP + ph), "#dddddd", false);
+            c.text(x, TOP + ph + 16.0, &label(t), Anchor::Middle, 12.0, false);
+        }
+        for t in ya.ticks() {
+            let y = py(t);
+            c.line((LEFT, y), (LEFT + pw, y), "#dddddd", false);
+            c.text(LEFT - 6.0, y + 4.0, &label(t), Anchor::End, 12.0, false);
+        }
+        c.rect(LEFT, TOP, pw, ph, None);
+        c.text(
+            LEFT + pw / 2.0,
+            H - 12.0,
+            self.x_label,
+            Anchor::Middle,
+            12.0,
+            false,
+        );
+        c.text(
+            16.0,
+            TOP + ph / 2.0,
+            self.y_label,
+            Anchor::Middle,
+            12.0,
+            true,
+        );
+        if self.diagonal {
+            c.line(
+                (px(xa.lo), py(ya.lo)),
+                (px(xa.hi), py(ya.hi)),
+                "#808080",
+                true,
+            );
+        }
+        for (i, ser) in self.series.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            let finite = ser
+                .points
+                .iter()
+                .filter(|p| p.0.is_finite() && p.1.is_finite());
+            if self.scatter {
+                for &(x, y) in finite {
+                    c.dot(px(x), py(y), color);
+                }
+            } else {
+                let points: Vec<(f64, f64)> = finite.map(|&(x, y)| (px(x), py(y))).collect();
+                c.polyline(&points, color);
+            }
+            let ly = TOP + 16.0 + 16.0 * i as f64;
+            c.rect(LEFT + 10.0, ly - 9.0, 10.0, 10.0, Some(color));
+            c.text(LEFT + 26.0, ly, &ser.name, Anchor::Start, 12.0, false);
+        }
+    }
 }
 
 /// Points of the empirical CDF of absolute percentage errors (x: error %, y: share %).
@@ -222,22 +473,54 @@ mod tests {
 
     #[test]
     fn svg_has_points_axes_and_escaped_labels() {
-        let s = chart(
-            "conv2d <test>",
-            "measured ms",
-            "predicted ms",
-            &[Series {
-                name: "trees".into(),
-                points: vec![(0.1, 0.12), (1.0, 0.9), (10.0, 11.0)],
-            }],
-            (true, true),
-            true,
-            true,
-        );
+        let series = [Series {
+            name: "trees".into(),
+            points: vec![(0.1, 0.12), (1.0, 0.9), (10.0, 11.0)],
+        }];
+        let chart = Chart {
+            title: "conv2d <test>",
+            x_label: "measured ms",
+            y_label: "predicted ms",
+            series: &series,
+            log: (true, true),
+            scatter: true,
+            diagonal: true,
+        };
+        let s = chart.svg();
         assert!(s.starts_with("<svg") && s.ends_with("</svg>\n"));
         assert_eq!(s.matches("<circle").count(), 3);
         assert!(s.contains("conv2d &lt;test&gt;"));
         assert!(s.contains(">0.1<") && s.contains(">10<"));
+        // A linear axis of shares runs from 0 to a round top.
+        let a = Axis::fit([0.833, 37.0, 100.0].into_iter(), false);
+        assert_eq!((a.lo, a.hi), (0.0, 100.0));
+        assert_eq!(a.ticks()[1], 20.0);
+    }
+
+    #[test]
+    fn png_is_a_valid_image_with_drawn_pixels() {
+        let series = [Series {
+            name: "knn".into(),
+            points: vec![(1.0, 10.0), (5.0, 50.0), (9.0, 100.0)],
+        }];
+        let chart = Chart {
+            title: "cdf",
+            x_label: "error (%)",
+            y_label: "share (%)",
+            series: &series,
+            log: (true, false),
+            scatter: false,
+            diagonal: false,
+        };
+        let bytes = chart.png().unwrap();
+        let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+        let mut reader = decoder.read_info().unwrap();
+        let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+        let info = reader.next_frame(&mut buf).unwrap();
+        assert_eq!((info.width, info.height), (W as u32, H as u32));
+        // Black text and axes, and the series colour, are on the white page.
+        assert!(buf.chunks(3).any(|p| p == [0, 0, 0]));
+        assert!(buf.chunks(3).any(|p| p == [0x1f, 0x77, 0xb4]));
     }
 
     #[test]

@@ -77,6 +77,8 @@ fn train_saves_every_model_and_eval_reloads_them() {
                 .is_file()
         );
         assert!(models.join(format!("plots/{kind}-error-cdf.svg")).is_file());
+        let png = std::fs::read(models.join(format!("plots/{kind}-error-cdf.png"))).unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
         let heldout = std::fs::read_to_string(models.join(format!("{kind}/heldout.csv"))).unwrap();
         let header = heldout.lines().next().unwrap();
         assert!(

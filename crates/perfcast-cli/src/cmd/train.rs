@@ -241,29 +241,39 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         let title = format!("{kind} on {}: held-out rows", device.name);
         let plots = staging.path().join("plots");
         std::fs::create_dir_all(&plots)?;
-        let svg = plot::chart(
-            &title,
-            "measured (ms)",
-            "predicted (ms)",
-            &scatter,
-            (true, true),
-            true,
-            true,
-        );
-        perfcast_data::write_atomic(
-            &plots.join(format!("{kind}-predicted-vs-measured.svg")),
-            svg.as_bytes(),
-        )?;
-        let svg = plot::chart(
-            &title,
-            "absolute percentage error (%)",
-            "share of rows (%)",
-            &cdfs,
-            (true, false),
-            false,
-            false,
-        );
-        perfcast_data::write_atomic(&plots.join(format!("{kind}-error-cdf.svg")), svg.as_bytes())?;
+        let charts = [
+            (
+                "predicted-vs-measured",
+                plot::Chart {
+                    title: &title,
+                    x_label: "measured (ms)",
+                    y_label: "predicted (ms)",
+                    series: &scatter,
+                    log: (true, true),
+                    scatter: true,
+                    diagonal: true,
+                },
+            ),
+            (
+                "error-cdf",
+                plot::Chart {
+                    title: &title,
+                    x_label: "absolute percentage error (%)",
+                    y_label: "share of rows (%)",
+                    series: &cdfs,
+                    log: (true, false),
+                    scatter: false,
+                    diagonal: false,
+                },
+            ),
+        ];
+        for (name, chart) in &charts {
+            perfcast_data::write_atomic(
+                &plots.join(format!("{kind}-{name}.svg")),
+                chart.svg().as_bytes(),
+            )?;
+            perfcast_data::write_atomic(&plots.join(format!("{kind}-{name}.png")), &chart.png()?)?;
+        }
         let best = models
             .iter()
             .min_by(|a, b| a.test.mape.total_cmp(&b.test.mape))
