@@ -148,6 +148,24 @@ fn bad_training_data_fails_cleanly_without_a_partial_directory() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 
+    // A kind the dataset lacks is named, with the kinds it has.
+    let o = run(&[
+        "train",
+        "--data",
+        data.to_str().unwrap(),
+        "--out",
+        models.to_str().unwrap(),
+        "--modules",
+        "matmul",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("has no `matmul` table (it has: linear, relu)"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!models.exists());
+
     // A NaN latency is named with its file and row.
     let dir = DatasetDir::open(&data).unwrap();
     let mut df = table::read_parquet(&dir.module_path(ModuleKind::Relu)).unwrap();

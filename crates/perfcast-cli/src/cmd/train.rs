@@ -141,16 +141,25 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     );
     let dir = DatasetDir::open(&args.data)?;
     let device = dir.device()?;
-    let kinds = if args.modules.is_empty() {
-        dir.kinds()
-    } else {
-        args.modules.clone()
-    };
+    let present = dir.kinds();
     anyhow::ensure!(
-        !kinds.is_empty(),
+        !present.is_empty(),
         "`{}` holds no module tables",
         args.data.display()
     );
+    let kinds = if args.modules.is_empty() {
+        present.clone()
+    } else {
+        args.modules.clone()
+    };
+    if let Some(missing) = kinds.iter().find(|k| !present.contains(k)) {
+        let names: Vec<&str> = present.iter().map(|k| k.name()).collect();
+        anyhow::bail!(
+            "`{}` has no `{missing}` table (it has: {})",
+            args.data.display(),
+            names.join(", ")
+        );
+    }
 
     // Everything is written into a temp directory beside `--out`, renamed into place at the end:
     // a failed run leaves no partial model directory.
