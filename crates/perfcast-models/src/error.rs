@@ -32,7 +32,7 @@ pub enum Error {
         message: String,
     },
     /// Unknown model name.
-    #[error("unknown model `{0}` (known: ridge, knn, trees, roofline)")]
+    #[error("unknown model `{0}` (known: ridge, knn, trees, roofline, medn, mlp)")]
     UnknownModel(String),
 }
 

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::features::TrainSet;
 use crate::knn::KnnParams;
+use crate::medn::MednParams;
 use crate::regressor::{Fit, Regressor};
 use crate::ridge::RidgeParams;
 use crate::roofline::RooflineParams;
@@ -219,6 +220,8 @@ pub enum ModelParams {
     Trees(TreeParams),
     /// Roofline.
     Roofline(RooflineParams),
+    /// Multi-task encoder-decoder network (or, with `multi_task = false`, the MLP baseline).
+    Medn(MednParams),
 }
 
 impl ModelParams {
@@ -229,6 +232,8 @@ impl ModelParams {
             "knn" => Ok(ModelParams::Knn(KnnParams::default())),
             "trees" | "gbdt" => Ok(ModelParams::Trees(TreeParams::default())),
             "roofline" => Ok(ModelParams::Roofline(RooflineParams::default())),
+            "medn" => Ok(ModelParams::Medn(MednParams::default())),
+            "mlp" => Ok(ModelParams::Medn(MednParams::mlp())),
             other => Err(Error::UnknownModel(other.to_string())),
         }
     }
@@ -240,6 +245,15 @@ impl ModelParams {
             ModelParams::Knn(_) => "knn",
             ModelParams::Trees(_) => "trees",
             ModelParams::Roofline(_) => "roofline",
+            ModelParams::Medn(p) if !p.multi_task => "mlp",
+            ModelParams::Medn(_) => "medn",
+        }
+    }
+
+    /// Hands a progress bar to the families that train for long (MEDN and the MLP).
+    pub fn set_progress(&mut self, bar: &indicatif::ProgressBar) {
+        if let ModelParams::Medn(p) = self {
+            p.progress = crate::medn::Progress(Some(bar.clone()));
         }
     }
 
@@ -250,6 +264,7 @@ impl ModelParams {
             ModelParams::Knn(p) => p.validate(),
             ModelParams::Trees(p) => p.validate(),
             ModelParams::Roofline(p) => p.validate(),
+            ModelParams::Medn(p) => p.validate(),
         }
     }
 
@@ -260,6 +275,7 @@ impl ModelParams {
             ModelParams::Knn(p) => Box::new(p.fit(data)?),
             ModelParams::Trees(p) => Box::new(p.fit(data)?),
             ModelParams::Roofline(p) => Box::new(p.fit(data)?),
+            ModelParams::Medn(p) => Box::new(p.fit(data)?),
         })
     }
 }

@@ -39,6 +39,63 @@ pub const COMMON: &[&str] = &[
     "conv_grouped",
 ];
 
+/// Extra feature names of conv2d, after [`COMMON`]: the shapes of the two convolutions a
+/// training step adds (see [`conv_backward_features`]).
+pub const CONV_BACKWARD: &[&str] = &[
+    "wgrad_calls",
+    "wgrad_small_channel",
+    "wgrad_taps",
+    "wgrad_gemm_m",
+    "wgrad_gemm_n",
+    "wgrad_gemm_k",
+    "xgrad_columns_mib",
+    "xgrad_tiled",
+];
+
+/// Bytes above which burn-flex's transposed convolution tiles its column buffer.
+const XGRAD_TILE_BYTES: f64 = 8.0 * 1024.0 * 1024.0;
+
+/// The backward pass of a conv is two more convolutions whose shapes are nothing like the
+/// forward one, and on the CPU they dominate a training step for small channel counts:
+/// burn computes the weight gradient as a conv whose batch is `c_in / groups`, whose channels
+/// are the batch, and whose *kernel* is the whole output plane (one call per group), and the
+/// input gradient as a transposed conv (GEMM into a column buffer, tiled above 8 MiB).
+/// A 1x1 conv on an 82x82 image with 14 output channels thus runs a 6,724-tap direct
+/// convolution in training. Zeros for inference rows and other kinds.
+pub fn conv_backward_features(spec: &ModuleSpec, context: &Context) -> [f64; 8] {
+    let ModuleSpec::Conv2d(c) = spec else {
+        return [0.0; 8];
+    };
+    if context.phase != Phase::Training {
+        return [0.0; 8];
+    }
+    let out = spec.output_shape().unwrap_or_default();
+    let (oh, ow) = (
+        out.get(1).copied().unwrap_or(1) as f64,
+        out.get(2).copied().unwrap_or(1) as f64,
+    );
+    let g = c.groups.max(1) as f64;
+    let batch = context.batch as f64;
+    let cin_g = c.in_channels as f64 / g;
+    let cout_g = c.out_channels as f64 / g;
+    let taps = oh * ow;
+    // The weight-gradient conv has `batch` input channels and `cout_g` output channels, so
+    // flex's small-channel direct path takes it under the same thresholds as a forward conv.
+    let small = c.in_channels > 0 && context.batch <= 4 && c.out_channels / c.groups.max(1) <= 16;
+    let kernel_taps = (c.kernel[0] * c.kernel[1]) as f64;
+    let columns = 4.0 * cin_g * kernel_taps * taps;
+    [
+        g,
+        f64::from(u8::from(small)),
+        taps,
+        cin_g * kernel_taps,
+        cout_g,
+        batch * taps,
+        columns / (1024.0 * 1024.0),
+        f64::from(u8::from(columns > XGRAD_TILE_BYTES)),
+    ]
+}
+
 /// Which family of algorithm a CPU backend picks for a conv, as 0/1 flags: `[pointwise (1x1),
 /// depthwise, small-channel direct, other grouped]`; all zero for the generic im2col + GEMM path
 /// and for other kinds. burn-flex dispatches exactly on these (1x1 -> GEMM on NCHW; groups =
@@ -93,12 +150,18 @@ pub struct FeatureSchema {
 }
 
 impl FeatureSchema {
-    /// The schema of a kind: its configuration columns, then [`COMMON`].
+    /// The schema of a kind: its configuration columns, then [`COMMON`], then the kind's
+    /// extras ([`CONV_BACKWARD`] for conv2d).
     pub fn for_kind(kind: ModuleKind) -> FeatureSchema {
+        let extra: &[&str] = match kind {
+            ModuleKind::Conv2d => CONV_BACKWARD,
+            _ => &[],
+        };
         let names = kind
             .config_columns()
             .iter()
             .chain(COMMON)
+            .chain(extra)
             .map(|s| (*s).to_string())
             .collect();
         FeatureSchema { kind, names }
@@ -162,7 +225,50 @@ pub fn row(spec: &ModuleSpec, context: &Context, device: &DeviceSpec) -> Vec<f64
     let (gm, gn, gk) = gemm_dims(spec, context.batch);
     out.extend_from_slice(&[gm, gn, gk, gm.min(gn).min(gk)]);
     out.extend_from_slice(&conv_algorithm_flags(spec));
+    if spec.kind() == ModuleKind::Conv2d {
+        out.extend_from_slice(&conv_backward_features(spec, context));
+    }
     out
+}
+
+/// The feature row of the same module and context in `phase`, recomputed from the row's own
+/// configuration, context and device columns (a row carries everything [`row`] reads).
+///
+/// Multi-task models see one input per (module, context) and predict every phase from it, so
+/// they canonicalise each row to its training-phase form, which holds both the forward work
+/// and the backward shapes.
+pub fn row_in_phase(schema: &FeatureSchema, x: &[f64], phase: Phase) -> Result<Vec<f64>> {
+    crate::regressor::check_width(schema, x.len())?;
+    let at = |name: &str| -> Result<f64> {
+        schema
+            .index(name)
+            .map(|i| x[i])
+            .ok_or_else(|| Error::InvalidData(format!("schema has no `{name}` column")))
+    };
+    let n_config = schema.kind.config_columns().len();
+    let config: Vec<i64> = x[..n_config].iter().map(|&v| v.round() as i64).collect();
+    let spec = ModuleSpec::from_config(schema.kind, &config)
+        .map_err(|e| Error::InvalidData(e.to_string()))?;
+    let context = Context {
+        batch: at("batch")?.round().max(1.0) as usize,
+        phase,
+        threads: at("threads")?.round().max(1.0) as usize,
+        utilisation: at("utilisation")?,
+    };
+    let device = DeviceSpec {
+        name: String::new(),
+        kind: perfcast_core::DeviceKind::Cpu,
+        peak_gflops: at("dev_peak_gflops")?,
+        mem_bandwidth_gbs: at("dev_bandwidth_gbs")?,
+        cores: 1,
+        threads: 1,
+        clock_mhz: 0.0,
+        memory_gb: 0.0,
+        cache_mb: 0.0,
+        caches: Default::default(),
+        source: perfcast_core::SpecSource::Published,
+    };
+    Ok(row(&spec, &context, &device))
 }
 
 /// Training data of one kind: features, measured latencies (ms) and configuration groups.
@@ -332,6 +438,60 @@ mod tests {
         );
         let linear = perfcast_core::testing::one_of_each_kind().remove(1);
         assert_eq!(conv_algorithm_flags(&linear), [0.0; 4]);
+    }
+
+    #[test]
+    fn conv_backward_features_describe_the_gradient_convs() {
+        let spec = ModuleSpec::Conv2d(perfcast_core::Conv2d {
+            in_channels: 107,
+            out_channels: 14,
+            input_hw: [82, 82],
+            kernel: [1, 1],
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+            bias: true,
+        });
+        let mut ctx = Context {
+            batch: 1,
+            phase: Phase::Inference,
+            threads: 1,
+            utilisation: 0.0,
+        };
+        assert_eq!(conv_backward_features(&spec, &ctx), [0.0; 8]);
+        ctx.phase = Phase::Training;
+        let f = conv_backward_features(&spec, &ctx);
+        // One call, small-channel path (batch 1 <= 4, 14 <= 16), an 82x82-tap kernel.
+        assert_eq!(&f[..6], &[1.0, 1.0, 6724.0, 107.0, 14.0, 6724.0]);
+        assert_eq!(f[7], 0.0);
+        ctx.batch = 8;
+        let f = conv_backward_features(&spec, &ctx);
+        assert_eq!(f[1], 0.0, "batch 8 leaves the small-channel path");
+        assert_eq!(f[5], 8.0 * 6724.0);
+        let schema = FeatureSchema::for_kind(ModuleKind::Conv2d);
+        assert_eq!(row(&spec, &ctx, &device()).len(), schema.len());
+        assert_eq!(schema.names.last().unwrap(), "xgrad_tiled");
+    }
+
+    #[test]
+    fn row_in_phase_recomputes_the_other_phase_exactly() {
+        for spec in testing::one_of_each_kind() {
+            let schema = FeatureSchema::for_kind(spec.kind());
+            let mut ctx = Context {
+                batch: 3,
+                phase: Phase::Inference,
+                threads: 2,
+                utilisation: 0.25,
+            };
+            let inference = row(&spec, &ctx, &device());
+            ctx.phase = Phase::Training;
+            let training = row(&spec, &ctx, &device());
+            let back = row_in_phase(&schema, &training, Phase::Inference).unwrap();
+            assert_eq!(back, inference, "{}", spec.kind());
+            let forth = row_in_phase(&schema, &inference, Phase::Training).unwrap();
+            assert_eq!(forth, training, "{}", spec.kind());
+        }
     }
 
     #[test]

@@ -9,13 +9,15 @@
 //! Models: [`ridge`] (ridge regression on log features, optional squares and pairwise products),
 //! [`knn`] (k nearest neighbours on standardised log features, k-d tree index), [`trees`]
 //! (gradient-boosted regression trees), [`roofline`] (max of compute and memory time with
-//! efficiencies fitted per kind).
+//! efficiencies fitted per kind), [`medn`] (the multi-task encoder-decoder network in burn, and
+//! the single-task MLP baseline, with a fast `f32` inference path).
 
 mod error;
 pub mod eval;
 pub mod features;
 pub mod knn;
 mod matrix;
+pub mod medn;
 pub mod regressor;
 pub mod ridge;
 pub mod roofline;

@@ -72,6 +72,10 @@ pub enum SavedModel {
     Trees(crate::trees::FittedTrees),
     /// Roofline with fitted efficiencies.
     Roofline(crate::roofline::FittedRoofline),
+    /// Multi-task encoder-decoder network.
+    Medn(crate::medn::FittedMedn),
+    /// Single-task MLP per target (PerfNet-style baseline).
+    Mlp(crate::medn::FittedMedn),
 }
 
 impl SavedModel {
@@ -82,6 +86,7 @@ impl SavedModel {
             SavedModel::Knn(m) => Box::new(m),
             SavedModel::Trees(m) => Box::new(m),
             SavedModel::Roofline(m) => Box::new(m),
+            SavedModel::Medn(m) | SavedModel::Mlp(m) => Box::new(m),
         }
     }
 }

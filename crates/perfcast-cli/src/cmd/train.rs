@@ -24,7 +24,8 @@ pub struct TrainArgs {
     /// Dataset directory (one device: `device.json` + `<module>.parquet`)
     #[arg(long)]
     data: PathBuf,
-    /// Model families, comma-separated: ridge, knn, trees, roofline
+    /// Model families, comma-separated: ridge, knn, trees, roofline, medn (multi-task
+    /// encoder-decoder network), mlp (single-task MLP of the same size)
     #[arg(
         long,
         value_delimiter = ',',
@@ -173,7 +174,15 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         .tempdir_in(&parent)
         .with_context(|| format!("creating a temp directory in `{}`", parent.display()))?;
 
-    let bar = progress(ui, (kinds.len() * params.len()) as u64, "train");
+    // One bar over (kind, model) pairs, and one the neural models fill with epochs, loss and
+    // validation MAPE while they train.
+    let bars = indicatif::MultiProgress::new();
+    let bar = bars.add(progress(ui, (kinds.len() * params.len()) as u64, "train"));
+    let epoch_bar = bars.add(progress(ui, 0, "epochs"));
+    let mut params = params;
+    for p in &mut params {
+        p.set_progress(&epoch_bar);
+    }
     let mut reports = Vec::new();
     for kind in kinds {
         let records = dir.read(kind)?;
@@ -215,7 +224,14 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
                 points: plot::error_cdf(&pred, &test_set.y),
             });
             let file = format!("{}/{}.json", kind.name(), p.name());
-            let json = serde_json::to_vec(&model.to_saved())?;
+            let saved = model.to_saved();
+            if let perfcast_models::SavedModel::Medn(m) | perfcast_models::SavedModel::Mlp(m) =
+                &saved
+            {
+                // The burn checkpoint (config, normalisers, records) beside the fast-path JSON.
+                m.save_checkpoint(&staging.path().join(kind.name()).join(p.name()))?;
+            }
+            let json = serde_json::to_vec(&saved)?;
             perfcast_data::write_atomic(&staging.path().join(&file), &json)?;
             models.push(ModelReport {
                 model: p.name().to_string(),

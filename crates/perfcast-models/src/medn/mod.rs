@@ -1,0 +1,714 @@
+//! MEDN: the multi-task encoder-decoder latency predictor, in burn, with a fast inference path.
+//!
+//! One network per module kind maps a module's features and context to a latent vector; one
+//! decoder head per target reads it (task 0: forward latency, task 1: training-step latency).
+//! Both phases of a (module, context) pair are one sample: its input is the row in its
+//! training-phase form ([`crate::features::row_in_phase`]), which carries both the forward work
+//! and the backward shapes, and a target nobody measured is masked out of its head's loss.
+//!
+//! Split as in burn's examples: [`config`] (architecture), [`model`] (the burn modules),
+//! [`train`] (the loop) and [`infer`] (weights as `f32` arrays and an allocation-free forward
+//! that serving uses). A checkpoint is the config JSON, the normalisers and one burn record per
+//! network ([`FittedMedn::save_checkpoint`]).
+//!
+//! The same code fits the PerfNet-style baseline, a single-task MLP of the same size per target
+//! (`multi_task = false`, family `mlp`), so the two compare on equal terms.
+
+pub mod config;
+pub mod infer;
+pub mod model;
+pub mod train;
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::Path;
+
+use burn::module::Module;
+use burn::store::ModuleRecord;
+use burn::tensor::{Device, Tensor, TensorData};
+use perfcast_core::Phase;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::features::{FeatureSchema, TrainSet, row_in_phase};
+use crate::matrix::Matrix;
+use crate::regressor::{Fit, LogStandardiser, Regressor, SavedModel, check_train_set, check_width};
+pub use config::MednConfig;
+pub use infer::{FastNet, MAX_WIDTH};
+pub use train::{Samples, TrainHistory};
+
+/// Targets, in head order.
+pub const TASKS: [Phase; 2] = [Phase::Inference, Phase::Training];
+
+/// Loss on standardised log latency.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Loss {
+    /// Squared error (MSLE up to the target scale).
+    Mse,
+    /// Absolute error: `|ln(pred / measured)|`, the relative error to first order.
+    L1,
+}
+
+/// Hyper-parameters of MEDN (and of the single-task MLP baseline).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MednParams {
+    /// One network with a head per target (MEDN), or one single-task network per target
+    /// (the PerfNet-style MLP); default true.
+    pub multi_task: bool,
+    /// Encoder width; default 64.
+    pub width: usize,
+    /// Residual blocks in the encoder; default 2.
+    pub depth: usize,
+    /// Latent width; default 32.
+    pub latent: usize,
+    /// Hidden width of each head; default 32.
+    pub head_width: usize,
+    /// Dropout in the residual blocks; default 0.
+    pub dropout: f64,
+    /// Loss; default `l1` (relative error in log space).
+    pub loss: Loss,
+    /// Weight of each task's loss, `[forward, training]`; default `[1, 1]`.
+    pub task_weights: Vec<f64>,
+    /// Peak learning rate of Adam; default 3e-3.
+    pub lr: f64,
+    /// Final learning rate of the cosine schedule as a share of `lr`; default 0.02.
+    pub lr_min_ratio: f64,
+    /// L2 weight decay; default 1e-5.
+    pub weight_decay: f64,
+    /// Optimiser step budget; default 6000.
+    pub max_steps: usize,
+    /// Mini-batch size; 0 picks `samples / 32` within 32..=512; default 0.
+    pub batch_size: usize,
+    /// Epochs without a better validation MAPE before stopping; default 40.
+    pub patience: usize,
+    /// Share of training samples held out for early stopping; default 0.1.
+    pub val_share: f64,
+    /// Seed of initialisation, shuffling and the validation split; default 0.
+    pub seed: u64,
+    /// Backend to train on: `flex` (CPU) or `wgpu` (needs the `wgpu` feature); default `flex`.
+    pub backend: String,
+    /// Where to show epochs, loss and validation MAPE (set by the CLI, not saved).
+    #[serde(skip)]
+    pub progress: Progress,
+}
+
+/// A progress bar the caller hands in; not saved, and ignored when comparing parameters.
+#[derive(Clone, Debug, Default)]
+pub struct Progress(pub Option<indicatif::ProgressBar>);
+
+impl PartialEq for Progress {
+    fn eq(&self, _: &Progress) -> bool {
+        true
+    }
+}
+
+impl Default for MednParams {
+    fn default() -> Self {
+        MednParams {
+            multi_task: true,
+            width: 64,
+            depth: 2,
+            latent: 32,
+            head_width: 32,
+            dropout: 0.0,
+            loss: Loss::L1,
+            task_weights: vec![1.0, 1.0],
+            lr: 3e-3,
+            lr_min_ratio: 0.02,
+            weight_decay: 1e-5,
+            max_steps: 6000,
+            batch_size: 0,
+            patience: 40,
+            val_share: 0.1,
+            seed: 0,
+            backend: "flex".into(),
+            progress: Progress::default(),
+        }
+    }
+}
+
+impl MednParams {
+    /// The single-task MLP baseline with MEDN's defaults.
+    pub fn mlp() -> MednParams {
+        MednParams {
+            multi_task: false,
+            ..MednParams::default()
+        }
+    }
+
+    fn family(&self) -> &'static str {
+        if self.multi_task { "medn" } else { "mlp" }
+    }
+
+    fn invalid(&self, message: String) -> Error {
+        Error::InvalidParams {
+            model: self.family(),
+            message,
+        }
+    }
+
+    fn device(&self) -> Result<Device> {
+        match self.backend.as_str() {
+            "flex" => Ok(Device::flex()),
+            #[cfg(feature = "wgpu")]
+            "wgpu" => Ok(Device::wgpu(burn::tensor::DeviceKind::DefaultDevice)),
+            #[cfg(not(feature = "wgpu"))]
+            "wgpu" => {
+                Err(self.invalid("backend `wgpu` needs a build with `--features wgpu`".into()))
+            }
+            other => Err(self.invalid(format!("backend must be `flex` or `wgpu`, got `{other}`"))),
+        }
+    }
+
+    fn config(&self, d_input: usize, tasks: usize) -> MednConfig {
+        MednConfig::new(d_input, tasks)
+            .with_width(self.width)
+            .with_depth(self.depth)
+            .with_latent(self.latent)
+            .with_head_width(self.head_width)
+            .with_dropout(self.dropout)
+    }
+}
+
+/// Per-task standardisation of `ln(ms)`, fitted on the training samples that have the task.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TargetScaler {
+    /// Mean of `ln(ms)` per task.
+    pub mean: Vec<f64>,
+    /// Standard deviation of `ln(ms)` per task (1 where constant or absent).
+    pub std: Vec<f64>,
+}
+
+impl TargetScaler {
+    fn fit(targets: &[[Option<f64>; 2]]) -> TargetScaler {
+        let mut mean = vec![0.0; 2];
+        let mut std = vec![1.0; 2];
+        for k in 0..2 {
+            let logs: Vec<f64> = targets.iter().filter_map(|t| t[k]).map(f64::ln).collect();
+            if logs.is_empty() {
+                continue;
+            }
+            let m = logs.iter().sum::<f64>() / logs.len() as f64;
+            let v = logs.iter().map(|l| (l - m).powi(2)).sum::<f64>() / logs.len() as f64;
+            mean[k] = m;
+            std[k] = if v > 1e-12 { v.sqrt() } else { 1.0 };
+        }
+        TargetScaler { mean, std }
+    }
+
+    /// Standardised log of a latency.
+    pub fn to_z(&self, task: usize, ms: f64) -> f64 {
+        (ms.ln() - self.mean[task]) / self.std[task]
+    }
+
+    /// Latency of a standardised log.
+    pub fn to_ms(&self, task: usize, z: f64) -> f64 {
+        (z * self.std[task] + self.mean[task]).exp()
+    }
+}
+
+/// Rows of a training set grouped into multi-task samples: the training-phase form of each
+/// row, and per task the measured latency, if any.
+fn group_samples(data: &TrainSet) -> Result<(Matrix, Vec<[Option<f64>; 2]>)> {
+    let col = training_column(&data.schema)?;
+    let mut inputs = Matrix::with_cols(data.schema.len());
+    let mut targets: Vec<[Option<f64>; 2]> = Vec::new();
+    let mut index: HashMap<Vec<u64>, usize> = HashMap::new();
+    for (row, &y) in data.x.iter_rows().zip(&data.y) {
+        let task = usize::from(row[col] > 0.5);
+        let canonical = if task == 1 {
+            row.to_vec()
+        } else {
+            row_in_phase(&data.schema, row, Phase::Training)?
+        };
+        let key: Vec<u64> = canonical.iter().map(|v| v.to_bits()).collect();
+        match index.get(&key) {
+            Some(&i) if targets[i][task].is_none() => targets[i][task] = Some(y),
+            _ => {
+                index.insert(key, targets.len());
+                let mut t = [None, None];
+                t[task] = Some(y);
+                targets.push(t);
+                inputs.push_row(&canonical);
+            }
+        }
+    }
+    Ok((inputs, targets))
+}
+
+fn training_column(schema: &FeatureSchema) -> Result<usize> {
+    schema
+        .index("training")
+        .ok_or_else(|| Error::InvalidData("schema has no `training` column".into()))
+}
+
+/// Standardised samples for the tasks in `tasks` (their order is the head order).
+fn to_samples(
+    inputs: &Matrix,
+    targets: &[[Option<f64>; 2]],
+    scaler: &LogStandardiser,
+    target_scaler: &TargetScaler,
+    tasks: &[usize],
+) -> Samples {
+    let mut s = Samples {
+        d: inputs.cols(),
+        tasks: tasks.len(),
+        ..Samples::default()
+    };
+    let mut buf = vec![0.0; inputs.cols()];
+    for (row, t) in inputs.iter_rows().zip(targets) {
+        if tasks.iter().all(|&k| t[k].is_none()) {
+            continue;
+        }
+        scaler.transform_into(row, &mut buf);
+        s.x.extend(buf.iter().map(|&v| v as f32));
+        for &k in tasks {
+            match t[k] {
+                Some(ms) => {
+                    s.t.push(target_scaler.to_z(k, ms) as f32);
+                    s.m.push(1.0);
+                }
+                None => {
+                    s.t.push(0.0);
+                    s.m.push(0.0);
+                }
+            }
+        }
+    }
+    s
+}
+
+impl Fit for MednParams {
+    type Fitted = FittedMedn;
+
+    fn validate(&self) -> Result<()> {
+        for (name, v) in [
+            ("width", self.width),
+            ("latent", self.latent),
+            ("head_width", self.head_width),
+        ] {
+            if !(1..=MAX_WIDTH).contains(&v) {
+                return Err(self.invalid(format!("{name} must be in 1..={MAX_WIDTH}, got {v}")));
+            }
+        }
+        if self.depth > 16 {
+            return Err(self.invalid(format!("depth must be at most 16, got {}", self.depth)));
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return Err(self.invalid(format!("dropout must be in [0, 1), got {}", self.dropout)));
+        }
+        if !(self.lr > 0.0 && self.lr < 1.0) {
+            return Err(self.invalid(format!("lr must be in (0, 1), got {}", self.lr)));
+        }
+        if !(0.0..=1.0).contains(&self.lr_min_ratio) {
+            return Err(self.invalid(format!(
+                "lr_min_ratio must be in [0, 1], got {}",
+                self.lr_min_ratio
+            )));
+        }
+        if !(self.weight_decay >= 0.0 && self.weight_decay.is_finite()) {
+            return Err(self.invalid(format!(
+                "weight_decay must be finite and non-negative, got {}",
+                self.weight_decay
+            )));
+        }
+        if self.max_steps == 0 {
+            return Err(self.invalid("max_steps must be at least 1".into()));
+        }
+        if !(0.0..=0.5).contains(&self.val_share) {
+            return Err(self.invalid(format!(
+                "val_share must be in [0, 0.5], got {}",
+                self.val_share
+            )));
+        }
+        if self.task_weights.len() != TASKS.len()
+            || self
+                .task_weights
+                .iter()
+                .any(|w| !(*w >= 0.0 && w.is_finite()))
+        {
+            return Err(self.invalid(format!(
+                "task_weights must be {} finite non-negative numbers, got {:?}",
+                TASKS.len(),
+                self.task_weights
+            )));
+        }
+        self.device().map(|_| ())
+    }
+
+    fn fit(&self, data: &TrainSet) -> Result<FittedMedn> {
+        self.validate()?;
+        check_train_set(data, 8)?;
+        let training_col = training_column(&data.schema)?;
+        let (inputs, targets) = group_samples(data)?;
+        let scaler = LogStandardiser::fit(&inputs);
+        let target_scaler = TargetScaler::fit(&targets);
+        let present: Vec<usize> = (0..TASKS.len())
+            .filter(|&k| targets.iter().any(|t| t[k].is_some()))
+            .collect();
+        // One network for every present task, or one per task.
+        let groups: Vec<Vec<usize>> = if self.multi_task {
+            vec![present.clone()]
+        } else {
+            present.iter().map(|&k| vec![k]).collect()
+        };
+        let device = self.device()?;
+        let mut nets = Vec::new();
+        let mut histories = Vec::new();
+        let mut route = vec![None; TASKS.len()];
+        let mut configs = Vec::new();
+        for (net_index, tasks) in groups.iter().enumerate() {
+            let samples = to_samples(&inputs, &targets, &scaler, &target_scaler, tasks);
+            let n = samples.len();
+            let mut order: Vec<usize> = (0..n).collect();
+            order.shuffle(&mut StdRng::seed_from_u64(self.seed));
+            let n_val = if n >= 20 {
+                ((n as f64 * self.val_share).round() as usize).min(n / 2)
+            } else {
+                0
+            };
+            let (val_idx, train_idx) = order.split_at(n_val);
+            let batch = if self.batch_size == 0 {
+                (train_idx.len() / 32).clamp(32, 512)
+            } else {
+                self.batch_size
+            };
+            let config = self.config(inputs.cols(), tasks.len());
+            let weights: Vec<f64> = tasks.iter().map(|&k| self.task_weights[k]).collect();
+            let opts = train::TrainOptions {
+                config: &config,
+                device: device.clone(),
+                lr: self.lr,
+                lr_min_ratio: self.lr_min_ratio,
+                weight_decay: self.weight_decay,
+                max_steps: self.max_steps,
+                batch_size: batch,
+                patience: self.patience,
+                task_weights: &weights,
+                loss: self.loss,
+                seed: self.seed.wrapping_add(net_index as u64),
+                scaler: &ScalerView {
+                    inner: &target_scaler,
+                    tasks,
+                }
+                .materialise(),
+                progress: self.progress.clone(),
+            };
+            let (net, history) =
+                train::train(&opts, &samples.select(train_idx), &samples.select(val_idx))?;
+            for (head, &k) in tasks.iter().enumerate() {
+                route[k] = Some((net_index, head));
+            }
+            nets.push(FastNet::from_burn(&net)?);
+            histories.push(history);
+            configs.push(config);
+        }
+        Ok(FittedMedn {
+            family: self.family().to_string(),
+            schema: data.schema.clone(),
+            training_col,
+            configs,
+            scaler,
+            targets: target_scaler,
+            route,
+            history: histories,
+            nets,
+        })
+    }
+}
+
+/// The target scaler restricted to a network's tasks, in its head order.
+struct ScalerView<'a> {
+    inner: &'a TargetScaler,
+    tasks: &'a [usize],
+}
+
+impl ScalerView<'_> {
+    fn materialise(&self) -> TargetScaler {
+        TargetScaler {
+            mean: self.tasks.iter().map(|&k| self.inner.mean[k]).collect(),
+            std: self.tasks.iter().map(|&k| self.inner.std[k]).collect(),
+        }
+    }
+}
+
+/// A fitted MEDN (or single-task MLP): normalisers, routing of tasks to heads, and each
+/// network's weights for the fast path.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FittedMedn {
+    /// `medn` or `mlp`.
+    pub family: String,
+    schema: FeatureSchema,
+    training_col: usize,
+    configs: Vec<MednConfig>,
+    scaler: LogStandardiser,
+    targets: TargetScaler,
+    /// Per task: `(network, head)`, or none when the training data had no such rows.
+    route: Vec<Option<(usize, usize)>>,
+    /// How each network's fit went.
+    pub history: Vec<TrainHistory>,
+    nets: Vec<FastNet>,
+}
+
+/// What `medn.json` of a checkpoint holds: everything but the weights.
+#[derive(Serialize, Deserialize)]
+struct CheckpointMeta {
+    format: u32,
+    family: String,
+    schema: FeatureSchema,
+    schema_hash: u64,
+    training_col: usize,
+    configs: Vec<MednConfig>,
+    scaler: LogStandardiser,
+    targets: TargetScaler,
+    route: Vec<Option<(usize, usize)>>,
+    history: Vec<TrainHistory>,
+}
+
+const CHECKPOINT_FORMAT: u32 = 1;
+
+impl FittedMedn {
+    /// The task a raw row asks for (0 forward, 1 training step) and its head.
+    fn route_of(&self, x: &[f64]) -> Result<(usize, usize, usize)> {
+        let task = usize::from(x[self.training_col] > 0.5);
+        let (net, head) = self.route[task].ok_or_else(|| {
+            Error::InvalidData(format!(
+                "this {} was trained without {} rows",
+                self.family, TASKS[task]
+            ))
+        })?;
+        Ok((task, net, head))
+    }
+
+    /// Writes a burn checkpoint into `dir`: `medn.json` (configs, feature schema and its hash,
+    /// normalisers, routing, history) and `net-<i>.bpk` (one burn record per network), each
+    /// file written to a temporary name and renamed.
+    pub fn save_checkpoint(&self, dir: &Path) -> Result<()> {
+        let io = |e: perfcast_data::Error| Error::Load {
+            path: dir.to_path_buf(),
+            message: e.to_string(),
+        };
+        std::fs::create_dir_all(dir).map_err(|e| Error::Load {
+            path: dir.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        let device = Device::flex();
+        for (i, (net, config)) in self.nets.iter().zip(&self.configs).enumerate() {
+            let bytes = net
+                .to_burn(config, &device)?
+                .into_record()
+                .into_bytes()
+                .map_err(|e| Error::InvalidData(format!("cannot encode MEDN record: {e}")))?;
+            perfcast_data::write_atomic(&dir.join(format!("net-{i}.bpk")), &bytes).map_err(io)?;
+        }
+        let meta = CheckpointMeta {
+            format: CHECKPOINT_FORMAT,
+            family: self.family.clone(),
+            schema: self.schema.clone(),
+            schema_hash: self.schema.hash(),
+            training_col: self.training_col,
+            configs: self.configs.clone(),
+            scaler: self.scaler.clone(),
+            targets: self.targets.clone(),
+            route: self.route.clone(),
+            history: self.history.clone(),
+        };
+        let json = serde_json::to_vec_pretty(&meta)
+            .map_err(|e| Error::InvalidData(format!("cannot encode MEDN config: {e}")))?;
+        perfcast_data::write_atomic(&dir.join("medn.json"), &json).map_err(io)
+    }
+
+    /// Loads a checkpoint written by [`FittedMedn::save_checkpoint`], refusing one whose
+    /// feature schema differs from `expected` (when given).
+    pub fn load_checkpoint(dir: &Path, expected: Option<&FeatureSchema>) -> Result<FittedMedn> {
+        let load_err = |path: &Path, message: String| Error::Load {
+            path: path.to_path_buf(),
+            message,
+        };
+        let meta_path = dir.join("medn.json");
+        let text = std::fs::read(&meta_path).map_err(|e| load_err(&meta_path, e.to_string()))?;
+        let meta: CheckpointMeta =
+            serde_json::from_slice(&text).map_err(|e| load_err(&meta_path, e.to_string()))?;
+        if meta.format != CHECKPOINT_FORMAT {
+            return Err(load_err(
+                &meta_path,
+                format!(
+                    "format {} (this build reads {CHECKPOINT_FORMAT})",
+                    meta.format
+                ),
+            ));
+        }
+        if meta.schema_hash != meta.schema.hash() {
+            return Err(load_err(
+                &meta_path,
+                "schema hash does not match its names".into(),
+            ));
+        }
+        if let Some(expected) = expected
+            && expected.hash() != meta.schema.hash()
+        {
+            return Err(load_err(
+                &meta_path,
+                format!(
+                    "trained on a different feature schema ({} `{}` features, hash {:016x}; \
+                     this data has {} `{}` features, hash {:016x})",
+                    meta.schema.len(),
+                    meta.schema.kind,
+                    meta.schema.hash(),
+                    expected.len(),
+                    expected.kind,
+                    expected.hash()
+                ),
+            ));
+        }
+        let device = Device::flex();
+        let mut nets = Vec::new();
+        for (i, config) in meta.configs.iter().enumerate() {
+            let path = dir.join(format!("net-{i}.bpk"));
+            let bytes = std::fs::read(&path).map_err(|e| load_err(&path, e.to_string()))?;
+            let record = ModuleRecord::from_bytes(burn::tensor::Bytes::from_bytes_vec(bytes))
+                .map_err(|e| load_err(&path, e.to_string()))?;
+            let net = config
+                .init(&device)
+                .try_load_record(record)
+                .map_err(|e| load_err(&path, e.to_string()))?;
+            let fast = FastNet::from_burn(&net)?;
+            fast.check(config)
+                .map_err(|e| load_err(&path, e.to_string()))?;
+            nets.push(fast);
+        }
+        let fitted = FittedMedn {
+            family: meta.family,
+            schema: meta.schema,
+            training_col: meta.training_col,
+            configs: meta.configs,
+            scaler: meta.scaler,
+            targets: meta.targets,
+            route: meta.route,
+            history: meta.history,
+            nets,
+        };
+        fitted
+            .check()
+            .map_err(|e| load_err(&meta_path, e.to_string()))?;
+        Ok(fitted)
+    }
+
+    /// Internal consistency of a loaded model.
+    pub fn check(&self) -> Result<()> {
+        if self.nets.len() != self.configs.len()
+            || self.scaler.mean.len() != self.schema.len()
+            || self.training_col >= self.schema.len()
+            || self.route.len() != TASKS.len()
+        {
+            return Err(Error::InvalidData("MEDN parts do not fit together".into()));
+        }
+        for (net, config) in self.nets.iter().zip(&self.configs) {
+            net.check(config)?;
+            if config.d_input != self.schema.len() {
+                return Err(Error::InvalidData(format!(
+                    "MEDN input width {} differs from its schema's {}",
+                    config.d_input,
+                    self.schema.len()
+                )));
+            }
+        }
+        for (net, head) in self.route.iter().flatten() {
+            if *net >= self.nets.len() || *head >= self.configs[*net].tasks {
+                return Err(Error::InvalidData("MEDN routes a task to no head".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Predictions through burn's own forward pass on `device` (the reference the fast path is
+    /// tested against; slower).
+    pub fn predict_burn(&self, x: &Matrix, device: &Device) -> Result<Vec<f64>> {
+        check_width(&self.schema, x.cols())?;
+        let burn_nets: Vec<_> = self
+            .nets
+            .iter()
+            .zip(&self.configs)
+            .map(|(n, c)| n.to_burn(c, device))
+            .collect::<Result<_>>()?;
+        let mut out = Vec::with_capacity(x.rows());
+        let mut buf = vec![0.0; x.cols()];
+        for row in x.iter_rows() {
+            let (task, net, head) = self.route_of(row)?;
+            let canonical = self.canonical(row)?;
+            self.scaler.transform_into(&canonical, &mut buf);
+            let input: Vec<f32> = buf.iter().map(|&v| v as f32).collect();
+            let t = Tensor::<2>::from_data(TensorData::new(input, [1, x.cols()]), device);
+            let z = burn_nets[net]
+                .forward(t)
+                .into_data()
+                .try_to_vec::<f32>()
+                .map_err(|e| Error::InvalidData(format!("MEDN output is not f32: {e:?}")))?[head];
+            out.push(self.targets.to_ms(task, f64::from(z)));
+        }
+        Ok(out)
+    }
+
+    /// The row in its training-phase form, the form the encoder reads.
+    fn canonical<'a>(&self, x: &'a [f64]) -> Result<Cow<'a, [f64]>> {
+        if x[self.training_col] > 0.5 {
+            Ok(Cow::Borrowed(x))
+        } else {
+            Ok(Cow::Owned(row_in_phase(&self.schema, x, Phase::Training)?))
+        }
+    }
+
+    /// Parameters stored over all networks.
+    pub fn num_params(&self) -> usize {
+        self.nets.iter().map(FastNet::num_params).sum()
+    }
+}
+
+impl Regressor for FittedMedn {
+    fn name(&self) -> &'static str {
+        if self.family == "mlp" { "mlp" } else { "medn" }
+    }
+
+    fn schema(&self) -> &FeatureSchema {
+        &self.schema
+    }
+
+    /// Forward rows are turned into their training-phase form first (one small allocation);
+    /// training rows go straight through the allocation-free fast path.
+    fn predict_row(&self, x: &[f64]) -> Result<f64> {
+        check_width(&self.schema, x.len())?;
+        let (task, net, head) = self.route_of(x)?;
+        let canonical = self.canonical(x)?;
+        let mut z = [0.0f32; MAX_WIDTH];
+        for (((o, v), m), s) in z
+            .iter_mut()
+            .zip(canonical.iter())
+            .zip(&self.scaler.mean)
+            .zip(&self.scaler.inv_std)
+        {
+            *o = ((crate::features::log1p_pos(*v) - m) * s) as f32;
+        }
+        let out = self.nets[net].forward_one(&z[..x.len()], head);
+        Ok(self.targets.to_ms(task, f64::from(out)))
+    }
+
+    fn size_bytes(&self) -> usize {
+        4 * self.num_params() + 16 * self.scaler.mean.len() + 32
+    }
+
+    fn to_saved(&self) -> SavedModel {
+        if self.family == "mlp" {
+            SavedModel::Mlp(self.clone())
+        } else {
+            SavedModel::Medn(self.clone())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

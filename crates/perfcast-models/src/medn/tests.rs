@@ -1,0 +1,196 @@
+use super::*;
+use crate::features::row;
+use perfcast_core::{Context, ModuleKind, ModuleSpec};
+
+fn device_spec() -> perfcast_core::DeviceSpec {
+    perfcast_core::DeviceSpec {
+        name: "test".into(),
+        kind: perfcast_core::DeviceKind::Cpu,
+        peak_gflops: 100.0,
+        mem_bandwidth_gbs: 10.0,
+        cores: 2,
+        threads: 2,
+        clock_mhz: 3000.0,
+        memory_gb: 8.0,
+        cache_mb: 16.0,
+        caches: Default::default(),
+        source: perfcast_core::SpecSource::Measured,
+    }
+}
+
+/// Linear layers with a latency that is a smooth function of their work, in both phases
+/// (training costs about three forwards plus a fixed overhead).
+fn linear_set(n: usize) -> TrainSet {
+    let schema = FeatureSchema::for_kind(ModuleKind::Linear);
+    let mut x = Matrix::with_cols(schema.len());
+    let mut y = Vec::new();
+    let mut groups = Vec::new();
+    for i in 0..n {
+        let spec = ModuleSpec::Linear(perfcast_core::Linear {
+            in_features: 16 + (i * 37) % 500,
+            out_features: 8 + (i * 53) % 700,
+            tokens: 1 + (i % 7),
+            bias: true,
+        });
+        for phase in TASKS {
+            let ctx = Context {
+                batch: 1 << (i % 5),
+                phase,
+                threads: 1,
+                utilisation: 0.0,
+            };
+            let f = perfcast_core::features::derive(&spec, ctx.batch);
+            let ms = match phase {
+                Phase::Inference => 0.002 + f.flops / 5e7,
+                Phase::Training => 0.01 + 3.0 * f.flops / 5e7,
+            };
+            x.push_row(&row(&spec, &ctx, &device_spec()));
+            y.push(ms);
+            groups.push(i as u64);
+        }
+    }
+    TrainSet {
+        schema,
+        x,
+        y,
+        groups,
+    }
+}
+
+fn quick() -> MednParams {
+    MednParams {
+        width: 32,
+        latent: 16,
+        head_width: 16,
+        max_steps: 1500,
+        ..MednParams::default()
+    }
+}
+
+#[test]
+fn samples_pair_the_phases_of_one_module() {
+    let data = linear_set(30);
+    let (inputs, targets) = group_samples(&data).unwrap();
+    assert_eq!(inputs.rows(), 30);
+    assert!(targets.iter().all(|t| t[0].is_some() && t[1].is_some()));
+    // Forward rows only: one head has no data and a training-phase query is refused.
+    let fwd: Vec<usize> = (0..data.len()).step_by(2).collect();
+    let model = quick().fit(&data.select(&fwd)).unwrap();
+    let train_row = data.x.row(1);
+    let err = model.predict_row(train_row).unwrap_err().to_string();
+    assert!(err.contains("without training rows"), "{err}");
+    assert!(model.predict_row(data.x.row(0)).unwrap() > 0.0);
+}
+
+#[test]
+fn learns_both_targets() {
+    let data = linear_set(120);
+    let model = quick().fit(&data).unwrap();
+    let pred = model.predict(&data.x).unwrap();
+    let m = perfcast_core::Metrics::compute(&pred, &data.y).unwrap();
+    assert!(m.mape < 15.0, "training-set MAPE {:.2}%", m.mape);
+    assert!(model.history[0].epochs >= 1);
+}
+
+#[test]
+fn fit_is_deterministic_under_a_seed() {
+    let data = linear_set(40);
+    let params = MednParams {
+        max_steps: 200,
+        ..quick()
+    };
+    let a = params.fit(&data).unwrap();
+    let b = params.fit(&data).unwrap();
+    assert_eq!(a.predict(&data.x).unwrap(), b.predict(&data.x).unwrap());
+    let c = MednParams { seed: 7, ..params }.fit(&data).unwrap();
+    assert_ne!(a.predict(&data.x).unwrap(), c.predict(&data.x).unwrap());
+}
+
+#[test]
+fn fast_path_matches_burn() {
+    let data = linear_set(40);
+    let model = MednParams {
+        max_steps: 300,
+        ..MednParams::default()
+    }
+    .fit(&data)
+    .unwrap();
+    let fast = model.predict(&data.x).unwrap();
+    let reference = model.predict_burn(&data.x, &Device::flex()).unwrap();
+    for (f, r) in fast.iter().zip(&reference) {
+        assert!(((f - r) / r).abs() < 1e-5, "fast {f} vs burn {r}");
+    }
+}
+
+#[test]
+fn checkpoint_round_trip_gives_identical_predictions() {
+    let data = linear_set(40);
+    for params in [quick(), MednParams::mlp()] {
+        let model = MednParams {
+            max_steps: 100,
+            ..params
+        }
+        .fit(&data)
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        model.save_checkpoint(dir.path()).unwrap();
+        let loaded = FittedMedn::load_checkpoint(dir.path(), Some(&data.schema)).unwrap();
+        assert_eq!(loaded, model);
+        assert_eq!(
+            loaded.predict(&data.x).unwrap(),
+            model.predict(&data.x).unwrap()
+        );
+        // The JSON form round-trips too.
+        let json = serde_json::to_string(&model.to_saved()).unwrap();
+        let back: SavedModel = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            back.into_regressor().predict(&data.x).unwrap(),
+            model.predict(&data.x).unwrap()
+        );
+    }
+}
+
+#[test]
+fn checkpoint_of_another_schema_or_corrupt_is_refused() {
+    let data = linear_set(20);
+    let model = MednParams {
+        max_steps: 20,
+        ..quick()
+    }
+    .fit(&data)
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    model.save_checkpoint(dir.path()).unwrap();
+    let other = FeatureSchema::for_kind(ModuleKind::Conv2d);
+    let err = FittedMedn::load_checkpoint(dir.path(), Some(&other))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("different feature schema"), "{err}");
+    let record = dir.path().join("net-0.bpk");
+    let bytes = std::fs::read(&record).unwrap();
+    std::fs::write(&record, &bytes[..bytes.len() / 2]).unwrap();
+    let err = FittedMedn::load_checkpoint(dir.path(), None)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("net-0.bpk"), "{err}");
+}
+
+#[test]
+fn bad_parameters_are_named() {
+    let err = MednParams {
+        width: 0,
+        ..MednParams::default()
+    }
+    .validate()
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("width must be in 1..=512, got 0"), "{err}");
+    let err = MednParams {
+        backend: "tpu".into(),
+        ..MednParams::default()
+    }
+    .validate()
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("`tpu`"), "{err}");
+}

@@ -1,0 +1,228 @@
+//! MEDN's training loop: masked multi-task loss in standardised log space, Adam with a cosine
+//! learning-rate schedule, early stopping on a validation split, deterministic under a seed.
+
+use burn::module::Module;
+use burn::optim::decay::WeightDecayConfig;
+use burn::optim::{AdamConfig, GradientsParams};
+use burn::tensor::{Device, Tensor, TensorData};
+use indicatif::ProgressBar;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use serde::{Deserialize, Serialize};
+
+use super::config::MednConfig;
+use super::model::MednNet;
+use super::{Loss, TargetScaler};
+use crate::error::{Error, Result};
+
+/// Multi-task samples: standardised inputs, standardised log targets and their masks.
+#[derive(Clone, Debug, Default)]
+pub struct Samples {
+    /// Row width.
+    pub d: usize,
+    /// Targets per row.
+    pub tasks: usize,
+    /// Inputs, `len * d`.
+    pub x: Vec<f32>,
+    /// Standardised log targets, `len * tasks` (0 where missing).
+    pub t: Vec<f32>,
+    /// 1 where the target was measured, else 0, `len * tasks`.
+    pub m: Vec<f32>,
+}
+
+impl Samples {
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        self.x.len().checked_div(self.d).unwrap_or(0)
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The samples at `idx`.
+    pub fn select(&self, idx: &[usize]) -> Samples {
+        let mut out = Samples {
+            d: self.d,
+            tasks: self.tasks,
+            ..Samples::default()
+        };
+        for &i in idx {
+            out.x
+                .extend_from_slice(&self.x[i * self.d..(i + 1) * self.d]);
+            out.t
+                .extend_from_slice(&self.t[i * self.tasks..(i + 1) * self.tasks]);
+            out.m
+                .extend_from_slice(&self.m[i * self.tasks..(i + 1) * self.tasks]);
+        }
+        out
+    }
+
+    fn tensors(&self, device: &Device) -> (Tensor<2>, Tensor<2>, Tensor<2>) {
+        let n = self.len();
+        (
+            Tensor::from_data(TensorData::new(self.x.clone(), [n, self.d]), device),
+            Tensor::from_data(TensorData::new(self.t.clone(), [n, self.tasks]), device),
+            Tensor::from_data(TensorData::new(self.m.clone(), [n, self.tasks]), device),
+        )
+    }
+}
+
+/// How a fit went.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TrainHistory {
+    /// Epochs run (early stopping may end before the budget).
+    pub epochs: usize,
+    /// Optimiser steps taken.
+    pub steps: usize,
+    /// Epoch whose weights were kept.
+    pub best_epoch: usize,
+    /// Validation MAPE (percent) of the kept weights; training-set MAPE without a split.
+    pub best_val_mape: f64,
+    /// Training loss of the last epoch.
+    pub final_loss: f64,
+}
+
+/// Everything the loop needs besides the data.
+pub(crate) struct TrainOptions<'a> {
+    pub config: &'a MednConfig,
+    pub device: Device,
+    pub lr: f64,
+    pub lr_min_ratio: f64,
+    pub weight_decay: f64,
+    pub max_steps: usize,
+    pub batch_size: usize,
+    pub patience: usize,
+    pub task_weights: &'a [f64],
+    pub loss: Loss,
+    pub seed: u64,
+    pub scaler: &'a TargetScaler,
+    pub progress: super::Progress,
+}
+
+/// Trains a network on `train`, early-stopping on `val` (or on `train` when `val` is empty).
+/// Returns the kept weights on the plain (non-autodiff) device.
+pub(crate) fn train(
+    opts: &TrainOptions<'_>,
+    train: &Samples,
+    val: &Samples,
+) -> Result<(MednNet, TrainHistory)> {
+    if train.is_empty() {
+        return Err(Error::InvalidData("no MEDN training samples".into()));
+    }
+    let device = opts.device.clone().autodiff();
+    let plain = device.clone().inner();
+    device.seed(opts.seed);
+    let mut net = opts.config.init(&device);
+    let mut optim = AdamConfig::new()
+        .with_weight_decay(
+            (opts.weight_decay > 0.0).then(|| WeightDecayConfig::new(opts.weight_decay as f32)),
+        )
+        .init();
+    let mut rng = StdRng::seed_from_u64(opts.seed ^ 0x6d65_646e);
+
+    let n = train.len();
+    let batch = opts.batch_size.clamp(1, n);
+    let steps_per_epoch = n.div_ceil(batch);
+    let epochs = opts.max_steps.div_ceil(steps_per_epoch).max(1);
+    let total_steps = epochs * steps_per_epoch;
+    let check = if val.is_empty() { train } else { val };
+    let (check_x, _, _) = check.tensors(&plain);
+
+    let bar = opts.progress.0.clone().unwrap_or_else(ProgressBar::hidden);
+    bar.set_length(epochs as u64);
+    bar.set_position(0);
+
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut history = TrainHistory {
+        best_val_mape: f64::INFINITY,
+        ..TrainHistory::default()
+    };
+    let mut best: Option<MednNet> = None;
+    let mut since_best = 0;
+    let mut step = 0usize;
+    for epoch in 0..epochs {
+        order.shuffle(&mut rng);
+        let mut epoch_loss = 0.0;
+        for chunk in order.chunks(batch) {
+            let b = train.select(chunk);
+            let (x, t, m) = b.tensors(&device);
+            let counts: Vec<f32> = (0..b.tasks)
+                .map(|k| {
+                    let c: f32 = b.m.iter().skip(k).step_by(b.tasks).sum();
+                    opts.task_weights.get(k).copied().unwrap_or(1.0) as f32 / c.max(1.0)
+                })
+                .collect();
+            let scale = Tensor::<2>::from_data(TensorData::new(counts, [1, b.tasks]), &device);
+            let diff = (net.forward(x) - t) * m;
+            let err = match opts.loss {
+                Loss::Mse => diff.clone() * diff,
+                Loss::L1 => diff.abs(),
+            };
+            let loss = (err.sum_dim(0) * scale).sum();
+            epoch_loss += f64::from(loss.clone().into_scalar::<f32>()) * chunk.len() as f64;
+            let grads = GradientsParams::from_grads(loss.backward(), &net);
+            let progress = step as f64 / total_steps.max(1) as f64;
+            let lr = opts.lr
+                * (opts.lr_min_ratio
+                    + (1.0 - opts.lr_min_ratio)
+                        * 0.5
+                        * (1.0 + (std::f64::consts::PI * progress).cos()));
+            net = optim.step(lr, net, grads);
+            step += 1;
+        }
+        history.final_loss = epoch_loss / n as f64;
+        if !history.final_loss.is_finite() {
+            return Err(Error::InvalidData(
+                "MEDN training diverged (loss is not finite); lower `lr`".into(),
+            ));
+        }
+        let valid = net.valid();
+        let pred = valid.forward(check_x.clone());
+        let mape = mape_ms(&pred.into_data(), check, opts.scaler)?;
+        history.epochs = epoch + 1;
+        if mape < history.best_val_mape {
+            history.best_val_mape = mape;
+            history.best_epoch = epoch + 1;
+            best = Some(valid);
+            since_best = 0;
+        } else {
+            since_best += 1;
+        }
+        bar.set_message(format!(
+            "loss {:.4}  val MAPE {mape:.2}% (best {:.2}%)",
+            history.final_loss, history.best_val_mape
+        ));
+        bar.inc(1);
+        if since_best > opts.patience {
+            break;
+        }
+    }
+    history.steps = step;
+    let best = best.ok_or_else(|| Error::InvalidData("MEDN ran no epoch".into()))?;
+    Ok((best, history))
+}
+
+/// MAPE (percent) of standardised predictions against the masked targets, in milliseconds.
+fn mape_ms(pred: &TensorData, s: &Samples, scaler: &TargetScaler) -> Result<f64> {
+    let p = pred
+        .try_to_vec::<f32>()
+        .map_err(|e| Error::InvalidData(format!("MEDN output is not f32: {e:?}")))?;
+    let (mut sum, mut count) = (0.0, 0usize);
+    for (i, ((pv, tv), mv)) in p.iter().zip(&s.t).zip(&s.m).enumerate() {
+        if *mv > 0.0 {
+            let k = i % s.tasks;
+            let yp = scaler.to_ms(k, f64::from(*pv));
+            let yt = scaler.to_ms(k, f64::from(*tv));
+            sum += ((yp - yt) / yt).abs();
+            count += 1;
+        }
+    }
+    Ok(if count == 0 {
+        0.0
+    } else {
+        100.0 * sum / count as f64
+    })
+}
