@@ -106,6 +106,23 @@ pub struct TrainReport {
     pub test_share: f64,
     /// Per kind.
     pub kinds: Vec<KindReport>,
+    /// One network shared by every kind against one per kind, for each neural family trained
+    /// (only when several kinds were trained).
+    #[serde(default)]
+    pub shared: Vec<SharedReport>,
+}
+
+/// Held-out MAPE of a neural family fitted once per kind and once for all kinds together.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SharedReport {
+    /// Family (`medn` or `mlp`).
+    pub model: String,
+    /// Module kind.
+    pub kind: ModuleKind,
+    /// Held-out MAPE of the per-kind network, percent.
+    pub per_kind_mape: f64,
+    /// Held-out MAPE of the shared network, percent.
+    pub shared_mape: f64,
 }
 
 fn phase_mapes(data: &TrainSet, pred: &[f64]) -> BTreeMap<String, f64> {
@@ -184,6 +201,7 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         p.set_progress(&epoch_bar);
     }
     let mut reports = Vec::new();
+    let mut splits = Vec::new();
     for kind in kinds {
         let records = dir.read(kind)?;
         let data = TrainSet::from_records(kind, &records, &device)
@@ -310,6 +328,29 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             models,
             best,
         });
+        splits.push((train_set, test_set));
+    }
+    let mut shared = Vec::new();
+    if splits.len() > 1 {
+        for p in &params {
+            let ModelParams::Medn(medn) = p else { continue };
+            bar.set_message(format!("{} shared by every kind", p.name()));
+            let train_sets: Vec<TrainSet> = splits.iter().map(|(t, _)| t.clone()).collect();
+            let fitted = medn.fit_shared(&train_sets)?;
+            for ((model, (_, test_set)), kind_report) in fitted.iter().zip(&splits).zip(&reports) {
+                let per_kind = kind_report
+                    .models
+                    .iter()
+                    .find(|m| m.model == p.name())
+                    .map_or(f64::NAN, |m| m.test.mape);
+                shared.push(SharedReport {
+                    model: p.name().to_string(),
+                    kind: kind_report.kind,
+                    per_kind_mape: per_kind,
+                    shared_mape: score(model, test_set)?.mape,
+                });
+            }
+        }
     }
     bar.finish_and_clear();
     let report = TrainReport {
@@ -319,6 +360,7 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         folds: args.folds,
         test_share: args.test_share,
         kinds: reports,
+        shared,
     };
     perfcast_data::write_atomic(
         &staging.path().join("report.json"),
@@ -398,6 +440,21 @@ fn render(report: &TrainReport, out: &Path) -> String {
                 sig3(m.cost.one_row_us),
                 sig3(m.cost.batch_row_us),
                 sig3(m.cost.size_bytes as f64 / 1024.0)
+            ));
+        }
+    }
+    if !report.shared.is_empty() {
+        t.push_str(&format!(
+            "\none network per kind vs one shared by every kind (test MAPE)\n{:<9} {:<12} {:>9} {:>9}\n",
+            "model", "kind", "per kind", "shared"
+        ));
+        for s in &report.shared {
+            t.push_str(&format!(
+                "{:<9} {:<12} {:>8}% {:>8}%\n",
+                s.model,
+                s.kind.name(),
+                sig3(s.per_kind_mape),
+                sig3(s.shared_mape)
             ));
         }
     }

@@ -348,22 +348,56 @@ impl Fit for MednParams {
         let (inputs, targets) = group_samples(data)?;
         let scaler = LogStandardiser::fit(&inputs);
         let target_scaler = TargetScaler::fit(&targets);
+        let nets = self.fit_networks(&inputs, &targets, &scaler, &target_scaler)?;
+        Ok(FittedMedn {
+            family: self.family().to_string(),
+            schema: data.schema.clone(),
+            training_col,
+            configs: nets.configs,
+            scaler,
+            targets: target_scaler,
+            route: nets.route,
+            history: nets.history,
+            nets: nets.nets,
+            shared: None,
+        })
+    }
+}
+
+/// Networks fitted on standardised samples, and which head answers which task.
+struct Networks {
+    nets: Vec<FastNet>,
+    configs: Vec<MednConfig>,
+    route: Vec<Option<(usize, usize)>>,
+    history: Vec<TrainHistory>,
+}
+
+impl MednParams {
+    /// One network for every task present (MEDN), or one per task (the MLP).
+    fn fit_networks(
+        &self,
+        inputs: &Matrix,
+        targets: &[[Option<f64>; 2]],
+        scaler: &LogStandardiser,
+        target_scaler: &TargetScaler,
+    ) -> Result<Networks> {
         let present: Vec<usize> = (0..TASKS.len())
             .filter(|&k| targets.iter().any(|t| t[k].is_some()))
             .collect();
-        // One network for every present task, or one per task.
         let groups: Vec<Vec<usize>> = if self.multi_task {
             vec![present.clone()]
         } else {
             present.iter().map(|&k| vec![k]).collect()
         };
         let device = self.device()?;
-        let mut nets = Vec::new();
-        let mut histories = Vec::new();
-        let mut route = vec![None; TASKS.len()];
-        let mut configs = Vec::new();
+        let mut out = Networks {
+            nets: Vec::new(),
+            configs: Vec::new(),
+            route: vec![None; TASKS.len()],
+            history: Vec::new(),
+        };
         for (net_index, tasks) in groups.iter().enumerate() {
-            let samples = to_samples(&inputs, &targets, &scaler, &target_scaler, tasks);
+            let samples = to_samples(inputs, targets, scaler, target_scaler, tasks);
             let n = samples.len();
             let mut order: Vec<usize> = (0..n).collect();
             order.shuffle(&mut StdRng::seed_from_u64(self.seed));
@@ -393,7 +427,7 @@ impl Fit for MednParams {
                 loss: self.loss,
                 seed: self.seed.wrapping_add(net_index as u64),
                 scaler: &ScalerView {
-                    inner: &target_scaler,
+                    inner: target_scaler,
                     tasks,
                 }
                 .materialise(),
@@ -402,23 +436,102 @@ impl Fit for MednParams {
             let (net, history) =
                 train::train(&opts, &samples.select(train_idx), &samples.select(val_idx))?;
             for (head, &k) in tasks.iter().enumerate() {
-                route[k] = Some((net_index, head));
+                out.route[k] = Some((net_index, head));
             }
-            nets.push(FastNet::from_burn(&net)?);
-            histories.push(history);
-            configs.push(config);
+            out.nets.push(FastNet::from_burn(&net)?);
+            out.history.push(history);
+            out.configs.push(config);
         }
-        Ok(FittedMedn {
-            family: self.family().to_string(),
-            schema: data.schema.clone(),
-            training_col,
-            configs,
-            scaler,
-            targets: target_scaler,
-            route,
-            history: histories,
-            nets,
-        })
+        Ok(out)
+    }
+
+    /// One network shared by several module kinds: each kind's rows are placed in the union of
+    /// the kinds' feature columns (matched by name, zero where a kind has no such column) with
+    /// a one-hot `kind=<name>` indicator. Returns one model per set, in order, all holding the
+    /// same weights.
+    pub fn fit_shared(&self, sets: &[TrainSet]) -> Result<Vec<FittedMedn>> {
+        self.validate()?;
+        let mut names: Vec<String> = Vec::new();
+        for set in sets {
+            check_train_set(set, 8)?;
+            for name in &set.schema.names {
+                if !names.contains(name) {
+                    names.push(name.clone());
+                }
+            }
+        }
+        let first_indicator = names.len();
+        let width = first_indicator + sets.len();
+        if width > MAX_WIDTH {
+            return Err(self.invalid(format!(
+                "a shared input of {width} columns exceeds {MAX_WIDTH}"
+            )));
+        }
+        let mut maps = Vec::new();
+        let mut inputs = Matrix::with_cols(width);
+        let mut targets = Vec::new();
+        let mut union = vec![0.0; width];
+        for (i, set) in sets.iter().enumerate() {
+            let map = SharedInput {
+                width,
+                columns: set
+                    .schema
+                    .names
+                    .iter()
+                    .map(|n| names.iter().position(|m| m == n).unwrap_or(0))
+                    .collect(),
+                indicator: first_indicator + i,
+            };
+            let (rows, t) = group_samples(set)?;
+            for row in rows.iter_rows() {
+                map.scatter(row, &mut union);
+                inputs.push_row(&union);
+            }
+            targets.extend(t);
+            maps.push(map);
+        }
+        let scaler = LogStandardiser::fit(&inputs);
+        let target_scaler = TargetScaler::fit(&targets);
+        let nets = self.fit_networks(&inputs, &targets, &scaler, &target_scaler)?;
+        sets.iter()
+            .zip(maps)
+            .map(|(set, map)| {
+                Ok(FittedMedn {
+                    family: self.family().to_string(),
+                    schema: set.schema.clone(),
+                    training_col: training_column(&set.schema)?,
+                    configs: nets.configs.clone(),
+                    scaler: scaler.clone(),
+                    targets: target_scaler.clone(),
+                    route: nets.route.clone(),
+                    history: nets.history.clone(),
+                    nets: nets.nets.clone(),
+                    shared: Some(map),
+                })
+            })
+            .collect()
+    }
+}
+
+/// Where one kind's columns sit in the input of a network shared by several kinds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SharedInput {
+    /// Width of the shared input.
+    pub width: usize,
+    /// For each column of the kind's schema, its column in the shared input.
+    pub columns: Vec<usize>,
+    /// Column of the kind's one-hot indicator.
+    pub indicator: usize,
+}
+
+impl SharedInput {
+    /// Places a row of the kind into `out` (shared width), zeros elsewhere.
+    fn scatter(&self, row: &[f64], out: &mut [f64]) {
+        out[..self.width].fill(0.0);
+        for (v, &c) in row.iter().zip(&self.columns) {
+            out[c] = *v;
+        }
+        out[self.indicator] = 1.0;
     }
 }
 
@@ -453,6 +566,9 @@ pub struct FittedMedn {
     /// How each network's fit went.
     pub history: Vec<TrainHistory>,
     nets: Vec<FastNet>,
+    /// Set when the network is shared with other module kinds.
+    #[serde(default)]
+    shared: Option<SharedInput>,
 }
 
 /// What `medn.json` of a checkpoint holds: everything but the weights.
@@ -468,6 +584,8 @@ struct CheckpointMeta {
     targets: TargetScaler,
     route: Vec<Option<(usize, usize)>>,
     history: Vec<TrainHistory>,
+    #[serde(default)]
+    shared: Option<SharedInput>,
 }
 
 const CHECKPOINT_FORMAT: u32 = 1;
@@ -517,6 +635,7 @@ impl FittedMedn {
             targets: self.targets.clone(),
             route: self.route.clone(),
             history: self.history.clone(),
+            shared: self.shared.clone(),
         };
         let json = serde_json::to_vec_pretty(&meta)
             .map_err(|e| Error::InvalidData(format!("cannot encode MEDN config: {e}")))?;
@@ -592,6 +711,7 @@ impl FittedMedn {
             route: meta.route,
             history: meta.history,
             nets,
+            shared: meta.shared,
         };
         fitted
             .check()
@@ -601,8 +721,16 @@ impl FittedMedn {
 
     /// Internal consistency of a loaded model.
     pub fn check(&self) -> Result<()> {
+        let width = self.input_width();
+        if let Some(m) = &self.shared
+            && (m.columns.len() != self.schema.len()
+                || m.indicator >= m.width
+                || m.columns.iter().any(|&c| c >= m.width))
+        {
+            return Err(Error::InvalidData("MEDN shared-input map is out of range".into()));
+        }
         if self.nets.len() != self.configs.len()
-            || self.scaler.mean.len() != self.schema.len()
+            || self.scaler.mean.len() != width
             || self.training_col >= self.schema.len()
             || self.route.len() != TASKS.len()
         {
@@ -610,11 +738,10 @@ impl FittedMedn {
         }
         for (net, config) in self.nets.iter().zip(&self.configs) {
             net.check(config)?;
-            if config.d_input != self.schema.len() {
+            if config.d_input != width {
                 return Err(Error::InvalidData(format!(
-                    "MEDN input width {} differs from its schema's {}",
+                    "MEDN input width {} differs from its schema's {width}",
                     config.d_input,
-                    self.schema.len()
                 )));
             }
         }
@@ -637,13 +764,12 @@ impl FittedMedn {
             .map(|(n, c)| n.to_burn(c, device))
             .collect::<Result<_>>()?;
         let mut out = Vec::with_capacity(x.rows());
-        let mut buf = vec![0.0; x.cols()];
+        let width = self.input_width();
+        let mut z = [0.0f32; MAX_WIDTH];
         for row in x.iter_rows() {
             let (task, net, head) = self.route_of(row)?;
-            let canonical = self.canonical(row)?;
-            self.scaler.transform_into(&canonical, &mut buf);
-            let input: Vec<f32> = buf.iter().map(|&v| v as f32).collect();
-            let t = Tensor::<2>::from_data(TensorData::new(input, [1, x.cols()]), device);
+            self.encode(&self.canonical(row)?, &mut z);
+            let t = Tensor::<2>::from_data(TensorData::new(z[..width].to_vec(), [1, width]), device);
             let z = burn_nets[net]
                 .forward(t)
                 .into_data()
@@ -652,6 +778,29 @@ impl FittedMedn {
             out.push(self.targets.to_ms(task, f64::from(z)));
         }
         Ok(out)
+    }
+
+    /// Width of the network's input (the schema's, or the shared union's).
+    fn input_width(&self) -> usize {
+        self.shared.as_ref().map_or(self.schema.len(), |m| m.width)
+    }
+
+    /// The standardised network input of a training-phase row, into `z`; no allocation.
+    fn encode(&self, canonical: &[f64], z: &mut [f32; MAX_WIDTH]) {
+        let mut raw = [0.0f64; MAX_WIDTH];
+        let width = self.input_width();
+        match &self.shared {
+            Some(m) => m.scatter(canonical, &mut raw),
+            None => raw[..width].copy_from_slice(canonical),
+        }
+        for (((o, v), m), s) in z
+            .iter_mut()
+            .zip(&raw[..width])
+            .zip(&self.scaler.mean)
+            .zip(&self.scaler.inv_std)
+        {
+            *o = ((crate::features::log1p_pos(*v) - m) * s) as f32;
+        }
     }
 
     /// The row in its training-phase form, the form the encoder reads.
@@ -683,17 +832,9 @@ impl Regressor for FittedMedn {
     fn predict_row(&self, x: &[f64]) -> Result<f64> {
         check_width(&self.schema, x.len())?;
         let (task, net, head) = self.route_of(x)?;
-        let canonical = self.canonical(x)?;
         let mut z = [0.0f32; MAX_WIDTH];
-        for (((o, v), m), s) in z
-            .iter_mut()
-            .zip(canonical.iter())
-            .zip(&self.scaler.mean)
-            .zip(&self.scaler.inv_std)
-        {
-            *o = ((crate::features::log1p_pos(*v) - m) * s) as f32;
-        }
-        let out = self.nets[net].forward_one(&z[..x.len()], head);
+        self.encode(&self.canonical(x)?, &mut z);
+        let out = self.nets[net].forward_one(&z[..self.input_width()], head);
         Ok(self.targets.to_ms(task, f64::from(out)))
     }
 

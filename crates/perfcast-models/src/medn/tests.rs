@@ -194,3 +194,52 @@ fn bad_parameters_are_named() {
     .to_string();
     assert!(err.contains("`tpu`"), "{err}");
 }
+
+#[test]
+fn one_network_serves_several_kinds() {
+    let linear = linear_set(40);
+    // ReLU rows: a kind with other configuration columns.
+    let schema = FeatureSchema::for_kind(ModuleKind::Relu);
+    let mut x = Matrix::with_cols(schema.len());
+    let (mut y, mut groups) = (Vec::new(), Vec::new());
+    for i in 0..40 {
+        let spec = ModuleSpec::Relu(perfcast_core::Elementwise {
+            shape: [1 + i % 8, 4 + i, 16],
+        });
+        for phase in TASKS {
+            let ctx = Context {
+                batch: 1 + i % 4,
+                phase,
+                threads: 1,
+                utilisation: 0.0,
+            };
+            let elems = perfcast_core::features::derive(&spec, ctx.batch).output_elems;
+            x.push_row(&row(&spec, &ctx, &device_spec()));
+            y.push(0.001 + elems / 1e9 * if phase == Phase::Training { 2.0 } else { 1.0 });
+            groups.push(i as u64);
+        }
+    }
+    let relu = TrainSet {
+        schema,
+        x,
+        y,
+        groups,
+    };
+    let models = MednParams {
+        max_steps: 300,
+        ..quick()
+    }
+    .fit_shared(&[linear.clone(), relu.clone()])
+    .unwrap();
+    assert_eq!(models.len(), 2);
+    assert_eq!(models[0].nets, models[1].nets, "one set of weights");
+    for (model, set) in models.iter().zip([&linear, &relu]) {
+        let p = model.predict(&set.x).unwrap();
+        assert!(p.iter().all(|v| v.is_finite() && *v > 0.0));
+        // Checkpoints keep the shared-input map.
+        let dir = tempfile::tempdir().unwrap();
+        model.save_checkpoint(dir.path()).unwrap();
+        let loaded = FittedMedn::load_checkpoint(dir.path(), Some(&set.schema)).unwrap();
+        assert_eq!(loaded.predict(&set.x).unwrap(), p);
+    }
+}

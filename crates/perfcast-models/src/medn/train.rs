@@ -83,6 +83,18 @@ pub struct TrainHistory {
     pub best_val_mape: f64,
     /// Training loss of the last epoch.
     pub final_loss: f64,
+    /// Mini-batch size used.
+    #[serde(default)]
+    pub batch_size: usize,
+    /// Samples trained on.
+    #[serde(default)]
+    pub train_samples: usize,
+    /// Samples early stopping watched (0: the training samples were watched).
+    #[serde(default)]
+    pub val_samples: usize,
+    /// Wall-clock seconds of the loop (what `bench/medn_torch.py` compares with PyTorch).
+    #[serde(default)]
+    pub seconds: f64,
 }
 
 /// Everything the loop needs besides the data.
@@ -112,6 +124,7 @@ pub(crate) fn train(
     if train.is_empty() {
         return Err(Error::InvalidData("no MEDN training samples".into()));
     }
+    let started = std::time::Instant::now();
     let device = opts.device.clone().autodiff();
     let plain = device.clone().inner();
     device.seed(opts.seed);
@@ -138,6 +151,9 @@ pub(crate) fn train(
     let mut order: Vec<usize> = (0..n).collect();
     let mut history = TrainHistory {
         best_val_mape: f64::INFINITY,
+        batch_size: batch,
+        train_samples: n,
+        val_samples: val.len(),
         ..TrainHistory::default()
     };
     let mut best: Option<MednNet> = None;
@@ -201,6 +217,7 @@ pub(crate) fn train(
         }
     }
     history.steps = step;
+    history.seconds = started.elapsed().as_secs_f64();
     let best = best.ok_or_else(|| Error::InvalidData("MEDN ran no epoch".into()))?;
     Ok((best, history))
 }
