@@ -33,6 +33,9 @@ pub const COMMON: &[&str] = &[
     "gemm_n",
     "gemm_k",
     "gemm_min",
+    "gemm_m_align",
+    "gemm_n_align",
+    "gemm_k_align",
     "conv_pointwise",
     "conv_depthwise",
     "conv_small_channel",
@@ -140,6 +143,19 @@ pub fn gemm_dims(spec: &ModuleSpec, batch: usize) -> (f64, f64, f64) {
     }
 }
 
+/// The largest power of two (up to 128) dividing a GEMM dimension; 0 for no GEMM.
+///
+/// SIMD micro-kernels on CPUs and tiled kernels on GPUs run at full speed only on whole
+/// vectors and tiles, so latency is not smooth in the shapes: 512 and 513 output features
+/// differ by a whole extra tile. Smooth models cannot find these steps from the sizes alone.
+pub fn alignment(dim: f64) -> f64 {
+    if dim < 1.0 {
+        return 0.0;
+    }
+    let d = dim.round() as u64;
+    f64::from(1u32 << d.trailing_zeros().min(7))
+}
+
 /// The ordered feature names of one module kind.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FeatureSchema {
@@ -224,6 +240,7 @@ pub fn row(spec: &ModuleSpec, context: &Context, device: &DeviceSpec) -> Vec<f64
     ]);
     let (gm, gn, gk) = gemm_dims(spec, context.batch);
     out.extend_from_slice(&[gm, gn, gk, gm.min(gn).min(gk)]);
+    out.extend_from_slice(&[alignment(gm), alignment(gn), alignment(gk)]);
     out.extend_from_slice(&conv_algorithm_flags(spec));
     if spec.kind() == ModuleKind::Conv2d {
         out.extend_from_slice(&conv_backward_features(spec, context));
@@ -492,6 +509,14 @@ mod tests {
             let forth = row_in_phase(&schema, &inference, Phase::Training).unwrap();
             assert_eq!(forth, training, "{}", spec.kind());
         }
+    }
+
+    #[test]
+    fn alignment_is_the_power_of_two_dividing_a_dimension() {
+        assert_eq!(alignment(0.0), 0.0);
+        assert_eq!(alignment(513.0), 1.0);
+        assert_eq!(alignment(24.0), 8.0);
+        assert_eq!(alignment(4096.0), 128.0);
     }
 
     #[test]

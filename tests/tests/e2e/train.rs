@@ -198,3 +198,89 @@ fn bad_training_data_fails_cleanly_without_a_partial_directory() {
     );
     assert!(!models.exists());
 }
+
+#[test]
+fn train_fits_medn_and_the_mlp_saves_checkpoints_and_compares_a_shared_network() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = small_dataset(tmp.path(), "30");
+    let models = tmp.path().join("models");
+    let o = run(&[
+        "train",
+        "--data",
+        data.to_str().unwrap(),
+        "--out",
+        models.to_str().unwrap(),
+        "--models",
+        "ridge,medn,mlp",
+        "--folds",
+        "2",
+        "--set",
+        "medn.max_steps=300",
+        "--set",
+        "mlp.max_steps=300",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for k in report["kinds"].as_array().unwrap() {
+        let kind = k["kind"].as_str().unwrap();
+        for m in k["models"].as_array().unwrap() {
+            let mape = m["test"]["mape"].as_f64().unwrap();
+            assert!(mape.is_finite() && mape >= 0.0, "{m}");
+            // Both targets are scored separately.
+            assert!(
+                m["test_mape_by_phase"]["training"].as_f64().is_some(),
+                "{m}"
+            );
+        }
+        for family in ["medn", "mlp"] {
+            assert!(models.join(format!("{kind}/{family}.json")).is_file());
+            let ckpt = models.join(format!("{kind}/{family}"));
+            assert!(ckpt.join("medn.json").is_file());
+            assert!(ckpt.join("net-0.bpk").is_file());
+        }
+        // The single-task baseline keeps one network per target.
+        assert!(models.join(format!("{kind}/mlp/net-1.bpk")).is_file());
+    }
+    let shared = report["shared"].as_array().unwrap();
+    assert_eq!(shared.len(), 4, "two kinds x (medn, mlp)");
+    assert!(
+        shared
+            .iter()
+            .all(|s| s["shared_mape"].as_f64().unwrap() >= 0.0)
+    );
+
+    // eval reloads the neural models like the others.
+    let o = run(&[
+        "eval",
+        "--models",
+        models.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 6);
+
+    // A bad hyper-parameter is named before anything is fitted.
+    let o = run(&[
+        "train",
+        "--data",
+        data.to_str().unwrap(),
+        "--out",
+        tmp.path().join("m2").to_str().unwrap(),
+        "--models",
+        "medn",
+        "--set",
+        "medn.dropout=1.5",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("dropout must be in [0, 1), got 1.5"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -29,6 +29,11 @@ pub struct MednConfig {
     /// Dropout inside the residual blocks while training.
     #[config(default = 0.0)]
     pub dropout: f64,
+    /// A linear path from the inputs straight to every output, added to the heads (wide and
+    /// deep): the log-linear trend of latency in log features comes for free and the deep part
+    /// learns what bends it.
+    #[config(default = true)]
+    pub skip: bool,
 }
 
 impl MednConfig {
@@ -51,6 +56,9 @@ impl MednConfig {
                     out: LinearConfig::new(self.head_width, 1).init(device),
                 })
                 .collect(),
+            skip: self
+                .skip
+                .then(|| LinearConfig::new(self.d_input, self.tasks).init(device)),
         }
     }
 
@@ -62,5 +70,10 @@ impl MednConfig {
             + 2 * self.width
             + lin(self.width, self.latent)
             + self.tasks * (lin(self.latent, self.head_width) + lin(self.head_width, 1))
+            + if self.skip {
+                lin(self.d_input, self.tasks)
+            } else {
+                0
+            }
     }
 }

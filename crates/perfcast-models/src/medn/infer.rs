@@ -125,6 +125,9 @@ pub struct FastNet {
     pub latent: Dense,
     /// Heads: hidden layer, output layer.
     pub heads: Vec<(Dense, Dense)>,
+    /// Inputs straight to the outputs (`d_in x tasks`), when configured.
+    #[serde(default)]
+    pub skip: Option<Dense>,
 }
 
 impl FastNet {
@@ -144,6 +147,7 @@ impl FastNet {
                 .iter()
                 .map(|h| Ok((Dense::from_burn(&h.hidden)?, Dense::from_burn(&h.out)?)))
                 .collect::<Result<_>>()?,
+            skip: net.skip.as_ref().map(Dense::from_burn).transpose()?,
         })
     }
 
@@ -161,6 +165,9 @@ impl FastNet {
         for ((hidden, out), head) in self.heads.iter().zip(&mut net.heads) {
             hidden.to_burn(&mut head.hidden, device);
             out.to_burn(&mut head.out, device);
+        }
+        if let (Some(dense), Some(skip)) = (&self.skip, &mut net.skip) {
+            dense.to_burn(skip, device);
         }
         Ok(net)
     }
@@ -225,6 +232,15 @@ impl FastNet {
             )?;
             dense(o, config.head_width, 1, &format!("heads.{i}.out"))?;
         }
+        match (&self.skip, config.skip) {
+            (Some(s), true) => dense(s, config.d_input, config.tasks, "skip")?,
+            (None, false) => {}
+            _ => {
+                return Err(Error::InvalidData(
+                    "MEDN skip layer does not match its config".into(),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -255,7 +271,17 @@ impl FastNet {
         }
         let mut o = [0.0f32; 1];
         out.apply(&t, &mut o);
-        o[0]
+        match &self.skip {
+            // Column `task` of the skip layer: the whole layer would waste the other heads' work.
+            Some(s) => {
+                let mut acc = s.b[task];
+                for (xi, row) in x[..s.d_in].iter().zip(s.w.chunks_exact(s.d_out)) {
+                    acc += xi * row[task];
+                }
+                o[0] + acc
+            }
+            None => o[0],
+        }
     }
 
     /// Parameters stored.
@@ -267,6 +293,7 @@ impl FastNet {
             + n(&self.out_norm)
             + d(&self.latent)
             + self.heads.iter().map(|(a, b)| d(a) + d(b)).sum::<usize>()
+            + self.skip.as_ref().map_or(0, d)
     }
 }
 

@@ -70,6 +70,8 @@ pub struct MednParams {
     pub head_width: usize,
     /// Dropout in the residual blocks; default 0.
     pub dropout: f64,
+    /// A linear path from inputs to outputs beside the deep one; default true.
+    pub skip: bool,
     /// Loss; default `l1` (relative error in log space).
     pub loss: Loss,
     /// Weight of each task's loss, `[forward, training]`; default `[1, 1]`.
@@ -90,6 +92,9 @@ pub struct MednParams {
     pub val_share: f64,
     /// Seed of initialisation, shuffling and the validation split; default 0.
     pub seed: u64,
+    /// Networks trained from different seeds (and validation splits) whose standardised log
+    /// outputs are averaged; default 1. Each member costs its own prediction time and size.
+    pub ensemble: usize,
     /// Backend to train on: `flex` (CPU) or `wgpu` (needs the `wgpu` feature); default `flex`.
     pub backend: String,
     /// Where to show epochs, loss and validation MAPE (set by the CLI, not saved).
@@ -116,6 +121,7 @@ impl Default for MednParams {
             latent: 32,
             head_width: 32,
             dropout: 0.0,
+            skip: true,
             loss: Loss::L1,
             task_weights: vec![1.0, 1.0],
             lr: 3e-3,
@@ -126,6 +132,7 @@ impl Default for MednParams {
             patience: 40,
             val_share: 0.1,
             seed: 0,
+            ensemble: 1,
             backend: "flex".into(),
             progress: Progress::default(),
         }
@@ -172,6 +179,7 @@ impl MednParams {
             .with_latent(self.latent)
             .with_head_width(self.head_width)
             .with_dropout(self.dropout)
+            .with_skip(self.skip)
     }
 }
 
@@ -296,6 +304,9 @@ impl Fit for MednParams {
                 return Err(self.invalid(format!("{name} must be in 1..={MAX_WIDTH}, got {v}")));
             }
         }
+        if !(1..=16).contains(&self.ensemble) {
+            return Err(self.invalid(format!("ensemble must be in 1..=16, got {}", self.ensemble)));
+        }
         if self.depth > 16 {
             return Err(self.invalid(format!("depth must be at most 16, got {}", self.depth)));
         }
@@ -358,6 +369,7 @@ impl Fit for MednParams {
             targets: target_scaler,
             route: nets.route,
             history: nets.history,
+            members: nets.members,
             nets: nets.nets,
             shared: None,
         })
@@ -366,6 +378,8 @@ impl Fit for MednParams {
 
 /// Networks fitted on standardised samples, and which head answers which task.
 struct Networks {
+    /// Ensemble members; `nets` holds each member's networks in turn.
+    members: usize,
     nets: Vec<FastNet>,
     configs: Vec<MednConfig>,
     route: Vec<Option<(usize, usize)>>,
@@ -391,16 +405,21 @@ impl MednParams {
         };
         let device = self.device()?;
         let mut out = Networks {
+            members: self.ensemble,
             nets: Vec::new(),
             configs: Vec::new(),
             route: vec![None; TASKS.len()],
             history: Vec::new(),
         };
-        for (net_index, tasks) in groups.iter().enumerate() {
+        for (member, (net_index, tasks)) in
+            (0..self.ensemble).flat_map(|m| groups.iter().enumerate().map(move |g| (m, g)))
+        {
+            // Members differ in initialisation, batch order and validation split.
+            let seed = self.seed.wrapping_add(7919 * member as u64);
             let samples = to_samples(inputs, targets, scaler, target_scaler, tasks);
             let n = samples.len();
             let mut order: Vec<usize> = (0..n).collect();
-            order.shuffle(&mut StdRng::seed_from_u64(self.seed));
+            order.shuffle(&mut StdRng::seed_from_u64(seed));
             let n_val = if n >= 20 {
                 ((n as f64 * self.val_share).round() as usize).min(n / 2)
             } else {
@@ -425,7 +444,7 @@ impl MednParams {
                 patience: self.patience,
                 task_weights: &weights,
                 loss: self.loss,
-                seed: self.seed.wrapping_add(net_index as u64),
+                seed: seed.wrapping_add(net_index as u64),
                 scaler: &ScalerView {
                     inner: target_scaler,
                     tasks,
@@ -435,8 +454,10 @@ impl MednParams {
             };
             let (net, history) =
                 train::train(&opts, &samples.select(train_idx), &samples.select(val_idx))?;
-            for (head, &k) in tasks.iter().enumerate() {
-                out.route[k] = Some((net_index, head));
+            if member == 0 {
+                for (head, &k) in tasks.iter().enumerate() {
+                    out.route[k] = Some((net_index, head));
+                }
             }
             out.nets.push(FastNet::from_burn(&net)?);
             out.history.push(history);
@@ -505,6 +526,7 @@ impl MednParams {
                     targets: target_scaler.clone(),
                     route: nets.route.clone(),
                     history: nets.history.clone(),
+                    members: nets.members,
                     nets: nets.nets.clone(),
                     shared: Some(map),
                 })
@@ -561,10 +583,14 @@ pub struct FittedMedn {
     configs: Vec<MednConfig>,
     scaler: LogStandardiser,
     targets: TargetScaler,
-    /// Per task: `(network, head)`, or none when the training data had no such rows.
+    /// Per task: `(network, head)` within a member, or none when the training data had no such
+    /// rows.
     route: Vec<Option<(usize, usize)>>,
     /// How each network's fit went.
     pub history: Vec<TrainHistory>,
+    /// Ensemble members; `nets` holds each member's networks in turn.
+    #[serde(default = "one")]
+    members: usize,
     nets: Vec<FastNet>,
     /// Set when the network is shared with other module kinds.
     #[serde(default)]
@@ -584,8 +610,14 @@ struct CheckpointMeta {
     targets: TargetScaler,
     route: Vec<Option<(usize, usize)>>,
     history: Vec<TrainHistory>,
+    #[serde(default = "one")]
+    members: usize,
     #[serde(default)]
     shared: Option<SharedInput>,
+}
+
+fn one() -> usize {
+    1
 }
 
 const CHECKPOINT_FORMAT: u32 = 1;
@@ -635,6 +667,7 @@ impl FittedMedn {
             targets: self.targets.clone(),
             route: self.route.clone(),
             history: self.history.clone(),
+            members: self.members,
             shared: self.shared.clone(),
         };
         let json = serde_json::to_vec_pretty(&meta)
@@ -710,6 +743,7 @@ impl FittedMedn {
             targets: meta.targets,
             route: meta.route,
             history: meta.history,
+            members: meta.members,
             nets,
             shared: meta.shared,
         };
@@ -727,9 +761,13 @@ impl FittedMedn {
                 || m.indicator >= m.width
                 || m.columns.iter().any(|&c| c >= m.width))
         {
-            return Err(Error::InvalidData("MEDN shared-input map is out of range".into()));
+            return Err(Error::InvalidData(
+                "MEDN shared-input map is out of range".into(),
+            ));
         }
-        if self.nets.len() != self.configs.len()
+        if self.members == 0
+            || self.nets.len() % self.members != 0
+            || self.nets.len() != self.configs.len()
             || self.scaler.mean.len() != width
             || self.training_col >= self.schema.len()
             || self.route.len() != TASKS.len()
@@ -745,8 +783,9 @@ impl FittedMedn {
                 )));
             }
         }
+        let per_member = self.nets.len() / self.members;
         for (net, head) in self.route.iter().flatten() {
-            if *net >= self.nets.len() || *head >= self.configs[*net].tasks {
+            if *net >= per_member || *head >= self.configs[*net].tasks {
                 return Err(Error::InvalidData("MEDN routes a task to no head".into()));
             }
         }
@@ -769,13 +808,23 @@ impl FittedMedn {
         for row in x.iter_rows() {
             let (task, net, head) = self.route_of(row)?;
             self.encode(&self.canonical(row)?, &mut z);
-            let t = Tensor::<2>::from_data(TensorData::new(z[..width].to_vec(), [1, width]), device);
-            let z = burn_nets[net]
-                .forward(t)
-                .into_data()
-                .try_to_vec::<f32>()
-                .map_err(|e| Error::InvalidData(format!("MEDN output is not f32: {e:?}")))?[head];
-            out.push(self.targets.to_ms(task, f64::from(z)));
+            let mut sum = 0.0f32;
+            for member in 0..self.members {
+                let t = Tensor::<2>::from_data(
+                    TensorData::new(z[..width].to_vec(), [1, width]),
+                    device,
+                );
+                sum += burn_nets[member * self.nets.len() / self.members + net]
+                    .forward(t)
+                    .into_data()
+                    .try_to_vec::<f32>()
+                    .map_err(|e| Error::InvalidData(format!("MEDN output is not f32: {e:?}")))?
+                    [head];
+            }
+            out.push(
+                self.targets
+                    .to_ms(task, f64::from(sum / self.members as f32)),
+            );
         }
         Ok(out)
     }
@@ -834,8 +883,14 @@ impl Regressor for FittedMedn {
         let (task, net, head) = self.route_of(x)?;
         let mut z = [0.0f32; MAX_WIDTH];
         self.encode(&self.canonical(x)?, &mut z);
-        let out = self.nets[net].forward_one(&z[..self.input_width()], head);
-        Ok(self.targets.to_ms(task, f64::from(out)))
+        let per_member = self.nets.len() / self.members;
+        let input = &z[..self.input_width()];
+        let sum: f32 = (0..self.members)
+            .map(|m| self.nets[m * per_member + net].forward_one(input, head))
+            .sum();
+        Ok(self
+            .targets
+            .to_ms(task, f64::from(sum / self.members as f32)))
     }
 
     fn size_bytes(&self) -> usize {

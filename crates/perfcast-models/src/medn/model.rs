@@ -56,6 +56,8 @@ pub struct MednNet {
     pub latent: Linear,
     /// One head per task.
     pub heads: Vec<DecoderHead>,
+    /// Inputs straight to the outputs, when configured.
+    pub skip: Option<Linear>,
 }
 
 impl MednNet {
@@ -70,8 +72,12 @@ impl MednNet {
 
     /// Every head's output (standardised log latency), `[n, d_input] -> [n, tasks]`.
     pub fn forward(&self, x: Tensor<2>) -> Tensor<2> {
-        let z = self.encode(x);
+        let z = self.encode(x.clone());
         let outs: Vec<Tensor<2>> = self.heads.iter().map(|h| h.forward(z.clone())).collect();
-        Tensor::cat(outs, 1)
+        let deep = Tensor::cat(outs, 1);
+        match &self.skip {
+            Some(skip) => deep + skip.forward(x),
+            None => deep,
+        }
     }
 }
