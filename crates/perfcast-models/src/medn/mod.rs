@@ -766,7 +766,7 @@ impl FittedMedn {
             ));
         }
         if self.members == 0
-            || self.nets.len() % self.members != 0
+            || !self.nets.len().is_multiple_of(self.members)
             || self.nets.len() != self.configs.len()
             || self.scaler.mean.len() != width
             || self.training_col >= self.schema.len()
