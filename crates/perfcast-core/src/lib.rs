@@ -1,7 +1,8 @@
 //! perfcast-core: the vocabulary every other perfcast crate speaks.
 //!
 //! Module specs ([`ModuleSpec`]) with validation and shape inference, derived features
-//! ([`features::derive`]), the measurement [`Context`], and device specs ([`DeviceSpec`]).
+//! ([`features::derive`]), the measurement [`Context`], device specs ([`DeviceSpec`]), and whole
+//! networks ([`Network`], checked layer by layer; built-in ones in [`zoo`]).
 //! No burn, no polars: this crate builds and tests in seconds.
 //!
 //! ```
@@ -20,8 +21,10 @@ mod device;
 mod error;
 pub mod features;
 mod metrics;
+pub mod network;
 mod spec;
 pub mod testing;
+pub mod zoo;
 
 pub use context::{Context, Phase};
 pub use device::{
@@ -30,6 +33,7 @@ pub use device::{
 };
 pub use error::{Error, Result};
 pub use metrics::Metrics;
+pub use network::{Layer, LayerShapes, NETWORK_INPUT, Network};
 pub use spec::{
     BatchNorm2d, Conv2d, Elementwise, LayerNorm, Linear, Matmul, ModuleKind, ModuleSpec, Pool2d,
 };

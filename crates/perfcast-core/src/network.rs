@@ -1,0 +1,639 @@
+//! Whole networks: an ordered list of named layers, each a [`ModuleSpec`] that reads the output
+//! of the network input or an earlier layer, with shapes checked layer by layer.
+//!
+//! Shapes are per sample, as in [`ModuleSpec`]: the batch size belongs to the [`crate::Context`].
+//! A network's latency is predicted per layer ([`Network::modules`]) and composed.
+//!
+//! # JSON format
+//!
+//! ```json
+//! {
+//!   "name": "downsample-block",
+//!   "input": [64, 56, 56],
+//!   "layers": [
+//!     {"name": "conv1", "spec": {"kind": "conv2d", "in_channels": 64, "out_channels": 128,
+//!                                "input_hw": 56, "kernel": 3, "stride": 2, "padding": 1,
+//!                                "bias": false}},
+//!     {"name": "bn1", "spec": {"kind": "batchnorm2d", "channels": 128, "input_hw": 28}},
+//!     {"name": "down", "input_from": "input",
+//!      "spec": {"kind": "conv2d", "in_channels": 64, "out_channels": 128, "input_hw": 56,
+//!               "kernel": 1, "stride": 2, "bias": false}},
+//!     {"name": "add", "input_from": "bn1", "second_from": "down",
+//!      "spec": {"kind": "add", "shape": [128, 28, 28]}},
+//!     {"name": "fc", "reshape": true,
+//!      "spec": {"kind": "linear", "in_features": 100352, "out_features": 10}}
+//!   ]
+//! }
+//! ```
+//!
+//! - `name`: the network's name; `input`: its per-sample input shape, e.g. `[3, 224, 224]` for
+//!   an image or `[tokens, features]` for a sequence.
+//! - `layers`, in execution order, each with:
+//!   - `name`: unique within the network; `input` is reserved for the network input.
+//!   - `spec`: the layer's [`ModuleSpec`], in its own JSON form (tagged by `kind`).
+//!   - `input_from` (optional): the layer whose output this layer reads, or `input` for the
+//!     network input. Default: the previous layer (the network input for the first layer).
+//!     Only the network input and *earlier* layers can be named, so the list is a valid
+//!     execution order.
+//!   - `second_from` (required for `add`, `mul` and `matmul`, refused for other kinds): the
+//!     layer (or `input`) whose output is the second operand. A residual connection is an `add`
+//!     whose `second_from` names the block's input (or the shortcut branch's last layer).
+//!   - `reshape` (optional, default false): the layer reads its operand(s) reshaped, i.e.
+//!     flattened, split into heads or transposed. Such views are free and not modelled as layers;
+//!     only the element count must match. This is how a flatten before a fully connected layer
+//!     (`[512, 7, 7]` read by a linear with `in_features` 25088) and the head split of attention
+//!     (`[tokens, 768]` read by a matmul as `[12, tokens, 64]`) are written.
+//!
+//! # Shape rules
+//!
+//! Without `reshape`, the shape a layer expects ([`ModuleSpec::input_shape`], and for the second
+//! operand `[heads, k, n]` of a matmul or the first operand's shape for add and mul) must equal
+//! the shape it reads, up to leading dims of 1: a linear's `[1, 4096]` output feeds a relu of
+//! shape `[1, 1, 4096]`, and a `[128, 768]` output feeds a gelu of shape `[1, 128, 768]`, since
+//! both are the same contiguous tensor. Anything else (including a flatten) needs `reshape`: it
+//! is never inferred from matching element counts alone, so a wrong `in_features` is caught.
+//!
+//! Errors name the layer by its index in `layers` (from 0) and its name, with the expected and
+//! the actual shape, e.g. ``layer 3 `conv2`: expects input [64, 56, 56], gets [128, 28, 28]
+//! from layer 2 `pool1` ``.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::spec::ModuleSpec;
+
+/// The reserved layer name that refers to the network input in `input_from` and `second_from`.
+pub const NETWORK_INPUT: &str = "input";
+
+/// A whole network: a per-sample input shape and layers in execution order.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Network {
+    /// The network's name.
+    pub name: String,
+    /// Per-sample input shape, e.g. `[3, 224, 224]` or `[tokens, features]`.
+    pub input: Vec<usize>,
+    /// Layers in execution order.
+    pub layers: Vec<Layer>,
+}
+
+/// One named layer of a [`Network`] and where its operands come from.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Layer {
+    /// Unique name within the network (not `input`).
+    pub name: String,
+    /// The layer (or [`NETWORK_INPUT`]) whose output this layer reads; default the previous one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_from: Option<String>,
+    /// The second operand of an add, mul or matmul; required for those kinds, refused otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub second_from: Option<String>,
+    /// Whether the operands are read reshaped (flattened, split into heads, transposed); only
+    /// the element count must then match. Default false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub reshape: bool,
+    /// What the layer computes, with its per-sample input shape.
+    pub spec: ModuleSpec,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// The per-sample shapes of one checked layer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayerShapes {
+    /// The (first) operand's shape as the layer's spec reads it.
+    pub input: Vec<usize>,
+    /// The second operand's shape, for add, mul and matmul.
+    pub second: Option<Vec<usize>>,
+    /// The output shape.
+    pub output: Vec<usize>,
+}
+
+impl Layer {
+    /// A layer reading the previous layer's output.
+    pub fn new(name: impl Into<String>, spec: ModuleSpec) -> Self {
+        Layer {
+            name: name.into(),
+            input_from: None,
+            second_from: None,
+            reshape: false,
+            spec,
+        }
+    }
+
+    /// Reads the output of the layer `name` (or [`NETWORK_INPUT`]) instead of the previous one.
+    pub fn reads(mut self, name: impl Into<String>) -> Self {
+        self.input_from = Some(name.into());
+        self
+    }
+
+    /// Takes its second operand (add, mul, matmul) from the layer `name` (or [`NETWORK_INPUT`]).
+    pub fn second(mut self, name: impl Into<String>) -> Self {
+        self.second_from = Some(name.into());
+        self
+    }
+
+    /// Reads its operands reshaped (flatten, head split, transpose): only element counts match.
+    pub fn reshaped(mut self) -> Self {
+        self.reshape = true;
+        self
+    }
+}
+
+/// The shape of the second operand a two-operand spec expects; `None` for one-operand kinds.
+fn second_operand_shape(spec: &ModuleSpec) -> Option<Vec<usize>> {
+    match spec {
+        ModuleSpec::Add(e) | ModuleSpec::Mul(e) => Some(e.shape.to_vec()),
+        ModuleSpec::Matmul(m) => Some(vec![m.heads, m.k, m.n]),
+        _ => None,
+    }
+}
+
+/// A shape without its leading dims of 1 (the same contiguous tensor at any such rank).
+fn squeeze_leading(shape: &[usize]) -> &[usize] {
+    let first = shape.iter().position(|&d| d != 1).unwrap_or(shape.len());
+    &shape[first..]
+}
+
+fn elements(shape: &[usize]) -> u128 {
+    shape
+        .iter()
+        .fold(1u128, |acc, &d| acc.saturating_mul(d as u128))
+}
+
+/// Whether a layer expecting `expected` can read a tensor of shape `got`.
+fn fits(expected: &[usize], got: &[usize], reshape: bool) -> bool {
+    if reshape {
+        elements(expected) == elements(got)
+    } else {
+        squeeze_leading(expected) == squeeze_leading(got)
+    }
+}
+
+/// Where an operand comes from.
+#[derive(Clone, Copy)]
+enum Source {
+    Input,
+    Layer(usize),
+}
+
+impl Network {
+    /// Walks the layers in order, checking every spec and that each layer's expected operand
+    /// shapes match the shapes it reads; returns every layer's shapes.
+    ///
+    /// Errors name the layer (index from 0 and name) with the expected and actual shapes.
+    pub fn check(&self) -> Result<Vec<LayerShapes>> {
+        let network_error = |message: String| Error::InvalidNetwork {
+            network: self.name.clone(),
+            message,
+        };
+        if self.input.is_empty() || self.input.contains(&0) {
+            return Err(network_error(format!(
+                "`input` shape {:?} must have at least one dim, each at least 1",
+                self.input
+            )));
+        }
+        if self.layers.is_empty() {
+            return Err(network_error("it has no layers".to_string()));
+        }
+        let mut index: HashMap<&str, usize> = HashMap::with_capacity(self.layers.len());
+        let mut shapes: Vec<LayerShapes> = Vec::with_capacity(self.layers.len());
+        for (i, layer) in self.layers.iter().enumerate() {
+            let layer_error = |message: String| Error::InvalidLayer {
+                network: self.name.clone(),
+                index: i,
+                layer: layer.name.clone(),
+                message,
+            };
+            if layer.name.is_empty() {
+                return Err(layer_error("the layer name is empty".to_string()));
+            }
+            if layer.name == NETWORK_INPUT {
+                return Err(layer_error(format!(
+                    "the name `{NETWORK_INPUT}` is reserved for the network input"
+                )));
+            }
+            if let Some(&j) = index.get(layer.name.as_str()) {
+                return Err(layer_error(format!(
+                    "duplicate layer name, also used by layer {j}"
+                )));
+            }
+            let output = layer
+                .spec
+                .output_shape()
+                .map_err(|e| layer_error(e.to_string()))?;
+
+            let resolve = |field: &str, name: &str| -> Result<Source> {
+                if name == NETWORK_INPUT {
+                    return Ok(Source::Input);
+                }
+                if let Some(&j) = index.get(name) {
+                    return Ok(Source::Layer(j));
+                }
+                let later = self.layers[i..].iter().position(|l| l.name == name);
+                Err(layer_error(match later {
+                    Some(k) => format!(
+                        "`{field}` names `{name}`, layer {}, which is not an earlier layer",
+                        i + k
+                    ),
+                    None => format!("`{field}` names `{name}`, which is no layer of the network"),
+                }))
+            };
+            let shape_of = |source: Source| -> &[usize] {
+                match source {
+                    Source::Input => &self.input,
+                    Source::Layer(j) => &shapes[j].output,
+                }
+            };
+            let describe = |source: Source| -> String {
+                match source {
+                    Source::Input => "the network input".to_string(),
+                    Source::Layer(j) => format!("layer {j} `{}`", self.layers[j].name),
+                }
+            };
+            let mismatch = |what: &str, expected: &[usize], got: &[usize], source: Source| {
+                let (n_expected, n_got) = (elements(expected), elements(got));
+                let message = if layer.reshape {
+                    format!(
+                        "expects {what} {expected:?} ({n_expected} elements), gets {got:?} \
+                         ({n_got} elements) from {}; `reshape` keeps the element count",
+                        describe(source)
+                    )
+                } else if n_expected == n_got {
+                    format!(
+                        "expects {what} {expected:?}, gets {got:?} from {}; set `reshape` if \
+                         the layer reads it flattened or permuted",
+                        describe(source)
+                    )
+                } else {
+                    format!(
+                        "expects {what} {expected:?}, gets {got:?} from {}",
+                        describe(source)
+                    )
+                };
+                layer_error(message)
+            };
+
+            let source = match &layer.input_from {
+                Some(name) => resolve("input_from", name)?,
+                None if i == 0 => Source::Input,
+                None => Source::Layer(i - 1),
+            };
+            let expected = layer.spec.input_shape();
+            let got = shape_of(source);
+            if !fits(&expected, got, layer.reshape) {
+                return Err(mismatch("input", &expected, got, source));
+            }
+
+            let kind = layer.spec.kind();
+            let second = match (second_operand_shape(&layer.spec), &layer.second_from) {
+                (Some(expected), Some(name)) => {
+                    let source = resolve("second_from", name)?;
+                    let got = shape_of(source);
+                    if !fits(&expected, got, layer.reshape) {
+                        return Err(mismatch("second operand", &expected, got, source));
+                    }
+                    Some(expected)
+                }
+                (Some(_), None) => {
+                    return Err(layer_error(format!(
+                        "a layer of kind {kind} needs `second_from`, the layer (or `{NETWORK_INPUT}`) \
+                         whose output is its second operand"
+                    )));
+                }
+                (None, Some(name)) => {
+                    return Err(layer_error(format!(
+                        "`second_from` `{name}` is only for add, mul and matmul layers, not {kind}"
+                    )));
+                }
+                (None, None) => None,
+            };
+
+            index.insert(&layer.name, i);
+            shapes.push(LayerShapes {
+                input: expected,
+                second,
+                output,
+            });
+        }
+        Ok(shapes)
+    }
+
+    /// The per-sample output shape of the last layer, after checking the whole network.
+    pub fn output_shape(&self) -> Result<Vec<usize>> {
+        let mut shapes = self.check()?;
+        Ok(shapes.pop().map(|s| s.output).unwrap_or_default())
+    }
+
+    /// Every layer's name and spec, in execution order: what a predictor sums over.
+    pub fn modules(&self) -> Vec<(&str, &ModuleSpec)> {
+        self.layers
+            .iter()
+            .map(|l| (l.name.as_str(), &l.spec))
+            .collect()
+    }
+
+    /// Parses a network from JSON (see the [module docs](self)) and checks it.
+    pub fn from_json(text: &str) -> Result<Self> {
+        let network: Network = serde_json::from_str(text).map_err(Error::NetworkJson)?;
+        network.check()?;
+        Ok(network)
+    }
+
+    /// Reads, parses and checks a network JSON file; errors name the file.
+    pub fn from_json_file(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let file_error = |message: String| Error::NetworkFile {
+            path: path.to_path_buf(),
+            message,
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| file_error(format!("cannot read it: {e}")))?;
+        Self::from_json(&text).map_err(|e| file_error(e.to_string()))
+    }
+
+    /// The network as pretty-printed JSON, in the format [`Network::from_json`] reads.
+    pub fn to_json_pretty(&self) -> Result<String> {
+        serde_json::to_string_pretty(self).map_err(Error::NetworkJson)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{BatchNorm2d, Conv2d, Elementwise, Linear, Pool2d};
+
+    fn examples_dir() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/networks")
+    }
+
+    fn conv(cin: usize, cout: usize, hw: usize, k: usize, s: usize, p: usize) -> ModuleSpec {
+        ModuleSpec::Conv2d(Conv2d {
+            in_channels: cin,
+            out_channels: cout,
+            input_hw: [hw, hw],
+            kernel: [k, k],
+            stride: [s, s],
+            padding: [p, p],
+            dilation: [1, 1],
+            groups: 1,
+            bias: false,
+        })
+    }
+
+    fn relu(shape: [usize; 3]) -> ModuleSpec {
+        ModuleSpec::Relu(Elementwise { shape })
+    }
+
+    /// conv1 -> relu1 -> pool1 -> conv2: the shape mismatch of the module docs when `bad`.
+    fn tiny(bad: bool) -> Network {
+        let conv2_in = if bad { 128 } else { 64 };
+        Network {
+            name: "tiny".into(),
+            input: vec![3, 112, 112],
+            layers: vec![
+                Layer::new("conv1", conv(3, 64, 112, 3, 1, 1)),
+                Layer::new("relu1", relu([64, 112, 112])),
+                Layer::new(
+                    "pool1",
+                    ModuleSpec::MaxPool2d(Pool2d {
+                        channels: 64,
+                        input_hw: [112, 112],
+                        kernel: [2, 2],
+                        stride: None,
+                        padding: [0, 0],
+                    }),
+                ),
+                Layer::new("conv2", conv(conv2_in, 64, 56, 3, 1, 1)),
+            ],
+        }
+    }
+
+    #[test]
+    fn shapes_are_inferred_layer_by_layer() {
+        let shapes = tiny(false).check().unwrap();
+        assert_eq!(shapes.len(), 4);
+        assert_eq!(shapes[0].input, vec![3, 112, 112]);
+        assert_eq!(shapes[2].output, vec![64, 56, 56]);
+        assert_eq!(shapes[3].output, vec![64, 56, 56]);
+        assert_eq!(shapes[3].second, None);
+        assert_eq!(tiny(false).output_shape().unwrap(), vec![64, 56, 56]);
+    }
+
+    #[test]
+    fn mismatch_names_layer_expected_and_actual_shapes() {
+        let err = tiny(true).check().unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "network `tiny`: layer 3 `conv2`: expects input [128, 56, 56], gets [64, 56, 56] \
+             from layer 2 `pool1`"
+        );
+    }
+
+    #[test]
+    fn leading_ones_match_but_flatten_needs_reshape() {
+        let fc = |reshape: bool| {
+            let layer = Layer::new(
+                "fc",
+                ModuleSpec::Linear(Linear {
+                    tokens: 1,
+                    in_features: 64 * 4 * 4,
+                    out_features: 10,
+                    bias: true,
+                }),
+            );
+            if reshape { layer.reshaped() } else { layer }
+        };
+        let net = |reshape: bool| Network {
+            name: "flat".into(),
+            input: vec![64, 4, 4],
+            layers: vec![
+                fc(reshape),
+                // [1, 10] from the linear feeds a relu of shape [1, 1, 10].
+                Layer::new("relu", relu([1, 1, 10])),
+            ],
+        };
+        assert_eq!(net(true).output_shape().unwrap(), vec![1, 1, 10]);
+        let err = net(false).check().unwrap_err().to_string();
+        assert!(
+            err.contains("layer 0 `fc`: expects input [1, 1024], gets [64, 4, 4] from the network input; set `reshape`"),
+            "{err}"
+        );
+        // reshape still checks the element count.
+        let mut wrong = net(true);
+        if let ModuleSpec::Linear(l) = &mut wrong.layers[0].spec {
+            l.in_features = 1000;
+        }
+        let err = wrong.check().unwrap_err().to_string();
+        assert!(
+            err.contains("(1000 elements), gets [64, 4, 4] (1024 elements)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn residual_add_reads_two_operands() {
+        let bn = ModuleSpec::BatchNorm2d(BatchNorm2d {
+            channels: 8,
+            input_hw: [6, 6],
+        });
+        let add = ModuleSpec::Add(Elementwise { shape: [8, 6, 6] });
+        let net = Network {
+            name: "res".into(),
+            input: vec![8, 6, 6],
+            layers: vec![
+                Layer::new("conv", conv(8, 8, 6, 3, 1, 1)),
+                Layer::new("bn", bn),
+                Layer::new("add", add.clone()).second(NETWORK_INPUT),
+            ],
+        };
+        let shapes = net.check().unwrap();
+        assert_eq!(shapes[2].second, Some(vec![8, 6, 6]));
+
+        let mut missing = net.clone();
+        missing.layers[2].second_from = None;
+        let err = missing.check().unwrap_err().to_string();
+        assert!(
+            err.contains("layer 2 `add`: a layer of kind add needs `second_from`"),
+            "{err}"
+        );
+
+        let mut forward = net.clone();
+        forward.layers[1].input_from = Some("add".into());
+        let err = forward.check().unwrap_err().to_string();
+        assert!(
+            err.contains("`add`, layer 2, which is not an earlier layer"),
+            "{err}"
+        );
+
+        let mut unknown = net.clone();
+        unknown.layers[2].second_from = Some("shortcut".into());
+        let err = unknown.check().unwrap_err().to_string();
+        assert!(err.contains("`shortcut`, which is no layer"), "{err}");
+
+        let mut misplaced = net.clone();
+        misplaced.layers[1].second_from = Some("conv".into());
+        let err = misplaced.check().unwrap_err().to_string();
+        assert!(
+            err.contains("only for add, mul and matmul layers, not batchnorm2d"),
+            "{err}"
+        );
+
+        let mut duplicate = net;
+        duplicate.layers[2].name = "conv".into();
+        let err = duplicate.check().unwrap_err().to_string();
+        assert!(
+            err.contains("layer 2 `conv`: duplicate layer name, also used by layer 0"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn invalid_spec_is_reported_with_its_layer() {
+        let mut net = tiny(false);
+        net.layers[3].spec = conv(64, 64, 56, 99, 1, 1);
+        let err = net.check().unwrap_err().to_string();
+        assert!(
+            err.starts_with(
+                "network `tiny`: layer 3 `conv2`: invalid conv2d spec: kernel height 99"
+            ),
+            "{err}"
+        );
+        let empty = Network {
+            name: "empty".into(),
+            input: vec![3, 0, 4],
+            layers: vec![],
+        };
+        let err = empty.check().unwrap_err().to_string();
+        assert!(err.contains("`input` shape [3, 0, 4]"), "{err}");
+    }
+
+    #[test]
+    fn modules_lists_names_and_specs_in_order() {
+        let net = tiny(false);
+        let modules = net.modules();
+        let names: Vec<&str> = modules.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, ["conv1", "relu1", "pool1", "conv2"]);
+        assert_eq!(modules[1].1, &relu([64, 112, 112]));
+    }
+
+    #[test]
+    fn example_files_load_and_check() {
+        let tiny = Network::from_json_file(examples_dir().join("tiny-cnn.json")).unwrap();
+        assert_eq!(tiny.name, "tiny-cnn");
+        assert_eq!(tiny.output_shape().unwrap(), vec![1, 10]);
+
+        let block = Network::from_json_file(examples_dir().join("residual-block.json")).unwrap();
+        assert_eq!(block.name, "residual-block");
+        let shapes = block.check().unwrap();
+        assert_eq!(shapes.last().unwrap().output, vec![128, 28, 28]);
+        // The shortcut branch reads the network input; the add joins it to the main branch.
+        let shortcut = &block.layers[5];
+        assert_eq!(shortcut.input_from.as_deref(), Some(NETWORK_INPUT));
+        assert_eq!(shapes[5].input, vec![64, 56, 56]);
+        assert_eq!(shapes[7].second, Some(vec![128, 28, 28]));
+
+        // Round trip: what we write, we read back identical.
+        for net in [tiny, block] {
+            let json = net.to_json_pretty().unwrap();
+            assert_eq!(Network::from_json(&json).unwrap(), net);
+        }
+    }
+
+    #[test]
+    fn json_with_shape_mismatch_is_rejected_naming_layer_and_file() {
+        let json = r#"{
+            "name": "broken",
+            "input": [3, 32, 32],
+            "layers": [
+                {"name": "conv1", "spec": {"kind": "conv2d", "in_channels": 3, "out_channels": 16,
+                                           "input_hw": 32, "kernel": 3, "padding": 1}},
+                {"name": "pool1", "spec": {"kind": "maxpool2d", "channels": 16, "input_hw": 32,
+                                           "kernel": 2}},
+                {"name": "conv2", "spec": {"kind": "conv2d", "in_channels": 16, "out_channels": 32,
+                                           "input_hw": 32, "kernel": 3, "padding": 1}}
+            ]
+        }"#;
+        let err = Network::from_json(json).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "network `broken`: layer 2 `conv2`: expects input [16, 32, 32], gets [16, 16, 16] \
+             from layer 1 `pool1`"
+        );
+
+        let dir = std::env::temp_dir().join(format!("perfcast-network-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("broken.json");
+        std::fs::write(&path, json).unwrap();
+        let err = Network::from_json_file(&path).unwrap_err().to_string();
+        assert!(err.starts_with("network file `"), "{err}");
+        assert!(
+            err.contains("broken.json`: network `broken`: layer 2 `conv2`"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        let err = Network::from_json_file(dir.join("missing.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("missing.json`: cannot read it"), "{err}");
+    }
+
+    #[test]
+    fn json_rejects_unknown_fields() {
+        let json = r#"{"name": "x", "input": [4], "layers": [
+            {"name": "fc", "from": "input",
+             "spec": {"kind": "linear", "in_features": 4, "out_features": 2}}]}"#;
+        let err = Network::from_json(json).unwrap_err().to_string();
+        assert!(
+            err.starts_with("invalid network JSON: unknown field `from`"),
+            "{err}"
+        );
+    }
+}

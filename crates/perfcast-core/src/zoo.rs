@@ -1,0 +1,760 @@
+//! Built-in networks, layer by layer as torchvision (or BERT, for the transformer) runs them.
+//!
+//! Every network is a [`Network`] that passes [`Network::check`]. Conventions:
+//!
+//! - Dropout is left out (the identity at inference) and so are flatten, head splits and
+//!   transposes, which are views: the layer that reads them has `reshape` set.
+//! - torchvision's adaptive average pool before the classifier of AlexNet and VGG is the identity
+//!   at the default resolution and is left out; at other resolutions the first linear's
+//!   `in_features` follows the feature map (torchvision would resample it to 6x6 or 7x7).
+//!   ResNet's and MobileNetV2's global pool is an `avgpool2d` over the whole feature map.
+//! - Convolutions followed by batch norm have no bias, as in torchvision.
+//! - MobileNetV2's ReLU6 is a `relu`, the nearest kind perfcast measures.
+//! - The transformer is one BERT-base encoder block (post-norm): separate Q, K and V projections,
+//!   `QK^T` and `attention x V` as per-head matmuls, softmax, output projection, residual add,
+//!   layer norm, MLP 768 -> 3072 -> 768 with GELU, residual add, layer norm. The `1/sqrt(d)`
+//!   scaling is left out (frameworks fold it into Q or the softmax).
+//!
+//! `resolution` is the input height and width for the CNNs and the token count for the
+//! transformer; `None` takes the network's default (see [`default_resolution`]). Batch size is
+//! not part of a network: it belongs to the [`crate::Context`].
+
+use std::collections::HashMap;
+
+use crate::error::{Error, Result};
+use crate::network::{Layer, NETWORK_INPUT, Network};
+use crate::spec::{
+    BatchNorm2d, Conv2d, Elementwise, LayerNorm, Linear, Matmul, ModuleSpec, Pool2d,
+};
+
+const NAMES: [&str; 8] = [
+    "lenet5",
+    "alexnet",
+    "vgg11",
+    "vgg16",
+    "resnet18",
+    "resnet50",
+    "mobilenetv2",
+    "transformer",
+];
+
+/// The names of the built-in networks.
+pub fn names() -> &'static [&'static str] {
+    &NAMES
+}
+
+/// The default resolution of a built-in network (input height and width, or tokens for the
+/// transformer), or `None` for an unknown name.
+pub fn default_resolution(name: &str) -> Option<usize> {
+    match name {
+        "lenet5" => Some(32),
+        "alexnet" | "vgg11" | "vgg16" | "resnet18" | "resnet50" | "mobilenetv2" => Some(224),
+        "transformer" => Some(128),
+        _ => None,
+    }
+}
+
+/// Builds the built-in network `name` at `resolution` (its default when `None`), checked.
+///
+/// A resolution too small for the network is an error naming the first layer that does not
+/// fit.
+pub fn build(name: &str, resolution: Option<usize>) -> Result<Network> {
+    let key = name.trim().to_ascii_lowercase();
+    let default =
+        default_resolution(&key).ok_or_else(|| Error::UnknownNetwork(name.to_string()))?;
+    let r = resolution.unwrap_or(default);
+    let network = match key.as_str() {
+        "lenet5" => lenet5(r),
+        "alexnet" => alexnet(r),
+        "vgg11" => vgg("vgg11", &VGG11, r),
+        "vgg16" => vgg("vgg16", &VGG16, r),
+        "resnet18" => resnet18(r),
+        "resnet50" => resnet50(r),
+        "mobilenetv2" => mobilenetv2(r),
+        _ => transformer(r),
+    }?;
+    network.check()?;
+    Ok(network)
+}
+
+/// Builds a network layer by layer, inferring each spec's input shape from what it reads.
+struct Builder {
+    name: String,
+    input: Vec<usize>,
+    layers: Vec<Layer>,
+    shapes: HashMap<String, Vec<usize>>,
+    /// The layer the next layer reads.
+    current: String,
+}
+
+impl Builder {
+    fn new(name: &str, input: Vec<usize>) -> Self {
+        let mut shapes = HashMap::new();
+        shapes.insert(NETWORK_INPUT.to_string(), input.clone());
+        Builder {
+            name: name.to_string(),
+            input,
+            layers: Vec::new(),
+            shapes,
+            current: NETWORK_INPUT.to_string(),
+        }
+    }
+
+    fn error(&self, layer: &str, message: String) -> Error {
+        Error::InvalidLayer {
+            network: self.name.clone(),
+            index: self.layers.len(),
+            layer: layer.to_string(),
+            message,
+        }
+    }
+
+    /// The output shape of `layer` (or the network input).
+    fn shape_of(&self, layer: &str) -> Vec<usize> {
+        self.shapes.get(layer).cloned().unwrap_or_default()
+    }
+
+    fn current_shape(&self) -> Vec<usize> {
+        self.shape_of(&self.current)
+    }
+
+    /// The current `[c, h, w]`, for a layer that needs an image.
+    fn chw(&self, layer: &str) -> Result<(usize, usize, usize)> {
+        match self.current_shape()[..] {
+            [c, h, w] => Ok((c, h, w)),
+            ref other => Err(self.error(
+                layer,
+                format!("needs a [channels, height, width] input, gets {other:?}"),
+            )),
+        }
+    }
+
+    /// The current shape folded to the `[c, h, w]` of an element-wise op.
+    fn elementwise(&self, layer: &str, of: &str) -> Result<Elementwise> {
+        let shape = self.shape_of(of);
+        if shape.len() > 3 {
+            return Err(self.error(layer, format!("cannot fold {shape:?} into [c, h, w]")));
+        }
+        let mut padded = [1; 3];
+        padded[3 - shape.len()..].copy_from_slice(&shape);
+        Ok(Elementwise { shape: padded })
+    }
+
+    /// Reads the output of `layer` next (a branch).
+    fn from(&mut self, layer: &str) -> &mut Self {
+        self.current = layer.to_string();
+        self
+    }
+
+    /// Appends a layer reading the current one, or `layer` as given when it says `input_from`.
+    fn push(&mut self, mut layer: Layer) -> Result<()> {
+        let output = layer
+            .spec
+            .output_shape()
+            .map_err(|e| self.error(&layer.name, e.to_string()))?;
+        let previous = self
+            .layers
+            .last()
+            .map_or(NETWORK_INPUT, |l| l.name.as_str());
+        if layer.input_from.is_none() && self.current != previous {
+            layer.input_from = Some(self.current.clone());
+        }
+        self.current = layer.name.clone();
+        self.shapes.insert(layer.name.clone(), output);
+        self.layers.push(layer);
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn conv_full(
+        &mut self,
+        name: &str,
+        out: usize,
+        kernel: usize,
+        stride: usize,
+        padding: usize,
+        groups: usize,
+        bias: bool,
+    ) -> Result<()> {
+        let (c, h, w) = self.chw(name)?;
+        let spec = ModuleSpec::Conv2d(Conv2d {
+            in_channels: c,
+            out_channels: out,
+            input_hw: [h, w],
+            kernel: [kernel, kernel],
+            stride: [stride, stride],
+            padding: [padding, padding],
+            dilation: [1, 1],
+            groups,
+            bias,
+        });
+        self.push(Layer::new(name, spec))
+    }
+
+    /// A convolution with bias (no batch norm after it).
+    fn conv(&mut self, name: &str, out: usize, k: usize, s: usize, p: usize) -> Result<()> {
+        self.conv_full(name, out, k, s, p, 1, true)
+    }
+
+    /// A convolution without bias, for a batch norm to follow.
+    fn conv_nb(&mut self, name: &str, out: usize, k: usize, s: usize, p: usize) -> Result<()> {
+        self.conv_full(name, out, k, s, p, 1, false)
+    }
+
+    fn bn(&mut self, name: &str) -> Result<()> {
+        let (c, h, w) = self.chw(name)?;
+        self.push(Layer::new(
+            name,
+            ModuleSpec::BatchNorm2d(BatchNorm2d {
+                channels: c,
+                input_hw: [h, w],
+            }),
+        ))
+    }
+
+    fn activation(&mut self, name: &str, make: fn(Elementwise) -> ModuleSpec) -> Result<()> {
+        let e = self.elementwise(name, &self.current.clone())?;
+        self.push(Layer::new(name, make(e)))
+    }
+
+    fn relu(&mut self, name: &str) -> Result<()> {
+        self.activation(name, ModuleSpec::Relu)
+    }
+
+    fn pool(&mut self, name: &str, max: bool, k: usize, s: usize, p: usize) -> Result<()> {
+        let (c, h, w) = self.chw(name)?;
+        let pool = Pool2d {
+            channels: c,
+            input_hw: [h, w],
+            kernel: [k, k],
+            stride: Some([s, s]),
+            padding: [p, p],
+        };
+        let spec = if max {
+            ModuleSpec::MaxPool2d(pool)
+        } else {
+            ModuleSpec::AvgPool2d(pool)
+        };
+        self.push(Layer::new(name, spec))
+    }
+
+    /// Average pool over the whole feature map: `[c, h, w] -> [c, 1, 1]`.
+    fn global_avgpool(&mut self, name: &str) -> Result<()> {
+        let (c, h, w) = self.chw(name)?;
+        let spec = ModuleSpec::AvgPool2d(Pool2d {
+            channels: c,
+            input_hw: [h, w],
+            kernel: [h, w],
+            stride: Some([h, w]),
+            padding: [0, 0],
+        });
+        self.push(Layer::new(name, spec))
+    }
+
+    /// A fully connected layer: over the last dim of a `[tokens, features]` input, or over the
+    /// flattened input of an image (`reshape`).
+    fn fc(&mut self, name: &str, out: usize) -> Result<()> {
+        let shape = self.current_shape();
+        let squeezed: Vec<usize> = match shape.iter().position(|&d| d != 1) {
+            Some(first) => shape[first..].to_vec(),
+            None => vec![1],
+        };
+        let (tokens, in_features, reshape) = match squeezed[..] {
+            [f] => (1, f, false),
+            [t, f] => (t, f, false),
+            _ => (1, squeezed.iter().product(), true),
+        };
+        let layer = Layer::new(
+            name,
+            ModuleSpec::Linear(Linear {
+                tokens,
+                in_features,
+                out_features: out,
+                bias: true,
+            }),
+        );
+        self.push(if reshape { layer.reshaped() } else { layer })
+    }
+
+    /// `a + b`, reading `a` and `b` (same shape).
+    fn add(&mut self, name: &str, a: &str, b: &str) -> Result<()> {
+        let e = self.elementwise(name, a)?;
+        self.push(Layer::new(name, ModuleSpec::Add(e)).reads(a).second(b))
+    }
+
+    fn finish(self) -> Result<Network> {
+        let network = Network {
+            name: self.name,
+            input: self.input,
+            layers: self.layers,
+        };
+        network.check()?;
+        Ok(network)
+    }
+}
+
+/// LeNet-5 (LeCun et al. 1998) on a 1 x r x r image: tanh, average pooling, 10 classes.
+fn lenet5(r: usize) -> Result<Network> {
+    let mut b = Builder::new("lenet5", vec![1, r, r]);
+    b.conv("conv1", 6, 5, 1, 0)?;
+    b.activation("tanh1", ModuleSpec::Tanh)?;
+    b.pool("pool1", false, 2, 2, 0)?;
+    b.conv("conv2", 16, 5, 1, 0)?;
+    b.activation("tanh2", ModuleSpec::Tanh)?;
+    b.pool("pool2", false, 2, 2, 0)?;
+    b.fc("fc1", 120)?;
+    b.activation("tanh3", ModuleSpec::Tanh)?;
+    b.fc("fc2", 84)?;
+    b.activation("tanh4", ModuleSpec::Tanh)?;
+    b.fc("fc3", 10)?;
+    b.finish()
+}
+
+/// torchvision's AlexNet (the one-GPU variant of Krizhevsky et al. 2012).
+fn alexnet(r: usize) -> Result<Network> {
+    let mut b = Builder::new("alexnet", vec![3, r, r]);
+    b.conv("features.0", 64, 11, 4, 2)?;
+    b.relu("features.1")?;
+    b.pool("features.2", true, 3, 2, 0)?;
+    b.conv("features.3", 192, 5, 1, 2)?;
+    b.relu("features.4")?;
+    b.pool("features.5", true, 3, 2, 0)?;
+    b.conv("features.6", 384, 3, 1, 1)?;
+    b.relu("features.7")?;
+    b.conv("features.8", 256, 3, 1, 1)?;
+    b.relu("features.9")?;
+    b.conv("features.10", 256, 3, 1, 1)?;
+    b.relu("features.11")?;
+    b.pool("features.12", true, 3, 2, 0)?;
+    b.fc("classifier.1", 4096)?;
+    b.relu("classifier.2")?;
+    b.fc("classifier.4", 4096)?;
+    b.relu("classifier.5")?;
+    b.fc("classifier.6", 1000)?;
+    b.finish()
+}
+
+/// A VGG configuration: output channels of 3x3 convolutions, 0 for a 2x2 max pool.
+const VGG11: [usize; 13] = [64, 0, 128, 0, 256, 256, 0, 512, 512, 0, 512, 512, 0];
+const VGG16: [usize; 18] = [
+    64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0, 512, 512, 512, 0,
+];
+
+/// torchvision's VGG without batch norm (Simonyan and Zisserman 2014).
+fn vgg(name: &str, config: &[usize], r: usize) -> Result<Network> {
+    let mut b = Builder::new(name, vec![3, r, r]);
+    let mut i = 0;
+    for &channels in config {
+        if channels == 0 {
+            b.pool(&format!("features.{i}"), true, 2, 2, 0)?;
+            i += 1;
+        } else {
+            b.conv(&format!("features.{i}"), channels, 3, 1, 1)?;
+            b.relu(&format!("features.{}", i + 1))?;
+            i += 2;
+        }
+    }
+    b.fc("classifier.0", 4096)?;
+    b.relu("classifier.1")?;
+    b.fc("classifier.3", 4096)?;
+    b.relu("classifier.4")?;
+    b.fc("classifier.6", 1000)?;
+    b.finish()
+}
+
+/// ResNet stem: 7x7/2 convolution, batch norm, relu, 3x3/2 max pool.
+fn resnet_stem(b: &mut Builder) -> Result<()> {
+    b.conv_nb("conv1", 64, 7, 2, 3)?;
+    b.bn("bn1")?;
+    b.relu("relu")?;
+    b.pool("maxpool", true, 3, 2, 1)
+}
+
+/// The shortcut of a ResNet block: the block input, or a 1x1 convolution and batch norm when
+/// the stride or the channel count changes. Returns the name of the shortcut's output.
+fn resnet_shortcut(
+    b: &mut Builder,
+    block: &str,
+    input: &str,
+    out: usize,
+    stride: usize,
+) -> Result<String> {
+    let in_channels = b.shape_of(input).first().copied().unwrap_or_default();
+    if stride == 1 && in_channels == out {
+        return Ok(input.to_string());
+    }
+    b.from(input);
+    b.conv_nb(&format!("{block}.downsample.0"), out, 1, stride, 0)?;
+    b.bn(&format!("{block}.downsample.1"))?;
+    Ok(format!("{block}.downsample.1"))
+}
+
+/// ResNet's head: global average pool and a 1000-way linear.
+fn resnet_head(mut b: Builder) -> Result<Network> {
+    b.global_avgpool("avgpool")?;
+    b.fc("fc", 1000)?;
+    b.finish()
+}
+
+/// torchvision's ResNet-18 (He et al. 2015): basic blocks [2, 2, 2, 2].
+fn resnet18(r: usize) -> Result<Network> {
+    let mut b = Builder::new("resnet18", vec![3, r, r]);
+    resnet_stem(&mut b)?;
+    for (stage, (width, stride)) in [(64, 1), (128, 2), (256, 2), (512, 2)]
+        .into_iter()
+        .enumerate()
+    {
+        for block in 0..2 {
+            let p = format!("layer{}.{block}", stage + 1);
+            let stride = if block == 0 { stride } else { 1 };
+            let input = b.current.clone();
+            b.conv_nb(&format!("{p}.conv1"), width, 3, stride, 1)?;
+            b.bn(&format!("{p}.bn1"))?;
+            b.relu(&format!("{p}.relu1"))?;
+            b.conv_nb(&format!("{p}.conv2"), width, 3, 1, 1)?;
+            b.bn(&format!("{p}.bn2"))?;
+            let main = b.current.clone();
+            let shortcut = resnet_shortcut(&mut b, &p, &input, width, stride)?;
+            b.add(&format!("{p}.add"), &main, &shortcut)?;
+            b.relu(&format!("{p}.relu2"))?;
+        }
+    }
+    resnet_head(b)
+}
+
+/// torchvision's ResNet-50 (v1.5: the stride sits on the 3x3 convolution): bottleneck blocks
+/// [3, 4, 6, 3] with expansion 4.
+fn resnet50(r: usize) -> Result<Network> {
+    let mut b = Builder::new("resnet50", vec![3, r, r]);
+    resnet_stem(&mut b)?;
+    let stages = [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)];
+    for (stage, (width, blocks, stride)) in stages.into_iter().enumerate() {
+        for block in 0..blocks {
+            let p = format!("layer{}.{block}", stage + 1);
+            let stride = if block == 0 { stride } else { 1 };
+            let input = b.current.clone();
+            b.conv_nb(&format!("{p}.conv1"), width, 1, 1, 0)?;
+            b.bn(&format!("{p}.bn1"))?;
+            b.relu(&format!("{p}.relu1"))?;
+            b.conv_nb(&format!("{p}.conv2"), width, 3, stride, 1)?;
+            b.bn(&format!("{p}.bn2"))?;
+            b.relu(&format!("{p}.relu2"))?;
+            b.conv_nb(&format!("{p}.conv3"), 4 * width, 1, 1, 0)?;
+            b.bn(&format!("{p}.bn3"))?;
+            let main = b.current.clone();
+            let shortcut = resnet_shortcut(&mut b, &p, &input, 4 * width, stride)?;
+            b.add(&format!("{p}.add"), &main, &shortcut)?;
+            b.relu(&format!("{p}.relu3"))?;
+        }
+    }
+    resnet_head(b)
+}
+
+/// torchvision's MobileNetV2 (Sandler et al. 2018), width 1.0, ReLU6 as ReLU.
+fn mobilenetv2(r: usize) -> Result<Network> {
+    let mut b = Builder::new("mobilenetv2", vec![3, r, r]);
+    b.conv_nb("features.0.0", 32, 3, 2, 1)?;
+    b.bn("features.0.1")?;
+    b.relu("features.0.2")?;
+    // (expand ratio t, output channels c, repeats n, first stride s), as in the paper.
+    let settings = [
+        (1, 16, 1, 1),
+        (6, 24, 2, 2),
+        (6, 32, 3, 2),
+        (6, 64, 4, 2),
+        (6, 96, 3, 1),
+        (6, 160, 3, 2),
+        (6, 320, 1, 1),
+    ];
+    let mut index = 1;
+    let mut channels = 32;
+    for (t, c, n, s) in settings {
+        for repeat in 0..n {
+            let stride = if repeat == 0 { s } else { 1 };
+            let hidden = channels * t;
+            let p = format!("features.{index}.conv");
+            let input = b.current.clone();
+            let mut i = 0;
+            if t != 1 {
+                b.conv_nb(&format!("{p}.{i}.0"), hidden, 1, 1, 0)?;
+                b.bn(&format!("{p}.{i}.1"))?;
+                b.relu(&format!("{p}.{i}.2"))?;
+                i += 1;
+            }
+            // Depthwise: one 3x3 filter per channel.
+            b.conv_full(&format!("{p}.{i}.0"), hidden, 3, stride, 1, hidden, false)?;
+            b.bn(&format!("{p}.{i}.1"))?;
+            b.relu(&format!("{p}.{i}.2"))?;
+            // Linear bottleneck: projection without activation.
+            b.conv_nb(&format!("{p}.{}", i + 1), c, 1, 1, 0)?;
+            b.bn(&format!("{p}.{}", i + 2))?;
+            if stride == 1 && channels == c {
+                let main = b.current.clone();
+                b.add(&format!("features.{index}.add"), &main, &input)?;
+            }
+            channels = c;
+            index += 1;
+        }
+    }
+    b.conv_nb(&format!("features.{index}.0"), 1280, 1, 1, 0)?;
+    b.bn(&format!("features.{index}.1"))?;
+    b.relu(&format!("features.{index}.2"))?;
+    b.global_avgpool("avgpool")?;
+    b.fc("classifier.1", 1000)?;
+    b.finish()
+}
+
+/// One BERT-base encoder block on `tokens` tokens: d_model 768, 12 heads, MLP 3072.
+fn transformer(tokens: usize) -> Result<Network> {
+    const D: usize = 768;
+    const HEADS: usize = 12;
+    const MLP: usize = 3072;
+    let dh = D / HEADS;
+    let mut b = Builder::new("transformer", vec![tokens, D]);
+    for proj in ["attn.q", "attn.k", "attn.v"] {
+        b.from(NETWORK_INPUT);
+        b.fc(proj, D)?;
+    }
+    // Q K^T per head: Q read as [heads, tokens, dh], K as [heads, dh, tokens].
+    let scores = ModuleSpec::Matmul(Matmul {
+        heads: HEADS,
+        m: tokens,
+        k: dh,
+        n: tokens,
+    });
+    b.push(
+        Layer::new("attn.scores", scores)
+            .reads("attn.q")
+            .second("attn.k")
+            .reshaped(),
+    )?;
+    b.activation("attn.softmax", ModuleSpec::Softmax)?;
+    // Attention x V per head: V read as [heads, tokens, dh].
+    let context = ModuleSpec::Matmul(Matmul {
+        heads: HEADS,
+        m: tokens,
+        k: tokens,
+        n: dh,
+    });
+    b.push(
+        Layer::new("attn.context", context)
+            .second("attn.v")
+            .reshaped(),
+    )?;
+    // The output projection reads the heads merged back into [tokens, d_model].
+    let out = ModuleSpec::Linear(Linear {
+        tokens,
+        in_features: D,
+        out_features: D,
+        bias: true,
+    });
+    b.push(Layer::new("attn.out", out).reshaped())?;
+    b.add("attn.add", "attn.out", NETWORK_INPUT)?;
+    let norm = ModuleSpec::LayerNorm(LayerNorm {
+        tokens,
+        features: D,
+    });
+    b.push(Layer::new("attn.norm", norm.clone()))?;
+    b.fc("mlp.fc1", MLP)?;
+    b.activation("mlp.gelu", ModuleSpec::Gelu)?;
+    b.fc("mlp.fc2", D)?;
+    b.add("mlp.add", "mlp.fc2", "attn.norm")?;
+    b.push(Layer::new("mlp.norm", norm))?;
+    b.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::features::derive;
+    use crate::spec::ModuleKind;
+
+    fn flops(net: &Network) -> f64 {
+        net.modules().iter().map(|(_, s)| derive(s, 1).flops).sum()
+    }
+
+    fn params(net: &Network) -> f64 {
+        net.modules().iter().map(|(_, s)| derive(s, 1).params).sum()
+    }
+
+    fn count(net: &Network, kind: ModuleKind) -> usize {
+        net.layers.iter().filter(|l| l.spec.kind() == kind).count()
+    }
+
+    fn within(actual: f64, expected: f64, tolerance: f64) -> bool {
+        (actual / expected - 1.0).abs() <= tolerance
+    }
+
+    #[test]
+    fn every_network_checks_at_default_and_reduced_resolution() {
+        for &name in names() {
+            let default = default_resolution(name).unwrap();
+            let reduced = if name == "lenet5" { 28 } else { default / 2 };
+            for r in [None, Some(default), Some(reduced)] {
+                let net = build(name, r).unwrap_or_else(|e| panic!("{name} at {r:?}: {e}"));
+                assert_eq!(net.name, name);
+                net.check().unwrap();
+            }
+            assert_eq!(
+                build(name, None).unwrap(),
+                build(name, Some(default)).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn zoo_networks_round_trip_through_json() {
+        for &name in names() {
+            let net = build(name, None).unwrap();
+            let json = net.to_json_pretty().unwrap();
+            assert_eq!(Network::from_json(&json).unwrap(), net, "{name}");
+        }
+    }
+
+    #[test]
+    fn output_shapes_are_the_class_scores() {
+        for (name, out) in [
+            ("lenet5", vec![1, 10]),
+            ("alexnet", vec![1, 1000]),
+            ("vgg16", vec![1, 1000]),
+            ("resnet50", vec![1, 1000]),
+            ("mobilenetv2", vec![1, 1000]),
+            ("transformer", vec![128, 768]),
+        ] {
+            assert_eq!(
+                build(name, None).unwrap().output_shape().unwrap(),
+                out,
+                "{name}"
+            );
+        }
+        assert_eq!(
+            build("transformer", Some(64))
+                .unwrap()
+                .output_shape()
+                .unwrap(),
+            vec![64, 768]
+        );
+    }
+
+    #[test]
+    fn parameter_counts_match_torchvision_exactly() {
+        // torchvision's published parameter counts (batch-norm running stats are buffers);
+        // the transformer block is one BERT-base layer.
+        for (name, expected) in [
+            ("lenet5", 61_706.0),
+            ("alexnet", 61_100_840.0),
+            ("vgg11", 132_863_336.0),
+            ("vgg16", 138_357_544.0),
+            ("resnet18", 11_689_512.0),
+            ("resnet50", 25_557_032.0),
+            ("mobilenetv2", 3_504_872.0),
+            ("transformer", 7_087_872.0),
+        ] {
+            let net = build(name, None).unwrap();
+            assert_eq!(params(&net), expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn flops_match_published_figures() {
+        // Published multiply-accumulates per 224x224 image (torchvision's "GFLOPS" column);
+        // FLOPs are two per MAC plus the element-wise work, within 15%.
+        for (name, gmacs) in [
+            ("alexnet", 0.714),
+            ("vgg11", 7.61),
+            ("vgg16", 15.47),
+            ("resnet18", 1.81),
+            ("resnet50", 4.09),
+            ("mobilenetv2", 0.301),
+            // 128 tokens x (4 x 768^2 + 2 x 768 x 3072) + 2 x 12 x 128^2 x 64.
+            ("transformer", 0.931),
+            ("lenet5", 0.000_416_5),
+        ] {
+            let net = build(name, None).unwrap();
+            let f = flops(&net);
+            assert!(
+                within(f, 2.0 * gmacs * 1e9, 0.15),
+                "{name}: {:.3} GFLOP vs {:.3} expected",
+                f / 1e9,
+                2.0 * gmacs
+            );
+        }
+        // Work scales with pixels: half the resolution, about a quarter of the FLOPs.
+        let full = flops(&build("resnet50", None).unwrap());
+        let half = flops(&build("resnet50", Some(112)).unwrap());
+        assert!(within(half / full, 0.25, 0.15), "{}", half / full);
+    }
+
+    #[test]
+    fn layer_counts_match_the_architectures() {
+        let convs_fcs_adds = |name: &str| {
+            let net = build(name, None).unwrap();
+            (
+                count(&net, ModuleKind::Conv2d),
+                count(&net, ModuleKind::Linear),
+                count(&net, ModuleKind::Add),
+            )
+        };
+        assert_eq!(convs_fcs_adds("lenet5"), (2, 3, 0));
+        assert_eq!(convs_fcs_adds("alexnet"), (5, 3, 0));
+        assert_eq!(convs_fcs_adds("vgg11"), (8, 3, 0));
+        assert_eq!(convs_fcs_adds("vgg16"), (13, 3, 0));
+        // 17 + 3 downsample convolutions; 8 blocks.
+        assert_eq!(convs_fcs_adds("resnet18"), (20, 1, 8));
+        // 49 + 4 downsample convolutions; 16 blocks.
+        assert_eq!(convs_fcs_adds("resnet50"), (53, 1, 16));
+        // 10 of 17 inverted residual blocks keep stride 1 and channels.
+        assert_eq!(convs_fcs_adds("mobilenetv2"), (52, 1, 10));
+        let t = build("transformer", None).unwrap();
+        assert_eq!(count(&t, ModuleKind::Linear), 6);
+        assert_eq!(count(&t, ModuleKind::Matmul), 2);
+        assert_eq!(count(&t, ModuleKind::LayerNorm), 2);
+        assert_eq!(count(&t, ModuleKind::Add), 2);
+    }
+
+    #[test]
+    fn mobilenetv2_depthwise_convs_have_one_group_per_channel() {
+        let net = build("mobilenetv2", None).unwrap();
+        let depthwise: Vec<&Conv2d> = net
+            .layers
+            .iter()
+            .filter_map(|l| match &l.spec {
+                ModuleSpec::Conv2d(c) if c.groups > 1 => Some(c),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(depthwise.len(), 17);
+        for c in depthwise {
+            assert_eq!((c.groups, c.out_channels), (c.in_channels, c.in_channels));
+            assert_eq!(c.kernel, [3, 3]);
+        }
+    }
+
+    #[test]
+    fn attention_matmuls_split_heads() {
+        let net = build("transformer", Some(64)).unwrap();
+        let shapes = net.check().unwrap();
+        let at = |name: &str| net.layers.iter().position(|l| l.name == name).unwrap();
+        assert_eq!(shapes[at("attn.scores")].output, vec![12, 64, 64]);
+        assert_eq!(shapes[at("attn.scores")].second, Some(vec![12, 64, 64]));
+        assert_eq!(shapes[at("attn.context")].output, vec![12, 64, 64]);
+        assert_eq!(shapes[at("mlp.gelu")].output, vec![1, 64, 3072]);
+    }
+
+    #[test]
+    fn bad_names_and_resolutions_are_errors() {
+        let err = build("resnet101", None).unwrap_err().to_string();
+        assert!(err.contains("unknown zoo network `resnet101`"), "{err}");
+        assert!(
+            err.contains("hint: known networks are lenet5, alexnet"),
+            "{err}"
+        );
+        assert_eq!(build("ResNet18", None).unwrap().name, "resnet18");
+        // AlexNet's third max pool no longer fits at 32x32.
+        let err = build("alexnet", Some(32)).unwrap_err().to_string();
+        assert!(err.starts_with("network `alexnet`: layer "), "{err}");
+        assert!(err.contains("larger than the padded input"), "{err}");
+        let err = build("vgg16", Some(0)).unwrap_err().to_string();
+        assert!(err.contains("network `vgg16`"), "{err}");
+    }
+}
