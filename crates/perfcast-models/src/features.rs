@@ -143,6 +143,9 @@ pub fn gemm_dims(spec: &ModuleSpec, batch: usize) -> (f64, f64, f64) {
     }
 }
 
+/// The alignment features of [`COMMON`].
+pub const ALIGNMENT: [&str; 3] = ["gemm_m_align", "gemm_n_align", "gemm_k_align"];
+
 /// The largest power of two (up to 128) dividing a GEMM dimension; 0 for no GEMM.
 ///
 /// SIMD micro-kernels on CPUs and tiled kernels on GPUs run at full speed only on whole

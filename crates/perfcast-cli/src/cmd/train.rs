@@ -72,6 +72,10 @@ pub struct ModelReport {
     pub test: Metrics,
     /// Held-out MAPE per phase, percent.
     pub test_mape_by_phase: BTreeMap<String, f64>,
+    /// Cross-validated MAPE per phase (every training row predicted once, by the fold that
+    /// held it out), percent: steadier than the held-out figure on small data.
+    #[serde(default)]
+    pub cv_mape_by_phase: BTreeMap<String, f64>,
     /// Prediction cost.
     pub cost: PredictionCost,
     /// Saved model file, relative to the output directory.
@@ -255,6 +259,7 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
                 model: p.name().to_string(),
                 cv: cv.pooled,
                 test_mape_by_phase: phase_mapes(&test_set, &pred),
+                cv_mape_by_phase: phase_mapes(&train_set, &cv.predictions),
                 test,
                 cost,
                 file,

@@ -1,0 +1,231 @@
+//! Checkpoint bundles: `checkpoints/<name>/manifest.json` plus one model file per module kind.
+//!
+//! The manifest records the format version, the device, per kind the chosen model, every
+//! candidate's accuracy, prediction time and size, the feature-schema hash and the range of
+//! every feature in training. A bundle is written into a temporary directory beside its
+//! destination and renamed into place, so a reader never sees half of one; loading refuses a
+//! missing, corrupt, truncated or mismatched bundle with a one-line error naming the file.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use perfcast_core::{DeviceSpec, ModuleKind};
+use perfcast_models::{FeatureSchema, Regressor, SavedModel, TrainSet};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::select::{Budget, Candidate, Selection};
+
+/// Manifest format this build writes and reads.
+pub const FORMAT: u32 = 1;
+
+/// The range of one feature over the training rows.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FeatureRange {
+    /// Feature name.
+    pub name: String,
+    /// Smallest training value.
+    pub min: f64,
+    /// Largest training value.
+    pub max: f64,
+}
+
+/// Ranges of every feature of a training set.
+pub fn feature_ranges(data: &TrainSet) -> Vec<FeatureRange> {
+    data.schema
+        .names
+        .iter()
+        .enumerate()
+        .map(|(j, name)| {
+            let (mut min, mut max) = (f64::INFINITY, f64::NEG_INFINITY);
+            for row in data.x.iter_rows() {
+                min = min.min(row[j]);
+                max = max.max(row[j]);
+            }
+            FeatureRange {
+                name: name.clone(),
+                min,
+                max,
+            }
+        })
+        .collect()
+}
+
+/// What the bundle holds for one module kind.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KindEntry {
+    /// Chosen model family.
+    pub chosen: String,
+    /// The chosen model's file, relative to the bundle.
+    pub file: String,
+    /// Hash of the feature schema the model reads (hex).
+    pub schema_hash: String,
+    /// Training rows.
+    pub rows: usize,
+    /// Every candidate considered.
+    pub candidates: Vec<Candidate>,
+    /// Why the winner won, and the Pareto front.
+    pub selection: Selection,
+    /// Range of every feature in training.
+    pub ranges: Vec<FeatureRange>,
+}
+
+/// `manifest.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Format version ([`FORMAT`]).
+    pub format: u32,
+    /// Bundle name.
+    pub name: String,
+    /// perfcast version that wrote it.
+    pub perfcast_version: String,
+    /// The device the models predict.
+    pub device: DeviceSpec,
+    /// Dataset the models were trained on.
+    pub data: String,
+    /// Budgets selection ran under.
+    pub budget: Budget,
+    /// Per module kind (by name).
+    pub kinds: BTreeMap<String, KindEntry>,
+}
+
+/// A loaded bundle: the manifest and the chosen model of every kind.
+#[derive(Debug)]
+pub struct Bundle {
+    /// Where it was loaded from.
+    pub dir: PathBuf,
+    /// Its manifest.
+    pub manifest: Manifest,
+    models: BTreeMap<ModuleKind, Box<dyn Regressor>>,
+}
+
+fn bundle_err(path: &Path, message: impl Into<String>) -> Error {
+    Error::Bundle {
+        path: path.to_path_buf(),
+        message: message.into(),
+    }
+}
+
+/// Writes a bundle to `dir` atomically: files go into a temporary sibling directory, which
+/// replaces `dir` at the end. `models` maps each manifest entry's `file` to its model.
+pub fn write_bundle(
+    dir: &Path,
+    manifest: &Manifest,
+    models: &[(String, SavedModel)],
+) -> Result<()> {
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&parent).map_err(|e| bundle_err(&parent, e.to_string()))?;
+    let staging = tempfile::Builder::new()
+        .prefix(".perfcast-bundle-")
+        .tempdir_in(&parent)
+        .map_err(|e| bundle_err(&parent, e.to_string()))?;
+    for entry in manifest.kinds.values() {
+        if !models.iter().any(|(f, _)| f == &entry.file) {
+            return Err(bundle_err(
+                dir,
+                format!("no model given for `{}`", entry.file),
+            ));
+        }
+    }
+    for (file, model) in models {
+        let path = staging.path().join(file);
+        if let Some(p) = path.parent() {
+            std::fs::create_dir_all(p).map_err(|e| bundle_err(p, e.to_string()))?;
+        }
+        let json = serde_json::to_vec(model).map_err(|e| bundle_err(&path, e.to_string()))?;
+        std::fs::write(&path, json).map_err(|e| bundle_err(&path, e.to_string()))?;
+    }
+    let manifest_path = staging.path().join("manifest.json");
+    let json = serde_json::to_vec_pretty(manifest)
+        .map_err(|e| bundle_err(&manifest_path, e.to_string()))?;
+    std::fs::write(&manifest_path, json).map_err(|e| bundle_err(&manifest_path, e.to_string()))?;
+    let staged = staging.keep();
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(|e| bundle_err(dir, e.to_string()))?;
+    }
+    std::fs::rename(&staged, dir).map_err(|e| bundle_err(dir, e.to_string()))?;
+    Ok(())
+}
+
+impl Bundle {
+    /// Reads only the manifest (what `bundle show` prints), checking its format.
+    pub fn read_manifest(dir: &Path) -> Result<Manifest> {
+        let path = dir.join("manifest.json");
+        if !dir.is_dir() {
+            return Err(bundle_err(dir, "no such bundle directory"));
+        }
+        let bytes = std::fs::read(&path).map_err(|e| {
+            bundle_err(
+                &path,
+                format!("{e} (not a bundle: `perfcast train --bundle` writes one)"),
+            )
+        })?;
+        let manifest: Manifest = serde_json::from_slice(&bytes)
+            .map_err(|e| bundle_err(&path, format!("corrupt or truncated manifest: {e}")))?;
+        if manifest.format != FORMAT {
+            return Err(bundle_err(
+                &path,
+                format!(
+                    "format {} (this build reads {FORMAT}); retrain the bundle",
+                    manifest.format
+                ),
+            ));
+        }
+        manifest
+            .device
+            .validate()
+            .map_err(|e| bundle_err(&path, e.to_string()))?;
+        Ok(manifest)
+    }
+
+    /// Loads a bundle and every model in it.
+    pub fn load(dir: &Path) -> Result<Bundle> {
+        let manifest = Bundle::read_manifest(dir)?;
+        let mut models = BTreeMap::new();
+        for (name, entry) in &manifest.kinds {
+            let kind: ModuleKind = name.parse().map_err(|_| {
+                bundle_err(
+                    &dir.join("manifest.json"),
+                    format!("unknown module kind `{name}`"),
+                )
+            })?;
+            let path = dir.join(&entry.file);
+            let bytes = std::fs::read(&path).map_err(|e| bundle_err(&path, e.to_string()))?;
+            let saved: SavedModel = serde_json::from_slice(&bytes)
+                .map_err(|e| bundle_err(&path, format!("corrupt or truncated model: {e}")))?;
+            let model = saved.into_regressor();
+            let expected = FeatureSchema::for_kind(kind);
+            let hash = format!("{:016x}", model.schema().hash());
+            if model.schema().hash() != expected.hash() || hash != entry.schema_hash {
+                return Err(bundle_err(
+                    &path,
+                    format!(
+                        "trained on another feature schema (hash {hash}, manifest {}, this build \
+                         {:016x}); retrain the bundle",
+                        entry.schema_hash,
+                        expected.hash()
+                    ),
+                ));
+            }
+            models.insert(kind, model);
+        }
+        Ok(Bundle {
+            dir: dir.to_path_buf(),
+            manifest,
+            models,
+        })
+    }
+
+    /// The chosen model of a kind, if the bundle has one.
+    pub fn model(&self, kind: ModuleKind) -> Option<&dyn Regressor> {
+        self.models.get(&kind).map(AsRef::as_ref)
+    }
+
+    /// The kinds the bundle covers.
+    pub fn kinds(&self) -> impl Iterator<Item = ModuleKind> + '_ {
+        self.models.keys().copied()
+    }
+}

@@ -1,0 +1,40 @@
+//! Errors of selection, bundles and prediction.
+
+use std::path::PathBuf;
+
+/// What went wrong.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A budget or weight out of range, named with its value.
+    #[error("invalid selection: {0}")]
+    InvalidBudget(String),
+    /// No candidate fits the budgets.
+    #[error("no `{kind}` model fits the budgets ({why})")]
+    NothingFits {
+        /// Module kind.
+        kind: String,
+        /// Which limits ruled the candidates out.
+        why: String,
+    },
+    /// A bundle that is missing, corrupt, truncated or does not match this build.
+    #[error("bundle `{path}`: {message}")]
+    Bundle {
+        /// File or directory.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A query the bundle cannot answer.
+    #[error("{0}")]
+    Query(String),
+    /// From the models crate.
+    #[error(transparent)]
+    Models(#[from] perfcast_models::Error),
+    /// From the core crate.
+    #[error(transparent)]
+    Core(#[from] perfcast_core::Error),
+}
+
+/// Result with [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;

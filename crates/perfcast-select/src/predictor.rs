@@ -1,0 +1,169 @@
+//! Answers latency queries from a bundle: one module, many modules, or a whole network, in the
+//! inference or training phase, with warnings where a query leaves the trained ranges.
+
+use perfcast_core::{Context, ModuleKind, ModuleSpec, Network, features};
+use perfcast_models::features::row;
+use serde::{Deserialize, Serialize};
+
+use crate::bundle::Bundle;
+use crate::error::{Error, Result};
+
+/// Efficiencies of the spec-only roofline used for kinds a bundle has no model for.
+const FALLBACK_COMPUTE_EFFICIENCY: f64 = 0.5;
+const FALLBACK_MEMORY_EFFICIENCY: f64 = 0.6;
+/// Fixed cost per call of the fallback, ms.
+const FALLBACK_OVERHEAD_MS: f64 = 0.002;
+
+/// One module's predicted latency.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModulePrediction {
+    /// Module kind.
+    pub kind: ModuleKind,
+    /// Predicted latency, ms.
+    pub ms: f64,
+    /// Model that answered (`roofline-spec` for the fallback).
+    pub model: String,
+    /// Whether the bundle had no model for the kind and the spec roofline answered.
+    pub fallback: bool,
+    /// Features outside the ranges the model was trained on.
+    pub warnings: Vec<String>,
+}
+
+/// One layer of a network prediction.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LayerPrediction {
+    /// Layer name.
+    pub name: String,
+    /// The module, in words.
+    pub module: String,
+    /// Its prediction.
+    #[serde(flatten)]
+    pub prediction: ModulePrediction,
+}
+
+/// A network's predicted latency: per layer and the sum.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NetworkPrediction {
+    /// Network name.
+    pub network: String,
+    /// Context of every layer.
+    pub context: Context,
+    /// Per layer, in order.
+    pub layers: Vec<LayerPrediction>,
+    /// Sum of the layers, ms.
+    pub total_ms: f64,
+    /// Layers answered by the fallback.
+    pub fallback_layers: usize,
+}
+
+/// Predicts from a loaded bundle.
+#[derive(Debug)]
+pub struct Predictor {
+    bundle: Bundle,
+}
+
+impl Predictor {
+    /// A predictor over `bundle`.
+    pub fn new(bundle: Bundle) -> Predictor {
+        Predictor { bundle }
+    }
+
+    /// The bundle behind it.
+    pub fn bundle(&self) -> &Bundle {
+        &self.bundle
+    }
+
+    /// One module in one context.
+    pub fn predict_module(&self, spec: &ModuleSpec, context: &Context) -> Result<ModulePrediction> {
+        spec.validate()?;
+        context.validate()?;
+        let kind = spec.kind();
+        let device = &self.bundle.manifest.device;
+        let Some(model) = self.bundle.model(kind) else {
+            let d = features::derive(spec, context.batch);
+            let training = context.phase == perfcast_core::Phase::Training;
+            let flops = if training { d.train_flops } else { d.flops };
+            let bytes = (d.bytes_read + d.bytes_written) * if training { 3.0 } else { 1.0 };
+            let s = (flops / (FALLBACK_COMPUTE_EFFICIENCY * device.peak_gflops * 1e9))
+                .max(bytes / (FALLBACK_MEMORY_EFFICIENCY * device.mem_bandwidth_gbs * 1e9));
+            return Ok(ModulePrediction {
+                kind,
+                ms: s * 1e3 + FALLBACK_OVERHEAD_MS,
+                model: "roofline-spec".into(),
+                fallback: true,
+                warnings: vec![format!(
+                    "the bundle has no `{kind}` model; a roofline from the device spec answered"
+                )],
+            });
+        };
+        let x = row(spec, context, device);
+        let ms = model.predict_row(&x)?;
+        let mut warnings = Vec::new();
+        if let Some(entry) = self.bundle.manifest.kinds.get(kind.name()) {
+            // Inputs a user sets; derived features leave the range only through these.
+            let checked: Vec<&str> = kind
+                .config_columns()
+                .iter()
+                .copied()
+                .chain(["batch", "threads", "utilisation"])
+                .collect();
+            for (r, v) in entry.ranges.iter().zip(&x) {
+                if checked.contains(&r.name.as_str())
+                    && (*v < r.min - 1e-9 * r.min.abs() || *v > r.max + 1e-9 * r.max.abs())
+                {
+                    warnings.push(format!(
+                        "`{}` = {} is outside the trained range {}..{}",
+                        r.name, v, r.min, r.max
+                    ));
+                }
+            }
+        }
+        Ok(ModulePrediction {
+            kind,
+            ms,
+            model: model.name().to_string(),
+            fallback: false,
+            warnings,
+        })
+    }
+
+    /// Many modules, each in its own context.
+    pub fn predict_modules(
+        &self,
+        queries: &[(ModuleSpec, Context)],
+    ) -> Result<Vec<ModulePrediction>> {
+        queries
+            .iter()
+            .map(|(s, c)| self.predict_module(s, c))
+            .collect()
+    }
+
+    /// Every layer of `network` in `context`, and their sum.
+    pub fn predict_network(
+        &self,
+        network: &Network,
+        context: &Context,
+    ) -> Result<NetworkPrediction> {
+        network.check()?;
+        let mut layers = Vec::new();
+        for (name, spec) in network.modules() {
+            let prediction = self.predict_module(spec, context).map_err(|e| {
+                Error::Query(format!("network `{}`: layer `{name}`: {e}", network.name))
+            })?;
+            layers.push(LayerPrediction {
+                name: name.to_string(),
+                module: spec.describe(),
+                prediction,
+            });
+        }
+        let total_ms = layers.iter().map(|l| l.prediction.ms).sum();
+        let fallback_layers = layers.iter().filter(|l| l.prediction.fallback).count();
+        Ok(NetworkPrediction {
+            network: network.name.clone(),
+            context: context.clone(),
+            layers,
+            total_ms,
+            fallback_layers,
+        })
+    }
+}

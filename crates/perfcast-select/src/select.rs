@@ -1,0 +1,299 @@
+//! MEDN's time- and space-efficient auto-selection: per module kind, the candidate with the
+//! best cross-validated accuracy among those within the prediction-time and size budgets,
+//! optionally trading accuracy for cost.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// One trained model of one module kind, as selection sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    /// Model family (`trees`, `medn`, ...).
+    pub model: String,
+    /// Cross-validated MAPE, percent (the accuracy selection ranks by: held-out rows stay
+    /// untouched for reporting).
+    pub cv_mape: f64,
+    /// Held-out MAPE, percent (reported, not used to choose).
+    pub test_mape: f64,
+    /// Prediction time of one row, microseconds.
+    pub predict_us: f64,
+    /// Size of the fitted model, bytes.
+    pub size_bytes: usize,
+}
+
+/// Limits and the trade-off of selection.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Budget {
+    /// Largest accepted one-row prediction time, microseconds.
+    pub max_predict_us: Option<f64>,
+    /// Largest accepted model size, KiB.
+    pub max_model_kb: Option<f64>,
+    /// Weight of cost against accuracy, >= 0: a candidate scores
+    /// `cv_mape * (predict_us / fastest)^w * (size / smallest)^(w / 2)`, lowest wins. 0 (the
+    /// default) picks the most accurate candidate within the budgets.
+    pub cost_weight: f64,
+    /// Single-selection mode: use this family for every kind (for comparison with
+    /// auto-selection), ignoring the other candidates.
+    pub only: Option<String>,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget {
+            max_predict_us: None,
+            max_model_kb: None,
+            cost_weight: 0.0,
+            only: None,
+        }
+    }
+}
+
+impl Budget {
+    /// Rejects negative or non-finite limits, naming the value.
+    pub fn validate(&self) -> Result<()> {
+        for (name, v) in [
+            ("--max-predict-us", self.max_predict_us),
+            ("--max-model-kb", self.max_model_kb),
+        ] {
+            if let Some(v) = v
+                && !(v > 0.0 && v.is_finite())
+            {
+                return Err(Error::InvalidBudget(format!(
+                    "{name} must be positive, got {v}"
+                )));
+            }
+        }
+        if !(self.cost_weight >= 0.0 && self.cost_weight.is_finite()) {
+            return Err(Error::InvalidBudget(format!(
+                "--cost-weight must be finite and non-negative, got {}",
+                self.cost_weight
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The outcome for one kind: the winner, the Pareto front and why.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Selection {
+    /// Chosen family.
+    pub chosen: String,
+    /// Families on the Pareto front of (cv MAPE, prediction time, size): no other candidate is
+    /// at least as good on all three and better on one.
+    pub pareto: Vec<String>,
+    /// One line on why the winner won.
+    pub why: String,
+    /// Families ruled out by a budget, with the limit they broke.
+    pub excluded: Vec<(String, String)>,
+}
+
+/// Chooses among `candidates` of module kind `kind` under `budget`.
+pub fn select(kind: &str, candidates: &[Candidate], budget: &Budget) -> Result<Selection> {
+    budget.validate()?;
+    let mut excluded = Vec::new();
+    let mut ok: Vec<&Candidate> = Vec::new();
+    for c in candidates {
+        if let Some(only) = &budget.only
+            && &c.model != only
+        {
+            excluded.push((c.model.clone(), format!("single selection of `{only}`")));
+            continue;
+        }
+        if !c.cv_mape.is_finite() {
+            excluded.push((c.model.clone(), "no cross-validated accuracy".into()));
+            continue;
+        }
+        if let Some(max) = budget.max_predict_us
+            && c.predict_us > max
+        {
+            excluded.push((
+                c.model.clone(),
+                format!("{:.3} us per prediction > {max} us", c.predict_us),
+            ));
+            continue;
+        }
+        if let Some(max) = budget.max_model_kb
+            && c.size_bytes as f64 / 1024.0 > max
+        {
+            excluded.push((
+                c.model.clone(),
+                format!("{:.1} KiB > {max} KiB", c.size_bytes as f64 / 1024.0),
+            ));
+            continue;
+        }
+        ok.push(c);
+    }
+    if ok.is_empty() {
+        let why = if excluded.is_empty() {
+            "no candidates".to_string()
+        } else {
+            excluded
+                .iter()
+                .map(|(m, w)| format!("{m}: {w}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        return Err(Error::NothingFits {
+            kind: kind.to_string(),
+            why,
+        });
+    }
+    let fastest = ok
+        .iter()
+        .map(|c| c.predict_us)
+        .fold(f64::INFINITY, f64::min)
+        .max(1e-9);
+    let smallest = ok.iter().map(|c| c.size_bytes).min().unwrap_or(1).max(1) as f64;
+    let w = budget.cost_weight;
+    let score = |c: &Candidate| {
+        c.cv_mape
+            * (c.predict_us.max(1e-9) / fastest).powf(w)
+            * (c.size_bytes.max(1) as f64 / smallest).powf(w / 2.0)
+    };
+    let winner = ok
+        .iter()
+        .min_by(|a, b| score(a).total_cmp(&score(b)))
+        .copied()
+        .ok_or_else(|| Error::Query("no candidate".into()))?;
+    let most_accurate = ok
+        .iter()
+        .min_by(|a, b| a.cv_mape.total_cmp(&b.cv_mape))
+        .copied()
+        .unwrap_or(winner);
+    let why = if winner.model == most_accurate.model {
+        format!(
+            "lowest cross-validated MAPE ({:.2}%) within the budgets",
+            winner.cv_mape
+        )
+    } else {
+        format!(
+            "{:.2}% MAPE at {:.2} us and {:.1} KiB beats {}'s {:.2}% at {:.2} us and {:.1} KiB \
+             under cost weight {w}",
+            winner.cv_mape,
+            winner.predict_us,
+            winner.size_bytes as f64 / 1024.0,
+            most_accurate.model,
+            most_accurate.cv_mape,
+            most_accurate.predict_us,
+            most_accurate.size_bytes as f64 / 1024.0
+        )
+    };
+    Ok(Selection {
+        chosen: winner.model.clone(),
+        pareto: pareto_front(candidates),
+        why,
+        excluded,
+    })
+}
+
+/// Families not dominated in (cv MAPE, prediction time, size), in input order.
+pub fn pareto_front(candidates: &[Candidate]) -> Vec<String> {
+    let dominates = |a: &Candidate, b: &Candidate| {
+        a.cv_mape <= b.cv_mape
+            && a.predict_us <= b.predict_us
+            && a.size_bytes <= b.size_bytes
+            && (a.cv_mape < b.cv_mape || a.predict_us < b.predict_us || a.size_bytes < b.size_bytes)
+    };
+    candidates
+        .iter()
+        .filter(|c| c.cv_mape.is_finite())
+        .filter(|c| {
+            !candidates
+                .iter()
+                .any(|o| o.cv_mape.is_finite() && dominates(o, c))
+        })
+        .map(|c| c.model.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(model: &str, mape: f64, us: f64, kb: usize) -> Candidate {
+        Candidate {
+            model: model.into(),
+            cv_mape: mape,
+            test_mape: mape,
+            predict_us: us,
+            size_bytes: kb * 1024,
+        }
+    }
+
+    fn cands() -> Vec<Candidate> {
+        vec![
+            c("ridge", 13.0, 0.3, 2),
+            c("trees", 7.0, 6.0, 250),
+            c("medn", 6.0, 2.5, 60),
+            c("knn", 20.0, 1.5, 100),
+        ]
+    }
+
+    #[test]
+    fn most_accurate_wins_without_budgets() {
+        let s = select("conv2d", &cands(), &Budget::default()).unwrap();
+        assert_eq!(s.chosen, "medn");
+        assert!(
+            s.why.contains("lowest cross-validated MAPE (6.00%)"),
+            "{}",
+            s.why
+        );
+        // ridge dominates knn and medn dominates trees on all three axes.
+        assert_eq!(s.pareto, vec!["ridge", "medn"]);
+    }
+
+    #[test]
+    fn budgets_rule_out_candidates_and_say_why() {
+        let budget = Budget {
+            max_predict_us: Some(2.0),
+            ..Budget::default()
+        };
+        let s = select("conv2d", &cands(), &budget).unwrap();
+        assert_eq!(s.chosen, "ridge");
+        assert!(
+            s.excluded
+                .iter()
+                .any(|(m, w)| m == "medn" && w.contains("2.500 us"))
+        );
+        let budget = Budget {
+            max_model_kb: Some(1.0),
+            ..Budget::default()
+        };
+        let err = select("conv2d", &cands(), &budget).unwrap_err().to_string();
+        assert!(
+            err.contains("no `conv2d` model fits") && err.contains("KiB > 1 KiB"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn cost_weight_trades_accuracy_for_speed() {
+        let budget = Budget {
+            cost_weight: 1.0,
+            ..Budget::default()
+        };
+        // medn: 6 * (2.5/0.3) * sqrt(60/2) ~ 274; ridge: 13.
+        let s = select("conv2d", &cands(), &budget).unwrap();
+        assert_eq!(s.chosen, "ridge");
+        assert!(s.why.contains("beats medn's"), "{}", s.why);
+    }
+
+    #[test]
+    fn single_selection_uses_one_family() {
+        let budget = Budget {
+            only: Some("trees".into()),
+            ..Budget::default()
+        };
+        assert_eq!(select("relu", &cands(), &budget).unwrap().chosen, "trees");
+        let bad = Budget {
+            max_predict_us: Some(-1.0),
+            ..Budget::default()
+        };
+        let err = select("relu", &cands(), &bad).unwrap_err().to_string();
+        assert!(
+            err.contains("--max-predict-us must be positive, got -1"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,203 @@
+//! Bundle round trips and the predictor, on a small synthetic linear dataset.
+
+use std::collections::BTreeMap;
+
+use perfcast_core::{
+    Caches, Context, DeviceKind, DeviceSpec, ModuleKind, ModuleSpec, Phase, SpecSource,
+};
+use perfcast_models::features::row;
+use perfcast_models::ridge::RidgeParams;
+use perfcast_models::{FeatureSchema, Fit, Matrix, Regressor, TrainSet};
+
+use crate::bundle::{FORMAT, KindEntry, Manifest, feature_ranges, write_bundle};
+use crate::select::{Budget, Candidate, select};
+use crate::{Bundle, Predictor};
+
+fn device() -> DeviceSpec {
+    DeviceSpec {
+        name: "test cpu".into(),
+        kind: DeviceKind::Cpu,
+        peak_gflops: 100.0,
+        mem_bandwidth_gbs: 20.0,
+        cores: 2,
+        threads: 2,
+        clock_mhz: 3000.0,
+        memory_gb: 8.0,
+        cache_mb: 16.0,
+        caches: Caches::default(),
+        source: SpecSource::Measured,
+    }
+}
+
+fn linear(i: usize, o: usize) -> ModuleSpec {
+    ModuleSpec::Linear(perfcast_core::Linear {
+        in_features: i,
+        out_features: o,
+        tokens: 1,
+        bias: true,
+    })
+}
+
+fn ctx(batch: usize, phase: Phase) -> Context {
+    Context {
+        batch,
+        phase,
+        threads: 1,
+        utilisation: 0.0,
+    }
+}
+
+fn data() -> TrainSet {
+    let schema = FeatureSchema::for_kind(ModuleKind::Linear);
+    let mut x = Matrix::with_cols(schema.len());
+    let (mut y, mut groups) = (Vec::new(), Vec::new());
+    for i in 0..60 {
+        let spec = linear(16 + 8 * i, 32 + 4 * i);
+        for phase in [Phase::Inference, Phase::Training] {
+            let c = ctx(1 + i % 8, phase);
+            let f = perfcast_core::features::derive(&spec, c.batch);
+            x.push_row(&row(&spec, &c, &device()));
+            y.push(0.001 + f.flops / 1e8 * if phase == Phase::Training { 3.0 } else { 1.0 });
+            groups.push(i as u64);
+        }
+    }
+    TrainSet {
+        schema,
+        x,
+        y,
+        groups,
+    }
+}
+
+fn write(dir: &std::path::Path) -> Box<dyn Regressor> {
+    let data = data();
+    let model = RidgeParams::default().fit(&data).unwrap();
+    let candidates = vec![Candidate {
+        model: "ridge".into(),
+        cv_mape: 3.0,
+        test_mape: 3.5,
+        predict_us: 0.3,
+        size_bytes: model.size_bytes(),
+    }];
+    let selection = select("linear", &candidates, &Budget::default()).unwrap();
+    let mut kinds = BTreeMap::new();
+    kinds.insert(
+        "linear".to_string(),
+        KindEntry {
+            chosen: "ridge".into(),
+            file: "linear/ridge.json".into(),
+            schema_hash: format!("{:016x}", data.schema.hash()),
+            rows: data.len(),
+            candidates,
+            selection,
+            ranges: feature_ranges(&data),
+        },
+    );
+    let manifest = Manifest {
+        format: FORMAT,
+        name: "test".into(),
+        perfcast_version: "0".into(),
+        device: device(),
+        data: "synthetic".into(),
+        budget: Budget::default(),
+        kinds,
+    };
+    write_bundle(
+        dir,
+        &manifest,
+        &[("linear/ridge.json".into(), model.to_saved())],
+    )
+    .unwrap();
+    Box::new(model)
+}
+
+#[test]
+fn a_bundle_round_trips_and_predicts_like_its_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    let model = write(&dir);
+    let predictor = Predictor::new(Bundle::load(&dir).unwrap());
+    let spec = linear(100, 200);
+    let c = ctx(4, Phase::Training);
+    let p = predictor.predict_module(&spec, &c).unwrap();
+    assert_eq!(p.ms, model.predict_row(&row(&spec, &c, &device())).unwrap());
+    assert!(!p.fallback && p.warnings.is_empty(), "{p:?}");
+    // Outside the trained range: predicted, with a warning naming the feature.
+    let p = predictor.predict_module(&linear(4096, 200), &c).unwrap();
+    assert!(
+        p.warnings
+            .iter()
+            .any(|w| w.contains("`in_features` = 4096")),
+        "{p:?}"
+    );
+    // A kind the bundle lacks falls back to the spec roofline, marked.
+    let relu = ModuleSpec::Relu(perfcast_core::Elementwise { shape: [8, 16, 16] });
+    let p = predictor.predict_module(&relu, &c).unwrap();
+    assert!(p.fallback && p.ms > 0.0 && p.model == "roofline-spec");
+    // No temp directories left beside it.
+    let names: Vec<String> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, vec!["b"]);
+}
+
+#[test]
+fn corrupt_truncated_or_mismatched_bundles_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    write(&dir);
+    let manifest = dir.join("manifest.json");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+
+    std::fs::write(&manifest, &text[..text.len() / 2]).unwrap();
+    let err = Bundle::load(&dir).unwrap_err().to_string();
+    assert!(
+        err.contains("manifest.json") && err.contains("truncated"),
+        "{err}"
+    );
+
+    std::fs::write(&manifest, text.replace("\"format\": 1", "\"format\": 99")).unwrap();
+    let err = Bundle::load(&dir).unwrap_err().to_string();
+    assert!(err.contains("format 99"), "{err}");
+
+    let hash = format!(
+        "{:016x}",
+        FeatureSchema::for_kind(ModuleKind::Linear).hash()
+    );
+    std::fs::write(&manifest, text.replace(&hash, "0000000000000000")).unwrap();
+    let err = Bundle::load(&dir).unwrap_err().to_string();
+    assert!(err.contains("another feature schema"), "{err}");
+
+    std::fs::write(&manifest, &text).unwrap();
+    let model = dir.join("linear/ridge.json");
+    let bytes = std::fs::read(&model).unwrap();
+    std::fs::write(&model, &bytes[..10]).unwrap();
+    let err = Bundle::load(&dir).unwrap_err().to_string();
+    assert!(
+        err.contains("ridge.json") && err.contains("corrupt"),
+        "{err}"
+    );
+
+    let err = Bundle::load(&tmp.path().join("nope"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no such bundle"), "{err}");
+}
+
+#[test]
+fn networks_sum_their_layers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    write(&dir);
+    let predictor = Predictor::new(Bundle::load(&dir).unwrap());
+    let net = perfcast_core::zoo::build("lenet5", None).unwrap();
+    let p = predictor
+        .predict_network(&net, &ctx(8, Phase::Inference))
+        .unwrap();
+    assert_eq!(p.layers.len(), net.layers.len());
+    let sum: f64 = p.layers.iter().map(|l| l.prediction.ms).sum();
+    assert!((p.total_ms - sum).abs() < 1e-12);
+    // Only the linear layers have a model in this bundle.
+    assert!(p.fallback_layers > 0 && p.fallback_layers < p.layers.len());
+}
