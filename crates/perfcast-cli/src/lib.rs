@@ -84,6 +84,21 @@ enum Command {
     Train(cmd::train::TrainArgs),
     /// Score models saved by `perfcast train` on another dataset
     Eval(cmd::train::EvalArgs),
+    /// Predict the latency of modules or whole networks from a bundle
+    ///
+    /// A module from flags (`perfcast predict conv2d --batch 8 --input 3x224x224 --out-channels
+    /// 64 --kernel 7 --stride 2 --padding 3`), modules from a JSON file, or a network from the
+    /// zoo (`--network vgg16 --batch 32`) or a JSON file: a per-layer table with the total.
+    Predict(cmd::predict::PredictArgs),
+    /// Profile this machine, train every model, auto-select, write `checkpoints/local/`
+    ///
+    /// The first thing to run: a small sweep over every kind the zoo networks use (minutes;
+    /// resumable), every candidate trained and cross-validated, the best per kind written as
+    /// a bundle, and predictions for a few zoo networks.
+    Quickstart(cmd::quickstart::QuickstartArgs),
+    /// Inspect bundles written by `perfcast train --bundle`
+    #[command(subcommand)]
+    Bundle(cmd::predict::BundleCommand),
 }
 
 /// Shared state of one invocation: verbosity and whether to draw progress.
@@ -137,6 +152,9 @@ pub fn main_entry() -> ExitCode {
         Command::Import(c) => cmd::import::run(c, &ui),
         Command::Train(args) => cmd::train::train(args, &ui),
         Command::Eval(args) => cmd::train::eval(args, &ui),
+        Command::Predict(args) => cmd::predict::predict(args, &ui),
+        Command::Quickstart(args) => cmd::quickstart::run(args, &ui),
+        Command::Bundle(c) => cmd::predict::bundle(c, &ui),
     };
     match result {
         Ok(code) => code,

@@ -97,8 +97,8 @@ impl Predictor {
             });
         };
         let x = row(spec, context, device);
-        let ms = model.predict_row(&x)?;
         let mut warnings = Vec::new();
+        let mut ms = model.predict_row(&x)?;
         if let Some(entry) = self.bundle.manifest.kinds.get(kind.name()) {
             // Inputs a user sets; derived features leave the range only through these.
             let checked: Vec<&str> = kind
@@ -107,15 +107,25 @@ impl Predictor {
                 .copied()
                 .chain(["batch", "threads", "utilisation"])
                 .collect();
+            let mut outside = false;
             for (r, v) in entry.ranges.iter().zip(&x) {
                 if checked.contains(&r.name.as_str())
                     && (*v < r.min - 1e-9 * r.min.abs() || *v > r.max + 1e-9 * r.max.abs())
                 {
+                    outside = true;
                     warnings.push(format!(
                         "`{}` = {} is outside the trained range {}..{}",
                         r.name, v, r.min, r.max
                     ));
                 }
+            }
+            if outside && let Some(scaled) = self.extrapolate(spec, context, &x, entry, model)? {
+                ms = scaled;
+                warnings.push(
+                    "predicted at the nearest trained configuration and scaled by the roofline \
+                     work ratio"
+                        .into(),
+                );
             }
         }
         Ok(ModulePrediction {
@@ -125,6 +135,53 @@ impl Predictor {
             fallback: false,
             warnings,
         })
+    }
+
+    /// Learned models do not extrapolate: ridge's squares grow without bound and trees stay
+    /// flat. Outside the trained ranges, predict the nearest trained configuration (each
+    /// input clamped into its range) and scale by how much more work the query is, as the
+    /// roofline sees it. `None` when the clamped configuration is not a valid module.
+    fn extrapolate(
+        &self,
+        spec: &ModuleSpec,
+        context: &Context,
+        x: &[f64],
+        entry: &crate::bundle::KindEntry,
+        model: &dyn perfcast_models::Regressor,
+    ) -> Result<Option<f64>> {
+        let kind = spec.kind();
+        let range = |name: &str| entry.ranges.iter().find(|r| r.name == name);
+        let clamp = |name: &str, v: f64| match range(name) {
+            Some(r) if r.min <= r.max => v.clamp(r.min, r.max),
+            _ => v,
+        };
+        let config: Vec<i64> = kind
+            .config_columns()
+            .iter()
+            .zip(spec.config())
+            .map(|(name, v)| clamp(name, v as f64).round() as i64)
+            .collect();
+        let Ok(near) = ModuleSpec::from_config(kind, &config) else {
+            return Ok(None);
+        };
+        if near.validate().is_err() {
+            return Ok(None);
+        }
+        let near_context = Context {
+            batch: clamp("batch", context.batch as f64).round().max(1.0) as usize,
+            threads: clamp("threads", context.threads as f64).round().max(1.0) as usize,
+            utilisation: clamp("utilisation", context.utilisation),
+            phase: context.phase,
+        };
+        let device = &self.bundle.manifest.device;
+        let xn = row(&near, &near_context, device);
+        let Some(roof) = model.schema().index("roofline_ms") else {
+            return Ok(None);
+        };
+        if !(xn[roof] > 0.0 && x[roof] > 0.0) {
+            return Ok(None);
+        }
+        Ok(Some(model.predict_row(&xn)? * x[roof] / xn[roof]))
     }
 
     /// Many modules, each in its own context.

@@ -4,7 +4,7 @@ use perfcast_data::{DatasetDir, table};
 use crate::{run, stderr, write_fast_sweep};
 
 /// A small measured dataset of relu and linear rows (inference and training).
-fn small_dataset(dir: &std::path::Path, samples: &str) -> std::path::PathBuf {
+pub(crate) fn small_dataset(dir: &std::path::Path, samples: &str) -> std::path::PathBuf {
     let sweep = write_fast_sweep(dir, "");
     let text = std::fs::read_to_string(&sweep)
         .unwrap()

@@ -4,5 +4,7 @@ pub mod backends;
 pub mod datasets;
 pub mod devices;
 pub mod import;
+pub mod predict;
 pub mod profile;
+pub mod quickstart;
 pub mod train;

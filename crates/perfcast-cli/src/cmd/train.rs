@@ -56,6 +56,22 @@ pub struct TrainArgs {
     /// Replace an existing output directory
     #[arg(long)]
     force: bool,
+    /// Auto-select a model per kind and write a bundle: a name (`checkpoints/<name>/`) or a
+    /// directory path
+    #[arg(long, value_name = "NAME|DIR")]
+    bundle: Option<String>,
+    /// Selection: largest one-row prediction time accepted, microseconds
+    #[arg(long, value_name = "US")]
+    max_predict_us: Option<f64>,
+    /// Selection: largest model size accepted, KiB
+    #[arg(long, value_name = "KB")]
+    max_model_kb: Option<f64>,
+    /// Selection: weight of prediction cost against accuracy (0 = most accurate within budgets)
+    #[arg(long, default_value_t = 0.0)]
+    cost_weight: f64,
+    /// Selection: use this model family for every kind (single selection, for comparison)
+    #[arg(long, value_name = "MODEL")]
+    select_only: Option<String>,
     /// Output format of the report
     #[arg(long, value_enum, default_value_t)]
     format: Format,
@@ -114,6 +130,50 @@ pub struct TrainReport {
     /// (only when several kinds were trained).
     #[serde(default)]
     pub shared: Vec<SharedReport>,
+    /// Auto-selection and the bundle written, with `--bundle`.
+    #[serde(default)]
+    pub selection: Option<SelectionReport>,
+}
+
+/// What auto-selection chose and how it compares with one family everywhere.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SelectionReport {
+    /// Bundle directory written.
+    pub bundle: PathBuf,
+    /// Per kind: the choice and why.
+    pub kinds: Vec<KindSelection>,
+    /// Held-out MAPE over every kind's rows with the chosen models, percent.
+    pub overall_test_mape: f64,
+    /// Mean one-row prediction time of the chosen models, microseconds.
+    pub mean_predict_us: f64,
+    /// Total size of the chosen models, bytes.
+    pub total_size_bytes: usize,
+    /// The same figures with one family for every kind (each family trained on every kind).
+    pub single: Vec<SingleSelection>,
+}
+
+/// One kind's selection.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct KindSelection {
+    /// Kind.
+    pub kind: ModuleKind,
+    /// Chosen family, Pareto front and why.
+    pub selection: perfcast_select::Selection,
+    /// Held-out MAPE of the chosen model, percent.
+    pub test_mape: f64,
+}
+
+/// Overall figures of one family used for every kind.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SingleSelection {
+    /// Family.
+    pub model: String,
+    /// Held-out MAPE over every kind's rows, percent.
+    pub overall_test_mape: f64,
+    /// Mean one-row prediction time, microseconds.
+    pub mean_predict_us: f64,
+    /// Total size, bytes.
+    pub total_size_bytes: usize,
 }
 
 /// Held-out MAPE of a neural family fitted once per kind and once for all kinds together.
@@ -155,6 +215,13 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         .map(|m| ModelParams::by_name(m))
         .collect::<Result<_, _>>()?;
     let params = apply_overrides(params, &args.set)?;
+    let budget = perfcast_select::Budget {
+        max_predict_us: args.max_predict_us,
+        max_model_kb: args.max_model_kb,
+        cost_weight: args.cost_weight,
+        only: args.select_only.clone(),
+    };
+    budget.validate()?;
     anyhow::ensure!(!params.is_empty(), "`--models` is empty");
     anyhow::ensure!(
         args.force || !args.out.exists(),
@@ -206,6 +273,7 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     }
     let mut reports = Vec::new();
     let mut splits = Vec::new();
+    let mut saved_models: BTreeMap<String, SavedModel> = BTreeMap::new();
     for kind in kinds {
         let records = dir.read(kind)?;
         let data = TrainSet::from_records(kind, &records, &device)
@@ -255,6 +323,7 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             }
             let json = serde_json::to_vec(&saved)?;
             perfcast_data::write_atomic(&staging.path().join(&file), &json)?;
+            saved_models.insert(file.clone(), saved);
             models.push(ModelReport {
                 model: p.name().to_string(),
                 cv: cv.pooled,
@@ -366,7 +435,21 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         test_share: args.test_share,
         kinds: reports,
         shared,
+        selection: None,
     };
+    let mut report = report;
+    if let Some(name) = &args.bundle {
+        let dir = bundle_dir(name);
+        report.selection = Some(write_selected_bundle(
+            &report,
+            &splits,
+            &saved_models,
+            &budget,
+            &dir,
+            &device,
+            name,
+        )?);
+    }
     perfcast_data::write_atomic(
         &staging.path().join("report.json"),
         &serde_json::to_vec_pretty(&report)?,
@@ -416,6 +499,132 @@ fn apply_overrides(params: Vec<ModelParams>, sets: &[String]) -> anyhow::Result<
     Ok(out)
 }
 
+/// `checkpoints/<name>` for a bare name, the path itself otherwise.
+pub fn bundle_dir(name: &str) -> PathBuf {
+    if name.contains('/') || name.contains(std::path::MAIN_SEPARATOR) {
+        PathBuf::from(name)
+    } else {
+        Path::new("checkpoints").join(name)
+    }
+}
+
+/// Selects a model per kind from the report's candidates and writes the bundle.
+fn write_selected_bundle(
+    report: &TrainReport,
+    splits: &[(TrainSet, TrainSet)],
+    saved: &BTreeMap<String, SavedModel>,
+    budget: &perfcast_select::Budget,
+    dir: &Path,
+    device: &perfcast_core::DeviceSpec,
+    name: &str,
+) -> anyhow::Result<SelectionReport> {
+    use perfcast_select::bundle::{FORMAT, KindEntry, Manifest, feature_ranges, write_bundle};
+    let candidates = |k: &KindReport| -> Vec<perfcast_select::Candidate> {
+        k.models
+            .iter()
+            .map(|m| perfcast_select::Candidate {
+                model: m.model.clone(),
+                cv_mape: m.cv.mape,
+                test_mape: m.test.mape,
+                predict_us: m.cost.one_row_us,
+                size_bytes: m.cost.size_bytes,
+            })
+            .collect()
+    };
+    let mut entries = BTreeMap::new();
+    let mut files = Vec::new();
+    let mut kinds = Vec::new();
+    for (k, (train_set, _)) in report.kinds.iter().zip(splits) {
+        let cands = candidates(k);
+        let selection = perfcast_select::select::select(k.kind.name(), &cands, budget)?;
+        let chosen = k
+            .models
+            .iter()
+            .find(|m| m.model == selection.chosen)
+            .ok_or_else(|| anyhow::anyhow!("selected `{}` has no report", selection.chosen))?;
+        let model = saved
+            .get(&chosen.file)
+            .ok_or_else(|| anyhow::anyhow!("selected `{}` was not saved", chosen.file))?;
+        entries.insert(
+            k.kind.name().to_string(),
+            KindEntry {
+                chosen: selection.chosen.clone(),
+                file: chosen.file.clone(),
+                schema_hash: format!("{:016x}", train_set.schema.hash()),
+                rows: train_set.len(),
+                candidates: cands,
+                selection: selection.clone(),
+                ranges: feature_ranges(train_set),
+            },
+        );
+        files.push((chosen.file.clone(), model.clone()));
+        kinds.push(KindSelection {
+            kind: k.kind,
+            selection,
+            test_mape: chosen.test.mape,
+        });
+    }
+    let manifest = Manifest {
+        format: FORMAT,
+        name: name.to_string(),
+        perfcast_version: env!("CARGO_PKG_VERSION").to_string(),
+        device: device.clone(),
+        data: report.data.display().to_string(),
+        budget: budget.clone(),
+        kinds: entries,
+    };
+    write_bundle(dir, &manifest, &files)?;
+
+    // Overall figures: held-out rows of every kind, each predicted by its kind's model.
+    let overall =
+        |pick: &dyn Fn(&KindReport) -> Option<&ModelReport>| -> Option<(f64, f64, usize)> {
+            let (mut ape, mut rows, mut us, mut size) = (0.0, 0usize, 0.0, 0usize);
+            for k in &report.kinds {
+                let m = pick(k)?;
+                ape += m.test.mape * m.test.n as f64;
+                rows += m.test.n;
+                us += m.cost.one_row_us;
+                size += m.cost.size_bytes;
+            }
+            Some((
+                ape / rows.max(1) as f64,
+                us / report.kinds.len().max(1) as f64,
+                size,
+            ))
+        };
+    let (overall_test_mape, mean_predict_us, total_size_bytes) = overall(&|k: &KindReport| {
+        let chosen = &kinds.iter().find(|s| s.kind == k.kind)?.selection.chosen;
+        k.models.iter().find(|m| &m.model == chosen)
+    })
+    .unwrap_or((f64::NAN, f64::NAN, 0));
+    let families: Vec<String> = report
+        .kinds
+        .first()
+        .map(|k| k.models.iter().map(|m| m.model.clone()).collect())
+        .unwrap_or_default();
+    let single = families
+        .into_iter()
+        .filter_map(|family| {
+            let (mape, us, size) =
+                overall(&|k: &KindReport| k.models.iter().find(|m| m.model == family))?;
+            Some(SingleSelection {
+                model: family,
+                overall_test_mape: mape,
+                mean_predict_us: us,
+                total_size_bytes: size,
+            })
+        })
+        .collect();
+    Ok(SelectionReport {
+        bundle: dir.to_path_buf(),
+        kinds,
+        overall_test_mape,
+        mean_predict_us,
+        total_size_bytes,
+        single,
+    })
+}
+
 fn render(report: &TrainReport, out: &Path) -> String {
     let mut t = format!(
         "{} ({}), {:?} split, {}% held out, {}-fold CV -> {}\n",
@@ -445,6 +654,46 @@ fn render(report: &TrainReport, out: &Path) -> String {
                 sig3(m.cost.one_row_us),
                 sig3(m.cost.batch_row_us),
                 sig3(m.cost.size_bytes as f64 / 1024.0)
+            ));
+        }
+    }
+    if let Some(sel) = &report.selection {
+        t.push_str(&format!(
+            "\nauto-selection -> {}\n{:<12} {:<9} {:>9}  {:<28} why\n",
+            sel.bundle.display(),
+            "kind",
+            "chosen",
+            "test MAPE",
+            "Pareto front (MAPE/time/size)"
+        ));
+        for k in &sel.kinds {
+            t.push_str(&format!(
+                "{:<12} {:<9} {:>8}%  {:<28} {}\n",
+                k.kind.name(),
+                k.selection.chosen,
+                sig3(k.test_mape),
+                k.selection.pareto.join(","),
+                k.selection.why
+            ));
+        }
+        t.push_str(&format!(
+            "{:<22} {:>9} {:>12} {:>10}\n{:<22} {:>8}% {:>12} {:>10}\n",
+            "overall (held out)",
+            "MAPE",
+            "mean us/row",
+            "size KB",
+            "auto-selection",
+            sig3(sel.overall_test_mape),
+            sig3(sel.mean_predict_us),
+            sig3(sel.total_size_bytes as f64 / 1024.0)
+        ));
+        for s in &sel.single {
+            t.push_str(&format!(
+                "{:<22} {:>8}% {:>12} {:>10}\n",
+                format!("only {}", s.model),
+                sig3(s.overall_test_mape),
+                sig3(s.mean_predict_us),
+                sig3(s.total_size_bytes as f64 / 1024.0)
             ));
         }
     }

@@ -1,0 +1,433 @@
+//! `perfcast predict` (modules and networks from a bundle) and `perfcast bundle show`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use perfcast_core::{Context, ModuleKind, ModuleSpec, Network, Phase, zoo};
+use perfcast_select::{Bundle, ModulePrediction, NetworkPrediction, Predictor};
+use serde::{Deserialize, Serialize};
+
+use crate::Ui;
+use crate::output::{Format, emit, emit_json, fmt_ms, sig3};
+
+/// Arguments of `perfcast predict`.
+#[derive(Debug, Args)]
+pub struct PredictArgs {
+    /// Module kind to predict from flags (conv2d, linear, matmul, maxpool2d, ...)
+    kind: Option<ModuleKind>,
+    /// Bundle directory written by `perfcast train --bundle` or `perfcast quickstart`
+    #[arg(long, default_value = "checkpoints/local")]
+    bundle: PathBuf,
+    /// Batch size
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
+    /// Phase: inference, or training (forward + backward)
+    #[arg(long, default_value = "inference")]
+    phase: Phase,
+    /// Compute threads
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Input shape per sample: CxHxW for conv and pools, TOKENSxFEATURES or FEATURES for
+    /// linear and layernorm, any shape for elementwise kinds
+    #[arg(long)]
+    input: Option<String>,
+    /// conv2d: output channels
+    #[arg(long)]
+    out_channels: Option<usize>,
+    /// linear: output features
+    #[arg(long)]
+    out_features: Option<usize>,
+    /// conv2d and pools: kernel size (square)
+    #[arg(long)]
+    kernel: Option<usize>,
+    /// conv2d and pools: stride
+    #[arg(long)]
+    stride: Option<usize>,
+    /// conv2d and pools: padding
+    #[arg(long)]
+    padding: Option<usize>,
+    /// conv2d: dilation
+    #[arg(long)]
+    dilation: Option<usize>,
+    /// conv2d: groups (the input channels for depthwise)
+    #[arg(long)]
+    groups: Option<usize>,
+    /// conv2d and linear: no bias
+    #[arg(long)]
+    no_bias: bool,
+    /// matmul: heads, and the `m x k` by `k x n` shapes
+    #[arg(long)]
+    heads: Option<usize>,
+    /// matmul: rows of the left operand
+    #[arg(long)]
+    m: Option<usize>,
+    /// matmul: inner dimension
+    #[arg(long)]
+    k: Option<usize>,
+    /// matmul: columns of the right operand
+    #[arg(long)]
+    n: Option<usize>,
+    /// Modules from a JSON file: an array of module specs (format: README, "Module specs"),
+    /// each optionally with `batch`, `phase` and `threads`
+    #[arg(long, conflicts_with_all = ["kind", "network", "network_file"])]
+    modules_file: Option<PathBuf>,
+    /// A network from the built-in zoo (lenet5, alexnet, vgg11, vgg16, resnet18, resnet50,
+    /// mobilenetv2, transformer)
+    #[arg(long, conflicts_with_all = ["kind", "network_file"])]
+    network: Option<String>,
+    /// Input resolution of a zoo network (tokens for the transformer)
+    #[arg(long)]
+    resolution: Option<usize>,
+    /// A network from a JSON file (format: `examples/networks/`)
+    #[arg(long, conflicts_with = "kind")]
+    network_file: Option<PathBuf>,
+    /// Output format
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+/// `perfcast bundle ...`.
+#[derive(Debug, Subcommand)]
+pub enum BundleCommand {
+    /// Print a bundle's manifest: device, and per kind the chosen model and every candidate
+    Show(ShowArgs),
+}
+
+/// Arguments of `perfcast bundle show`.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// Bundle directory
+    dir: PathBuf,
+    /// Output format
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+/// One entry of `--modules-file`.
+#[derive(Debug, Deserialize)]
+struct ModuleQuery {
+    #[serde(flatten)]
+    spec: ModuleSpec,
+    batch: Option<usize>,
+    phase: Option<Phase>,
+    threads: Option<usize>,
+}
+
+/// A module prediction with its query, for output.
+#[derive(Debug, Serialize)]
+struct ModuleRow {
+    module: String,
+    context: Context,
+    #[serde(flatten)]
+    prediction: ModulePrediction,
+}
+
+fn dims(text: &str) -> anyhow::Result<Vec<usize>> {
+    text.split(['x', 'X', ','])
+        .map(|d| {
+            d.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|v| *v > 0)
+                .ok_or_else(|| anyhow::anyhow!("`--input {text}`: `{d}` is not a positive size"))
+        })
+        .collect()
+}
+
+/// The module the flags describe, built through the JSON form so the spec's own checks apply.
+fn spec_from_flags(kind: ModuleKind, a: &PredictArgs) -> anyhow::Result<ModuleSpec> {
+    use serde_json::{Value, json};
+    let input = a.input.as_deref().map(dims).transpose()?;
+    let need = |name: &str| anyhow::anyhow!("`perfcast predict {kind}` needs `--{name}`");
+    let chw = || -> anyhow::Result<(usize, [usize; 2])> {
+        match input.as_deref() {
+            Some([c, h, w]) => Ok((*c, [*h, *w])),
+            _ => anyhow::bail!("`perfcast predict {kind}` needs `--input CxHxW`"),
+        }
+    };
+    let tf = || -> anyhow::Result<(usize, usize)> {
+        match input.as_deref() {
+            Some([f]) => Ok((1, *f)),
+            Some([t, f]) => Ok((*t, *f)),
+            _ => anyhow::bail!(
+                "`perfcast predict {kind}` needs `--input FEATURES` or `TOKENSxFEATURES`"
+            ),
+        }
+    };
+    let mut v: Value = match kind {
+        ModuleKind::Conv2d => {
+            let (c, hw) = chw()?;
+            json!({"in_channels": c, "input_hw": hw,
+                   "out_channels": a.out_channels.ok_or_else(|| need("out-channels"))?,
+                   "kernel": a.kernel.ok_or_else(|| need("kernel"))?,
+                   "stride": a.stride.unwrap_or(1), "padding": a.padding.unwrap_or(0),
+                   "dilation": a.dilation.unwrap_or(1), "groups": a.groups.unwrap_or(1),
+                   "bias": !a.no_bias})
+        }
+        ModuleKind::Linear => {
+            let (t, f) = tf()?;
+            json!({"tokens": t, "in_features": f,
+                   "out_features": a.out_features.ok_or_else(|| need("out-features"))?,
+                   "bias": !a.no_bias})
+        }
+        ModuleKind::Matmul => json!({"heads": a.heads.unwrap_or(1),
+            "m": a.m.ok_or_else(|| need("m"))?, "k": a.k.ok_or_else(|| need("k"))?,
+            "n": a.n.ok_or_else(|| need("n"))?}),
+        ModuleKind::MaxPool2d | ModuleKind::AvgPool2d => {
+            let (c, hw) = chw()?;
+            let mut p = json!({"channels": c, "input_hw": hw,
+                "kernel": a.kernel.ok_or_else(|| need("kernel"))?, "padding": a.padding.unwrap_or(0)});
+            if let Some(s) = a.stride {
+                p["stride"] = json!(s);
+            }
+            p
+        }
+        ModuleKind::BatchNorm2d => {
+            let (c, hw) = chw()?;
+            json!({"channels": c, "input_hw": hw})
+        }
+        ModuleKind::LayerNorm => {
+            let (t, f) = tf()?;
+            json!({"tokens": t, "features": f})
+        }
+        _ => {
+            let mut shape = input.ok_or_else(|| need("input"))?;
+            anyhow::ensure!(
+                shape.len() <= 3,
+                "`--input`: at most 3 dimensions per sample"
+            );
+            while shape.len() < 3 {
+                shape.insert(0, 1);
+            }
+            json!({"shape": shape})
+        }
+    };
+    v["kind"] = json!(kind.name());
+    let spec: ModuleSpec = serde_json::from_value(v).context("building the module")?;
+    spec.validate()?;
+    Ok(spec)
+}
+
+fn network(a: &PredictArgs) -> anyhow::Result<Option<Network>> {
+    if let Some(name) = &a.network {
+        return Ok(Some(zoo::build(name, a.resolution)?));
+    }
+    if let Some(path) = &a.network_file {
+        return Ok(Some(Network::from_json_file(path)?));
+    }
+    Ok(None)
+}
+
+/// Loads a bundle, with a hint when the default one does not exist yet.
+pub fn load_bundle(dir: &Path) -> anyhow::Result<Bundle> {
+    if !dir.exists() && dir == Path::new("checkpoints/local") {
+        anyhow::bail!(
+            "no bundle at `checkpoints/local`\n\nhint: run `perfcast quickstart` to profile this \
+             machine and write one, or pass `--bundle <dir>`"
+        );
+    }
+    Ok(Bundle::load(dir)?)
+}
+
+pub fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
+    let context = Context {
+        batch: a.batch,
+        phase: a.phase,
+        threads: a.threads,
+        utilisation: 0.0,
+    };
+    context.validate()?;
+    // Parse the query before loading the bundle: a bad query is reported as such.
+    let net = network(&a)?;
+    let queries: Vec<(ModuleSpec, Context)> = if net.is_some() {
+        Vec::new()
+    } else if let Some(path) = &a.modules_file {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading `{}`", path.display()))?;
+        let items: Vec<ModuleQuery> = serde_json::from_str(&text)
+            .with_context(|| format!("`{}` is not a JSON array of module specs", path.display()))?;
+        items
+            .into_iter()
+            .enumerate()
+            .map(|(i, q)| {
+                q.spec
+                    .validate()
+                    .with_context(|| format!("`{}`: module {i}", path.display()))?;
+                Ok((
+                    q.spec,
+                    Context {
+                        batch: q.batch.unwrap_or(a.batch),
+                        phase: q.phase.unwrap_or(a.phase),
+                        threads: q.threads.unwrap_or(a.threads),
+                        utilisation: 0.0,
+                    },
+                ))
+            })
+            .collect::<anyhow::Result<_>>()?
+    } else if let Some(kind) = a.kind {
+        vec![(spec_from_flags(kind, &a)?, context.clone())]
+    } else {
+        anyhow::bail!(
+            "nothing to predict\n\nhint: name a module kind (`perfcast predict conv2d --input \
+             3x224x224 --out-channels 64 --kernel 7`), `--modules-file`, `--network` or `--network-file`"
+        );
+    };
+    let predictor = Predictor::new(load_bundle(&a.bundle)?);
+    if let Some(net) = net {
+        let p = predictor.predict_network(&net, &context)?;
+        for l in p
+            .layers
+            .iter()
+            .filter(|l| !l.prediction.warnings.is_empty())
+            .take(3)
+        {
+            ui.info(format!(
+                "warning: layer `{}`: {}",
+                l.name,
+                l.prediction.warnings.join("; ")
+            ));
+        }
+        match a.format {
+            Format::Json => emit_json(&p)?,
+            Format::Text => emit(&render_network(&p))?,
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<ModuleRow> = queries
+        .iter()
+        .map(|(spec, ctx)| {
+            Ok(ModuleRow {
+                module: spec.describe(),
+                context: ctx.clone(),
+                prediction: predictor.predict_module(spec, ctx)?,
+            })
+        })
+        .collect::<anyhow::Result<_>>()?;
+    for r in &rows {
+        for w in &r.prediction.warnings {
+            ui.info(format!("warning: {}: {w}", r.module));
+        }
+    }
+    match a.format {
+        Format::Json => emit_json(&rows)?,
+        Format::Text => {
+            let mut t = format!(
+                "{:<44} {:>6} {:<10} {:>12} {:<10}\n",
+                "module", "batch", "phase", "predicted", "model"
+            );
+            for r in &rows {
+                t.push_str(&format!(
+                    "{:<44} {:>6} {:<10} {:>12} {:<10}\n",
+                    r.module,
+                    r.context.batch,
+                    r.context.phase.name(),
+                    fmt_ms(r.prediction.ms),
+                    r.prediction.model
+                ));
+            }
+            emit(&t)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn render_network(p: &NetworkPrediction) -> String {
+    let mut t = format!(
+        "{} (batch {}, {}, {} thread{})\n{:<24} {:<44} {:>11} {:>6}  {}\n",
+        p.network,
+        p.context.batch,
+        p.context.phase.name(),
+        p.context.threads,
+        if p.context.threads == 1 { "" } else { "s" },
+        "layer",
+        "module",
+        "predicted",
+        "share",
+        "model"
+    );
+    for l in &p.layers {
+        t.push_str(&format!(
+            "{:<24} {:<44} {:>11} {:>5}%  {}{}\n",
+            l.name,
+            l.module,
+            fmt_ms(l.prediction.ms),
+            sig3(100.0 * l.prediction.ms / p.total_ms),
+            l.prediction.model,
+            if l.prediction.fallback {
+                " (fallback)"
+            } else {
+                ""
+            }
+        ));
+    }
+    t.push_str(&format!(
+        "{:<24} {:<44} {:>11}\n",
+        "total",
+        format!("{} layers", p.layers.len()),
+        fmt_ms(p.total_ms)
+    ));
+    if p.fallback_layers > 0 {
+        t.push_str(&format!(
+            "{} layer(s) have no model in the bundle and use the device-spec roofline\n",
+            p.fallback_layers
+        ));
+    }
+    t
+}
+
+pub fn bundle(c: BundleCommand, _ui: &Ui) -> anyhow::Result<ExitCode> {
+    let BundleCommand::Show(a) = c;
+    let manifest = Bundle::read_manifest(&a.dir)?;
+    // Loading checks every model file too, so `show` also validates the bundle.
+    Bundle::load(&a.dir)?;
+    match a.format {
+        Format::Json => emit_json(&manifest)?,
+        Format::Text => {
+            let mut t = format!(
+                "bundle `{}` (format {}, perfcast {}) for {} ({} GFLOP/s, {} GB/s), trained on {}\n",
+                manifest.name,
+                manifest.format,
+                manifest.perfcast_version,
+                manifest.device.name,
+                sig3(manifest.device.peak_gflops),
+                sig3(manifest.device.mem_bandwidth_gbs),
+                manifest.data
+            );
+            for (kind, e) in &manifest.kinds {
+                t.push_str(&format!(
+                    "\n{kind}: {} ({} rows), {}\n  {:<9} {:>8} {:>9} {:>9} {:>9}\n",
+                    e.chosen,
+                    e.rows,
+                    e.selection.why,
+                    "model",
+                    "cv MAPE",
+                    "test MAPE",
+                    "us/row",
+                    "KB"
+                ));
+                for c in &e.candidates {
+                    let mark = if c.model == e.chosen {
+                        "*"
+                    } else if e.selection.pareto.contains(&c.model) {
+                        "p"
+                    } else {
+                        " "
+                    };
+                    t.push_str(&format!(
+                        "{mark} {:<9} {:>7}% {:>8}% {:>9} {:>9}\n",
+                        c.model,
+                        sig3(c.cv_mape),
+                        sig3(c.test_mape),
+                        sig3(c.predict_us),
+                        sig3(c.size_bytes as f64 / 1024.0)
+                    ));
+                }
+            }
+            t.push_str("\n* chosen, p on the Pareto front (MAPE, prediction time, size)\n");
+            emit(&t)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

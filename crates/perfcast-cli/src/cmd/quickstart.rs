@@ -1,0 +1,159 @@
+//! `perfcast quickstart`: profile this machine with a small sweep, train every candidate,
+//! auto-select, write `checkpoints/<bundle>/`, and predict a few zoo networks.
+
+use std::process::ExitCode;
+
+use clap::{Args, Parser};
+use perfcast_core::{Context, Phase, zoo};
+use perfcast_select::Predictor;
+
+use super::{predict, profile, train};
+use crate::Ui;
+use crate::output::{emit, fmt_ms};
+
+/// Every kind the zoo networks are made of, so no layer falls back to the spec roofline, with
+/// the multiple of `--samples` each gets: convolutions have ten shape parameters and dominate
+/// CNN time, GEMMs come next; elementwise kinds are nearly linear in their size.
+const KINDS: [(&str, usize); 3] = [
+    ("conv2d", 6),
+    ("linear,matmul", 2),
+    (
+        "maxpool2d,avgpool2d,batchnorm2d,relu,add,softmax,layernorm,gelu,tanh",
+        1,
+    ),
+];
+
+/// Arguments of `perfcast quickstart`.
+#[derive(Debug, Args)]
+pub struct QuickstartArgs {
+    /// Configurations per elementwise or pooling kind to measure (each in both phases;
+    /// conv2d gets 6x, linear and matmul 2x); more is slower and more accurate
+    #[arg(long, default_value_t = 40)]
+    samples: usize,
+    /// Bundle name (`checkpoints/<name>/`)
+    #[arg(long, default_value = "local")]
+    bundle: String,
+    /// Model families to train and choose from
+    #[arg(long, default_value = "ridge,knn,trees,roofline,medn")]
+    models: String,
+    /// Zoo networks to predict at the end
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "lenet5,alexnet,resnet18,mobilenetv2,vgg16"
+    )]
+    networks: Vec<String>,
+    /// Batch sizes of those predictions
+    #[arg(long, value_delimiter = ',', default_value = "1,8")]
+    batch: Vec<usize>,
+}
+
+#[derive(Parser)]
+struct Wrap<T: Args> {
+    #[command(flatten)]
+    args: T,
+}
+
+fn parse<T: Args>(argv: &[String]) -> anyhow::Result<T> {
+    Ok(Wrap::<T>::try_parse_from(argv)
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .args)
+}
+
+pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        a.samples >= 10,
+        "`--samples` must be at least 10, got {}",
+        a.samples
+    );
+    let data = std::path::PathBuf::from("datasets").join(perfcast_core::slugify(
+        &perfcast_core::CpuTopology::detect().model,
+    ));
+    let s = |v: &str| v.to_string();
+    ui.info(format!(
+        "1/3 profiling {} configurations over 12 kinds into `{}` (resumable)",
+        KINDS
+            .iter()
+            .map(|(k, m)| k.split(',').count() * m * a.samples)
+            .sum::<usize>(),
+        data.display()
+    ));
+    for (kinds, multiple) in KINDS {
+        let code = profile::run(
+            parse(&[
+                s("profile"),
+                s("--modules"),
+                s(kinds),
+                s("--samples"),
+                (multiple * a.samples).to_string(),
+                s("--out"),
+                data.display().to_string(),
+                s("--resume"),
+            ])?,
+            ui,
+        )?;
+        if code != ExitCode::SUCCESS {
+            return Ok(code);
+        }
+    }
+    let dir = train::bundle_dir(&a.bundle);
+    ui.info(format!(
+        "2/3 training {} on every kind, auto-selecting into `{}`",
+        a.models,
+        dir.display()
+    ));
+    let code = train::train(
+        parse(&[
+            s("train"),
+            s("--data"),
+            data.display().to_string(),
+            s("--out"),
+            format!("{}.train", dir.display()),
+            s("--force"),
+            s("--folds"),
+            s("3"),
+            s("--models"),
+            a.models.clone(),
+            s("--set"),
+            s("medn.max_steps=3000"),
+            s("--bundle"),
+            a.bundle.clone(),
+        ])?,
+        ui,
+    )?;
+    if code != ExitCode::SUCCESS {
+        return Ok(code);
+    }
+    ui.info("3/3 predicting zoo networks");
+    let predictor = Predictor::new(predict::load_bundle(&dir)?);
+    let mut t = format!(
+        "\n{:<14} {:>6} {:>14} {:>14}\n",
+        "network", "batch", "inference", "training step"
+    );
+    for name in &a.networks {
+        let net = zoo::build(name, None)?;
+        for &batch in &a.batch {
+            let mut cells = Vec::new();
+            for phase in [Phase::Inference, Phase::Training] {
+                let context = Context {
+                    batch,
+                    phase,
+                    threads: 1,
+                    utilisation: 0.0,
+                };
+                cells.push(fmt_ms(predictor.predict_network(&net, &context)?.total_ms));
+            }
+            t.push_str(&format!(
+                "{:<14} {:>6} {:>14} {:>14}\n",
+                name, batch, cells[0], cells[1]
+            ));
+        }
+    }
+    t.push_str(&format!(
+        "\n(sum of per-layer predictions, 1 thread; `perfcast predict --network resnet18 --batch 8` \
+         shows the layers; bundle: `{}`)\n",
+        dir.display()
+    ));
+    emit(&t)?;
+    Ok(ExitCode::SUCCESS)
+}

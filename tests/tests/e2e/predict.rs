@@ -1,0 +1,149 @@
+//! `train --bundle`, `bundle show` and `predict` end to end.
+
+use crate::train::small_dataset;
+use crate::{run, stderr};
+
+#[test]
+fn train_writes_a_bundle_that_predict_and_bundle_show_use() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = small_dataset(tmp.path(), "30");
+    let bundle = tmp.path().join("bundle");
+    let o = run(&[
+        "train",
+        "--data",
+        data.to_str().unwrap(),
+        "--out",
+        tmp.path().join("models").to_str().unwrap(),
+        "--models",
+        "ridge,trees,knn",
+        "--folds",
+        "3",
+        "--bundle",
+        bundle.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let sel = &report["selection"];
+    assert_eq!(sel["kinds"].as_array().unwrap().len(), 2);
+    assert_eq!(sel["single"].as_array().unwrap().len(), 3);
+    // Auto-selection is never worse in cross-validation than one family everywhere, and its
+    // held-out figure is reported beside theirs.
+    assert!(sel["overall_test_mape"].as_f64().unwrap().is_finite());
+    assert!(bundle.join("manifest.json").is_file());
+
+    let o = run(&[
+        "bundle",
+        "show",
+        bundle.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let manifest: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(manifest["format"], 1);
+    let linear = &manifest["kinds"]["linear"];
+    assert_eq!(linear["candidates"].as_array().unwrap().len(), 3);
+    assert!(linear["ranges"].as_array().unwrap().len() > 10);
+
+    // One module from flags.
+    let o = run(&[
+        "predict",
+        "linear",
+        "--input",
+        "16",
+        "--out-features",
+        "8",
+        "--batch",
+        "2",
+        "--bundle",
+        bundle.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(rows[0]["ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(rows[0]["fallback"], false);
+
+    // Far outside the trained range: predicted, with a warning on stderr.
+    let o = run(&[
+        "predict",
+        "linear",
+        "--input",
+        "4096",
+        "--out-features",
+        "8",
+        "--bundle",
+        bundle.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("`in_features` = 4096 is outside"),
+        "{}",
+        stderr(&o)
+    );
+
+    // A zoo network: every layer, the total, the kinds without a model marked.
+    let o = run(&[
+        "predict",
+        "--network",
+        "lenet5",
+        "--batch",
+        "4",
+        "--bundle",
+        bundle.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let p: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let layers = p["layers"].as_array().unwrap();
+    let sum: f64 = layers.iter().map(|l| l["ms"].as_f64().unwrap()).sum();
+    assert!((p["total_ms"].as_f64().unwrap() - sum).abs() < 1e-9 * sum);
+    assert!(p["fallback_layers"].as_u64().unwrap() > 0);
+
+    // A network JSON with a shape mismatch names the layer; exit 2.
+    let net = tmp.path().join("bad.json");
+    std::fs::write(
+        &net,
+        r#"{"name": "bad", "input": [3, 8, 8], "layers": [
+            {"name": "c1", "spec": {"kind": "conv2d", "in_channels": 3, "out_channels": 4, "input_hw": 8, "kernel": 3, "padding": 1}},
+            {"name": "c2", "spec": {"kind": "conv2d", "in_channels": 5, "out_channels": 4, "input_hw": 8, "kernel": 3, "padding": 1}}]}"#,
+    )
+    .unwrap();
+    let o = run(&[
+        "predict",
+        "--network-file",
+        net.to_str().unwrap(),
+        "--bundle",
+        bundle.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("layer 1 `c2`"), "{}", stderr(&o));
+
+    // A bad value is named; a corrupt bundle is refused with its file.
+    let o = run(&[
+        "predict",
+        "conv2d",
+        "--input",
+        "3x0x8",
+        "--out-channels",
+        "4",
+        "--kernel",
+        "3",
+        "--bundle",
+        bundle.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("`0` is not a positive size"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::write(bundle.join("manifest.json"), b"{\"format\": 1, \"na").unwrap();
+    let o = run(&["bundle", "show", bundle.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("manifest.json"), "{}", stderr(&o));
+}
