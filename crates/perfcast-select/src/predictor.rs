@@ -1,6 +1,8 @@
 //! Answers latency queries from a bundle: one module, many modules, or a whole network, in the
 //! inference or training phase, with warnings where a query leaves the trained ranges.
 
+use std::collections::BTreeMap;
+
 use perfcast_core::{Context, ModuleKind, ModuleSpec, Network, features};
 use perfcast_models::features::row;
 use serde::{Deserialize, Serialize};
@@ -60,12 +62,35 @@ pub struct NetworkPrediction {
 #[derive(Debug)]
 pub struct Predictor {
     bundle: Bundle,
+    /// Per kind: the feature columns users set (configuration, batch, threads, utilisation)
+    /// with their trained range, so a query is range-checked without a name lookup.
+    checks: BTreeMap<ModuleKind, Vec<(usize, f64, f64)>>,
 }
 
 impl Predictor {
     /// A predictor over `bundle`.
     pub fn new(bundle: Bundle) -> Predictor {
-        Predictor { bundle }
+        let mut checks = BTreeMap::new();
+        for kind in bundle.kinds() {
+            let Some(entry) = bundle.manifest.kinds.get(kind.name()) else {
+                continue;
+            };
+            let user: Vec<&str> = kind
+                .config_columns()
+                .iter()
+                .copied()
+                .chain(["batch", "threads", "utilisation"])
+                .collect();
+            let cols = entry
+                .ranges
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| user.contains(&r.name.as_str()))
+                .map(|(i, r)| (i, r.min, r.max))
+                .collect();
+            checks.insert(kind, cols);
+        }
+        Predictor { bundle, checks }
     }
 
     /// The bundle behind it.
@@ -99,27 +124,24 @@ impl Predictor {
         let x = row(spec, context, device);
         let mut warnings = Vec::new();
         let mut ms = model.predict_row(&x)?;
-        if let Some(entry) = self.bundle.manifest.kinds.get(kind.name()) {
-            // Inputs a user sets; derived features leave the range only through these.
-            let checked: Vec<&str> = kind
-                .config_columns()
-                .iter()
-                .copied()
-                .chain(["batch", "threads", "utilisation"])
-                .collect();
-            let mut outside = false;
-            for (r, v) in entry.ranges.iter().zip(&x) {
-                if checked.contains(&r.name.as_str())
-                    && (*v < r.min - 1e-9 * r.min.abs() || *v > r.max + 1e-9 * r.max.abs())
-                {
-                    outside = true;
+        // Inputs a user sets; derived features leave the range only through these.
+        let outside = self.checks.get(&kind).is_some_and(|cols| {
+            cols.iter().any(|&(i, lo, hi)| {
+                let v = x.get(i).copied().unwrap_or(f64::NAN);
+                v < lo - 1e-9 * lo.abs() || v > hi + 1e-9 * hi.abs()
+            })
+        });
+        if outside && let Some(entry) = self.bundle.manifest.kinds.get(kind.name()) {
+            for &(i, lo, hi) in &self.checks[&kind] {
+                let v = x[i];
+                if v < lo - 1e-9 * lo.abs() || v > hi + 1e-9 * hi.abs() {
                     warnings.push(format!(
-                        "`{}` = {} is outside the trained range {}..{}",
-                        r.name, v, r.min, r.max
+                        "`{}` = {v} is outside the trained range {lo}..{hi}",
+                        entry.ranges[i].name
                     ));
                 }
             }
-            if outside && let Some(scaled) = self.extrapolate(spec, context, &x, entry, model)? {
+            if let Some(scaled) = self.extrapolate(spec, context, &x, entry, model)? {
                 ms = scaled;
                 warnings.push(
                     "predicted at the nearest trained configuration and scaled by the roofline \

@@ -29,9 +29,8 @@ pub struct Budget {
     pub max_predict_us: Option<f64>,
     /// Largest accepted model size, KiB.
     pub max_model_kb: Option<f64>,
-    /// Weight of cost against accuracy, >= 0: a candidate scores
-    /// `cv_mape * (predict_us / fastest)^w * (size / smallest)^(w / 2)`, lowest wins. 0 (the
-    /// default) picks the most accurate candidate within the budgets.
+    /// Weight of cost against accuracy, >= 0: the candidate with the lowest [`cost_score`]
+    /// wins; 0 picks the most accurate candidate within the budgets.
     pub cost_weight: f64,
     /// Single-selection mode: use this family for every kind (for comparison with
     /// auto-selection), ignoring the other candidates.
@@ -139,18 +138,8 @@ pub fn select(kind: &str, candidates: &[Candidate], budget: &Budget) -> Result<S
             why,
         });
     }
-    let fastest = ok
-        .iter()
-        .map(|c| c.predict_us)
-        .fold(f64::INFINITY, f64::min)
-        .max(1e-9);
-    let smallest = ok.iter().map(|c| c.size_bytes).min().unwrap_or(1).max(1) as f64;
     let w = budget.cost_weight;
-    let score = |c: &Candidate| {
-        c.cv_mape
-            * (c.predict_us.max(1e-9) / fastest).powf(w)
-            * (c.size_bytes.max(1) as f64 / smallest).powf(w / 2.0)
-    };
+    let score = |c: &Candidate| cost_score(c, w);
     let winner = ok
         .iter()
         .min_by(|a, b| score(a).total_cmp(&score(b)))
@@ -185,6 +174,16 @@ pub fn select(kind: &str, candidates: &[Candidate], budget: &Budget) -> Result<S
         why,
         excluded,
     })
+}
+
+/// `cv_mape * (1 + w log2(1 + us)) * (1 + w/2 log2(1 + KiB / 64))`: each doubling of
+/// prediction time (beyond a microsecond) costs `w` of the MAPE, each doubling of size (beyond
+/// 64 KiB) half that. Absolute scales, not ratios to the cheapest candidate: a roofline that
+/// answers in 5 ns must not make every microsecond model look 500 times slower.
+pub fn cost_score(c: &Candidate, w: f64) -> f64 {
+    c.cv_mape
+        * (1.0 + w * (1.0 + c.predict_us.max(0.0)).log2())
+        * (1.0 + 0.5 * w * (1.0 + c.size_bytes as f64 / 1024.0 / 64.0).log2())
 }
 
 /// Families not dominated in (cv MAPE, prediction time, size), in input order.
@@ -273,7 +272,7 @@ mod tests {
             cost_weight: 1.0,
             ..Budget::default()
         };
-        // medn: 6 * (2.5/0.3) * sqrt(60/2) ~ 274; ridge: 13.
+        // medn: 6 * (1 + log2 3.5) * (1 + log2(1 + 60/64) / 2) ~ 24.9; ridge ~ 18.3.
         let s = select("conv2d", &cands(), &budget).unwrap();
         assert_eq!(s.chosen, "ridge");
         assert!(s.why.contains("beats medn's"), "{}", s.why);

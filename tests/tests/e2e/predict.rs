@@ -30,7 +30,7 @@ fn train_writes_a_bundle_that_predict_and_bundle_show_use() {
     assert_eq!(sel["single"].as_array().unwrap().len(), 3);
     // Auto-selection is never worse in cross-validation than one family everywhere, and its
     // held-out figure is reported beside theirs.
-    assert!(sel["overall_test_mape"].as_f64().unwrap().is_finite());
+    assert!(sel["overall"]["mape"].as_f64().unwrap().is_finite());
     assert!(bundle.join("manifest.json").is_file());
 
     let o = run(&[

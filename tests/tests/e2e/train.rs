@@ -263,7 +263,8 @@ fn train_fits_medn_and_the_mlp_saves_checkpoints_and_compares_a_shared_network()
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(rows.as_array().unwrap().len(), 6);
+    // Two kinds x (ridge, medn, mlp, and the networks shared by both kinds).
+    assert_eq!(rows.as_array().unwrap().len(), 10);
 
     // A bad hyper-parameter is named before anything is fitted.
     let o = run(&[

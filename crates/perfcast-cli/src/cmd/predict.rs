@@ -93,6 +93,129 @@ pub struct PredictArgs {
 pub enum BundleCommand {
     /// Print a bundle's manifest: device, and per kind the chosen model and every candidate
     Show(ShowArgs),
+    /// Time the in-process Predictor on this bundle: one module, a VGG-16 query, and batched
+    /// throughput (median and p99 over many calls, after a warm-up)
+    Bench(BenchArgs),
+}
+
+/// Arguments of `perfcast bundle bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Bundle directory
+    dir: PathBuf,
+    /// Timed calls per query
+    #[arg(long, default_value_t = 5000)]
+    iterations: usize,
+    /// Output format
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+/// Timing of one query kind.
+#[derive(Debug, Serialize)]
+struct BenchLine {
+    query: String,
+    p50_us: f64,
+    p99_us: f64,
+    per_second: f64,
+}
+
+fn time_calls(n: usize, mut f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<(f64, f64)> {
+    for _ in 0..(n / 10).max(10) {
+        f()?;
+    }
+    let mut us = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = std::time::Instant::now();
+        f()?;
+        us.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    us.sort_by(f64::total_cmp);
+    let q = |p: f64| us[((us.len() - 1) as f64 * p).round() as usize];
+    Ok((q(0.5), q(0.99)))
+}
+
+fn bench(a: BenchArgs) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        a.iterations >= 10,
+        "`--iterations` must be at least 10, got {}",
+        a.iterations
+    );
+    let predictor = Predictor::new(load_bundle(&a.dir)?);
+    let conv: ModuleSpec = serde_json::from_str(
+        r#"{"kind": "conv2d", "in_channels": 64, "out_channels": 64, "input_hw": 56, "kernel": 3, "padding": 1}"#,
+    )?;
+    let one = Context {
+        batch: 1,
+        phase: Phase::Inference,
+        threads: 1,
+        utilisation: 0.0,
+    };
+    let vgg = zoo::build("vgg16", None)?;
+    let mut lines = Vec::new();
+    let (p50, p99) = time_calls(a.iterations, || {
+        std::hint::black_box(predictor.predict_module(&conv, &one)?);
+        Ok(())
+    })?;
+    lines.push(BenchLine {
+        query: "one module (conv2d 64->64 k3 @56x56, batch 1)".into(),
+        p50_us: p50,
+        p99_us: p99,
+        per_second: 1e6 / p50,
+    });
+    let (p50, p99) = time_calls(a.iterations.div_ceil(10), || {
+        std::hint::black_box(predictor.predict_network(&vgg, &one)?);
+        Ok(())
+    })?;
+    lines.push(BenchLine {
+        query: format!("vgg16 ({} layers, batch 1)", vgg.layers.len()),
+        p50_us: p50,
+        p99_us: p99,
+        per_second: 1e6 / p50,
+    });
+    // Batched: 10,000 module queries of every layer of VGG-16 at several batch sizes.
+    let queries: Vec<(ModuleSpec, Context)> = (0..10_000)
+        .map(|i| {
+            let (_, spec) = vgg.modules()[i % vgg.layers.len()];
+            (
+                spec.clone(),
+                Context {
+                    batch: 1 << (i % 6),
+                    ..one.clone()
+                },
+            )
+        })
+        .collect();
+    let (p50, p99) = time_calls(20, || {
+        std::hint::black_box(predictor.predict_modules(&queries)?);
+        Ok(())
+    })?;
+    lines.push(BenchLine {
+        query: "batch of 10,000 modules (1 thread), per module".into(),
+        p50_us: p50 / 1e4,
+        p99_us: p99 / 1e4,
+        per_second: 1e10 / p50,
+    });
+    match a.format {
+        Format::Json => emit_json(&lines)?,
+        Format::Text => {
+            let mut t = format!(
+                "{:<50} {:>10} {:>10} {:>12}\n",
+                "query", "p50 us", "p99 us", "per second"
+            );
+            for l in &lines {
+                t.push_str(&format!(
+                    "{:<50} {:>10} {:>10} {:>12}\n",
+                    l.query,
+                    sig3(l.p50_us),
+                    sig3(l.p99_us),
+                    sig3(l.per_second)
+                ));
+            }
+            emit(&t)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Arguments of `perfcast bundle show`.
@@ -378,7 +501,10 @@ fn render_network(p: &NetworkPrediction) -> String {
 }
 
 pub fn bundle(c: BundleCommand, _ui: &Ui) -> anyhow::Result<ExitCode> {
-    let BundleCommand::Show(a) = c;
+    let a = match c {
+        BundleCommand::Show(a) => a,
+        BundleCommand::Bench(a) => return bench(a),
+    };
     let manifest = Bundle::read_manifest(&a.dir)?;
     // Loading checks every model file too, so `show` also validates the bundle.
     Bundle::load(&a.dir)?;

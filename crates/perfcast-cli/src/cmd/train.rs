@@ -9,7 +9,7 @@ use clap::Args;
 use perfcast_core::{Metrics, ModuleKind, Phase};
 use perfcast_data::DatasetDir;
 use perfcast_models::eval::{
-    ModelParams, PredictionCost, Split, cross_validate, holdout, prediction_cost, score,
+    ModelParams, PredictionCost, Split, cross_validate, holdout, kfold, prediction_cost, score,
 };
 use perfcast_models::{Regressor, SavedModel, TrainSet};
 use serde::{Deserialize, Serialize};
@@ -66,8 +66,10 @@ pub struct TrainArgs {
     /// Selection: largest model size accepted, KiB
     #[arg(long, value_name = "KB")]
     max_model_kb: Option<f64>,
-    /// Selection: weight of prediction cost against accuracy (0 = most accurate within budgets)
-    #[arg(long, default_value_t = 0.0)]
+    /// Selection: weight of prediction cost against accuracy; 0 picks the most accurate within
+    /// the budgets; with the default 0.1 each doubling of prediction time must buy 10% lower
+    /// MAPE
+    #[arg(long, default_value_t = 0.1)]
     cost_weight: f64,
     /// Selection: use this model family for every kind (single selection, for comparison)
     #[arg(long, value_name = "MODEL")]
@@ -142,8 +144,8 @@ pub struct SelectionReport {
     pub bundle: PathBuf,
     /// Per kind: the choice and why.
     pub kinds: Vec<KindSelection>,
-    /// Held-out MAPE over every kind's rows with the chosen models, percent.
-    pub overall_test_mape: f64,
+    /// Held-out metrics over every kind's rows pooled, with the chosen models.
+    pub overall: Metrics,
     /// Mean one-row prediction time of the chosen models, microseconds.
     pub mean_predict_us: f64,
     /// Total size of the chosen models, bytes.
@@ -168,8 +170,8 @@ pub struct KindSelection {
 pub struct SingleSelection {
     /// Family.
     pub model: String,
-    /// Held-out MAPE over every kind's rows, percent.
-    pub overall_test_mape: f64,
+    /// Held-out metrics over every kind's rows pooled.
+    pub overall: Metrics,
     /// Mean one-row prediction time, microseconds.
     pub mean_predict_us: f64,
     /// Total size, bytes.
@@ -273,7 +275,9 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     }
     let mut reports = Vec::new();
     let mut splits = Vec::new();
-    let mut saved_models: BTreeMap<String, SavedModel> = BTreeMap::new();
+    // Per model file: the saved model and its held-out predictions (for selection and pooled
+    // figures across kinds).
+    let mut fitted_models: BTreeMap<String, (SavedModel, Vec<f64>)> = BTreeMap::new();
     for kind in kinds {
         let records = dir.read(kind)?;
         let data = TrainSet::from_records(kind, &records, &device)
@@ -323,7 +327,7 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             }
             let json = serde_json::to_vec(&saved)?;
             perfcast_data::write_atomic(&staging.path().join(&file), &json)?;
-            saved_models.insert(file.clone(), saved);
+            fitted_models.insert(file.clone(), (saved, pred.clone()));
             models.push(ModelReport {
                 model: p.name().to_string(),
                 cv: cv.pooled,
@@ -404,25 +408,81 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         });
         splits.push((train_set, test_set));
     }
+    // One network shared by every kind: cross-validated on the same folds as the per-kind
+    // models, so it competes in selection as `<family>-shared`.
     let mut shared = Vec::new();
     if splits.len() > 1 {
         for p in &params {
             let ModelParams::Medn(medn) = p else { continue };
-            bar.set_message(format!("{} shared by every kind", p.name()));
+            let family = format!("{}-shared", p.name());
+            bar.set_message(format!("{family}: one network for every kind"));
+            let folds: Vec<_> = splits
+                .iter()
+                .map(|(t, _)| kfold(t, args.folds, args.split, args.seed))
+                .collect::<Result<_, _>>()?;
+            let mut cv_pred: Vec<Vec<f64>> = splits
+                .iter()
+                .map(|(t, _)| vec![f64::NAN; t.len()])
+                .collect();
+            for f in 0..args.folds {
+                let sets: Vec<TrainSet> = splits
+                    .iter()
+                    .zip(&folds)
+                    .map(|((t, _), fo)| t.select(&fo[f].0))
+                    .collect();
+                let fitted = medn.fit_shared(&sets)?;
+                for (((model, (t, _)), fo), pred) in
+                    fitted.iter().zip(&splits).zip(&folds).zip(&mut cv_pred)
+                {
+                    let test = t.select(&fo[f].1);
+                    for (&i, v) in fo[f].1.iter().zip(model.predict(&test.x)?) {
+                        pred[i] = v;
+                    }
+                }
+            }
             let train_sets: Vec<TrainSet> = splits.iter().map(|(t, _)| t.clone()).collect();
             let fitted = medn.fit_shared(&train_sets)?;
-            for ((model, (_, test_set)), kind_report) in fitted.iter().zip(&splits).zip(&reports) {
+            for (((model, (train_set, test_set)), kind_report), cv) in
+                fitted.iter().zip(&splits).zip(&mut reports).zip(&cv_pred)
+            {
+                let kind = kind_report.kind;
                 let per_kind = kind_report
                     .models
                     .iter()
                     .find(|m| m.model == p.name())
                     .map_or(f64::NAN, |m| m.test.mape);
+                let test = score(model, test_set)?;
+                let pred = model.predict(&test_set.x)?;
                 shared.push(SharedReport {
                     model: p.name().to_string(),
-                    kind: kind_report.kind,
+                    kind,
                     per_kind_mape: per_kind,
-                    shared_mape: score(model, test_set)?.mape,
+                    shared_mape: test.mape,
                 });
+                let file = format!("{}/{family}.json", kind.name());
+                let saved = model.to_saved();
+                perfcast_data::write_atomic(
+                    &staging.path().join(&file),
+                    &serde_json::to_vec(&saved)?,
+                )?;
+                fitted_models.insert(file.clone(), (saved, pred.clone()));
+                kind_report.models.push(ModelReport {
+                    model: family.clone(),
+                    cv: Metrics::compute(cv, &train_set.y)
+                        .ok_or_else(|| anyhow::anyhow!("no cross-validated predictions"))?,
+                    test_mape_by_phase: phase_mapes(test_set, &pred),
+                    cv_mape_by_phase: phase_mapes(train_set, cv),
+                    test,
+                    cost: prediction_cost(model, test_set)?,
+                    file,
+                });
+                if let Some(best) = kind_report
+                    .models
+                    .iter()
+                    .min_by(|a, b| a.test.mape.total_cmp(&b.test.mape))
+                {
+                    kind_report.best = best.model.clone();
+                }
             }
         }
     }
@@ -443,7 +503,7 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         report.selection = Some(write_selected_bundle(
             &report,
             &splits,
-            &saved_models,
+            &fitted_models,
             &budget,
             &dir,
             &device,
@@ -512,7 +572,7 @@ pub fn bundle_dir(name: &str) -> PathBuf {
 fn write_selected_bundle(
     report: &TrainReport,
     splits: &[(TrainSet, TrainSet)],
-    saved: &BTreeMap<String, SavedModel>,
+    fitted: &BTreeMap<String, (SavedModel, Vec<f64>)>,
     budget: &perfcast_select::Budget,
     dir: &Path,
     device: &perfcast_core::DeviceSpec,
@@ -542,7 +602,7 @@ fn write_selected_bundle(
             .iter()
             .find(|m| m.model == selection.chosen)
             .ok_or_else(|| anyhow::anyhow!("selected `{}` has no report", selection.chosen))?;
-        let model = saved
+        let (model, _) = fitted
             .get(&chosen.file)
             .ok_or_else(|| anyhow::anyhow!("selected `{}` was not saved", chosen.file))?;
         entries.insert(
@@ -575,28 +635,28 @@ fn write_selected_bundle(
     };
     write_bundle(dir, &manifest, &files)?;
 
-    // Overall figures: held-out rows of every kind, each predicted by its kind's model.
+    // Overall figures: held-out rows of every kind pooled, each predicted by its kind's model.
     let overall =
-        |pick: &dyn Fn(&KindReport) -> Option<&ModelReport>| -> Option<(f64, f64, usize)> {
-            let (mut ape, mut rows, mut us, mut size) = (0.0, 0usize, 0.0, 0usize);
-            for k in &report.kinds {
+        |pick: &dyn Fn(&KindReport) -> Option<&ModelReport>| -> Option<(Metrics, f64, usize)> {
+            let (mut pred, mut truth, mut us, mut size) = (Vec::new(), Vec::new(), 0.0, 0usize);
+            for (k, (_, test_set)) in report.kinds.iter().zip(splits) {
                 let m = pick(k)?;
-                ape += m.test.mape * m.test.n as f64;
-                rows += m.test.n;
+                pred.extend(&fitted.get(&m.file)?.1);
+                truth.extend(&test_set.y);
                 us += m.cost.one_row_us;
                 size += m.cost.size_bytes;
             }
             Some((
-                ape / rows.max(1) as f64,
+                Metrics::compute(&pred, &truth)?,
                 us / report.kinds.len().max(1) as f64,
                 size,
             ))
         };
-    let (overall_test_mape, mean_predict_us, total_size_bytes) = overall(&|k: &KindReport| {
+    let (auto, mean_predict_us, total_size_bytes) = overall(&|k: &KindReport| {
         let chosen = &kinds.iter().find(|s| s.kind == k.kind)?.selection.chosen;
         k.models.iter().find(|m| &m.model == chosen)
     })
-    .unwrap_or((f64::NAN, f64::NAN, 0));
+    .ok_or_else(|| anyhow::anyhow!("no held-out predictions to score the selection"))?;
     let families: Vec<String> = report
         .kinds
         .first()
@@ -605,11 +665,11 @@ fn write_selected_bundle(
     let single = families
         .into_iter()
         .filter_map(|family| {
-            let (mape, us, size) =
+            let (m, us, size) =
                 overall(&|k: &KindReport| k.models.iter().find(|m| m.model == family))?;
             Some(SingleSelection {
                 model: family,
-                overall_test_mape: mape,
+                overall: m,
                 mean_predict_us: us,
                 total_size_bytes: size,
             })
@@ -618,7 +678,7 @@ fn write_selected_bundle(
     Ok(SelectionReport {
         bundle: dir.to_path_buf(),
         kinds,
-        overall_test_mape,
+        overall: auto,
         mean_predict_us,
         total_size_bytes,
         single,
@@ -677,23 +737,32 @@ fn render(report: &TrainReport, out: &Path) -> String {
             ));
         }
         t.push_str(&format!(
-            "{:<22} {:>9} {:>12} {:>10}\n{:<22} {:>8}% {:>12} {:>10}\n",
-            "overall (held out)",
-            "MAPE",
-            "mean us/row",
-            "size KB",
-            "auto-selection",
-            sig3(sel.overall_test_mape),
-            sig3(sel.mean_predict_us),
-            sig3(sel.total_size_bytes as f64 / 1024.0)
+            "{:<22} {:>9} {:>8} {:>8} {:>12} {:>10}\n",
+            "overall (held out)", "MAPE", "R2", "R2(log)", "mean us/row", "size KB"
+        ));
+        let line = |name: String, m: &Metrics, us: f64, bytes: usize| {
+            format!(
+                "{:<22} {:>8}% {:>8.4} {:>8.4} {:>12} {:>10}\n",
+                name,
+                sig3(m.mape),
+                m.r2,
+                m.r2_log,
+                sig3(us),
+                sig3(bytes as f64 / 1024.0)
+            )
+        };
+        t.push_str(&line(
+            "auto-selection".into(),
+            &sel.overall,
+            sel.mean_predict_us,
+            sel.total_size_bytes,
         ));
         for s in &sel.single {
-            t.push_str(&format!(
-                "{:<22} {:>8}% {:>12} {:>10}\n",
+            t.push_str(&line(
                 format!("only {}", s.model),
-                sig3(s.overall_test_mape),
-                sig3(s.mean_predict_us),
-                sig3(s.total_size_bytes as f64 / 1024.0)
+                &s.overall,
+                s.mean_predict_us,
+                s.total_size_bytes,
             ));
         }
     }

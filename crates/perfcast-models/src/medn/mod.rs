@@ -869,7 +869,12 @@ impl FittedMedn {
 
 impl Regressor for FittedMedn {
     fn name(&self) -> &'static str {
-        if self.family == "mlp" { "mlp" } else { "medn" }
+        match (self.family.as_str(), self.shared.is_some()) {
+            ("mlp", false) => "mlp",
+            ("mlp", true) => "mlp-shared",
+            (_, false) => "medn",
+            (_, true) => "medn-shared",
+        }
     }
 
     fn schema(&self) -> &FeatureSchema {
