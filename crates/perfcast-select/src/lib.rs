@@ -26,7 +26,7 @@ pub mod select;
 
 pub use bundle::{Bundle, Manifest};
 pub use error::{Error, Result};
-pub use predictor::{ModulePrediction, NetworkPrediction, Predictor};
+pub use predictor::{ModulePrediction, NetworkPrediction, Predictor, PreparedNetwork};
 pub use select::{Budget, Candidate, Selection};
 
 #[cfg(test)]

@@ -217,24 +217,58 @@ impl Predictor {
             .collect()
     }
 
-    /// Every layer of `network` in `context`, and their sum.
-    pub fn predict_network(
-        &self,
-        network: &Network,
-        context: &Context,
-    ) -> Result<NetworkPrediction> {
+    /// Checks a network's shapes once and finds its distinct modules, so repeated queries
+    /// (other batch sizes, phases) skip both: a VGG-16 has 36 layers but 22 distinct modules.
+    pub fn prepare(&self, network: &Network) -> Result<PreparedNetwork> {
         network.check()?;
+        let mut unique: Vec<ModuleSpec> = Vec::new();
         let mut layers = Vec::new();
         for (name, spec) in network.modules() {
-            let prediction = self.predict_module(spec, context).map_err(|e| {
-                Error::Query(format!("network `{}`: layer `{name}`: {e}", network.name))
-            })?;
-            layers.push(LayerPrediction {
-                name: name.to_string(),
-                module: spec.describe(),
-                prediction,
-            });
+            let index = match unique.iter().position(|u| u == spec) {
+                Some(i) => i,
+                None => {
+                    unique.push(spec.clone());
+                    unique.len() - 1
+                }
+            };
+            layers.push((name.to_string(), spec.describe(), index));
         }
+        Ok(PreparedNetwork {
+            name: network.name.clone(),
+            layers,
+            unique,
+        })
+    }
+
+    /// Every layer of a prepared network in `context`, and their sum.
+    pub fn predict_prepared(
+        &self,
+        network: &PreparedNetwork,
+        context: &Context,
+    ) -> Result<NetworkPrediction> {
+        let unique: Vec<ModulePrediction> = network
+            .unique
+            .iter()
+            .map(|spec| {
+                self.predict_module(spec, context).map_err(|e| {
+                    let layer = network
+                        .layers
+                        .iter()
+                        .find(|l| &network.unique[l.2] == spec)
+                        .map_or("?", |l| l.0.as_str());
+                    Error::Query(format!("network `{}`: layer `{layer}`: {e}", network.name))
+                })
+            })
+            .collect::<Result<_>>()?;
+        let layers: Vec<LayerPrediction> = network
+            .layers
+            .iter()
+            .map(|(name, module, i)| LayerPrediction {
+                name: name.clone(),
+                module: module.clone(),
+                prediction: unique[*i].clone(),
+            })
+            .collect();
         let total_ms = layers.iter().map(|l| l.prediction.ms).sum();
         let fallback_layers = layers.iter().filter(|l| l.prediction.fallback).count();
         Ok(NetworkPrediction {
@@ -244,5 +278,41 @@ impl Predictor {
             total_ms,
             fallback_layers,
         })
+    }
+
+    /// Every layer of `network` in `context`, and their sum ([`Predictor::prepare`] then
+    /// [`Predictor::predict_prepared`]).
+    pub fn predict_network(
+        &self,
+        network: &Network,
+        context: &Context,
+    ) -> Result<NetworkPrediction> {
+        self.predict_prepared(&self.prepare(network)?, context)
+    }
+}
+
+/// A network checked once, with its distinct modules found ([`Predictor::prepare`]).
+#[derive(Clone, Debug)]
+pub struct PreparedNetwork {
+    name: String,
+    /// Per layer: name, description, index into `unique`.
+    layers: Vec<(String, String, usize)>,
+    unique: Vec<ModuleSpec>,
+}
+
+impl PreparedNetwork {
+    /// Layers.
+    pub fn len(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// Whether there are no layers.
+    pub fn is_empty(&self) -> bool {
+        self.layers.is_empty()
+    }
+
+    /// Distinct modules among the layers.
+    pub fn distinct_modules(&self) -> usize {
+        self.unique.len()
     }
 }

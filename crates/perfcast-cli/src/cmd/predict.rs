@@ -168,7 +168,24 @@ fn bench(a: BenchArgs) -> anyhow::Result<ExitCode> {
         Ok(())
     })?;
     lines.push(BenchLine {
-        query: format!("vgg16 ({} layers, batch 1)", vgg.layers.len()),
+        query: format!(
+            "vgg16 ({} layers, batch 1), shapes checked",
+            vgg.layers.len()
+        ),
+        p50_us: p50,
+        p99_us: p99,
+        per_second: 1e6 / p50,
+    });
+    let prepared = predictor.prepare(&vgg)?;
+    let (p50, p99) = time_calls(a.iterations.div_ceil(10), || {
+        std::hint::black_box(predictor.predict_prepared(&prepared, &one)?);
+        Ok(())
+    })?;
+    lines.push(BenchLine {
+        query: format!(
+            "vgg16 prepared ({} distinct modules), batch 1",
+            prepared.distinct_modules()
+        ),
         p50_us: p50,
         p99_us: p99,
         per_second: 1e6 / p50,
@@ -200,12 +217,12 @@ fn bench(a: BenchArgs) -> anyhow::Result<ExitCode> {
         Format::Json => emit_json(&lines)?,
         Format::Text => {
             let mut t = format!(
-                "{:<50} {:>10} {:>10} {:>12}\n",
+                "{:<52} {:>10} {:>10} {:>12}\n",
                 "query", "p50 us", "p99 us", "per second"
             );
             for l in &lines {
                 t.push_str(&format!(
-                    "{:<50} {:>10} {:>10} {:>12}\n",
+                    "{:<52} {:>10} {:>10} {:>12}\n",
                     l.query,
                     sig3(l.p50_us),
                     sig3(l.p99_us),
