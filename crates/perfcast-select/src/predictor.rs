@@ -102,6 +102,11 @@ impl Predictor {
     pub fn predict_module(&self, spec: &ModuleSpec, context: &Context) -> Result<ModulePrediction> {
         spec.validate()?;
         context.validate()?;
+        self.predict_valid(spec, context)
+    }
+
+    /// [`Predictor::predict_module`] for a spec and context already validated.
+    fn predict_valid(&self, spec: &ModuleSpec, context: &Context) -> Result<ModulePrediction> {
         let kind = spec.kind();
         let device = &self.bundle.manifest.device;
         let Some(model) = self.bundle.model(kind) else {
@@ -246,11 +251,13 @@ impl Predictor {
         network: &PreparedNetwork,
         context: &Context,
     ) -> Result<NetworkPrediction> {
+        context.validate()?;
+        // `prepare` validated every spec.
         let unique: Vec<ModulePrediction> = network
             .unique
             .iter()
             .map(|spec| {
-                self.predict_module(spec, context).map_err(|e| {
+                self.predict_valid(spec, context).map_err(|e| {
                     let layer = network
                         .layers
                         .iter()

@@ -540,7 +540,7 @@ pub fn bundle(c: BundleCommand, _ui: &Ui) -> anyhow::Result<ExitCode> {
             );
             for (kind, e) in &manifest.kinds {
                 t.push_str(&format!(
-                    "\n{kind}: {} ({} rows), {}\n  {:<9} {:>8} {:>9} {:>9} {:>9}\n",
+                    "\n{kind}: {} ({} rows), {}\n  {:<12} {:>8} {:>9} {:>9} {:>9}\n",
                     e.chosen,
                     e.rows,
                     e.selection.why,
@@ -559,7 +559,7 @@ pub fn bundle(c: BundleCommand, _ui: &Ui) -> anyhow::Result<ExitCode> {
                         " "
                     };
                     t.push_str(&format!(
-                        "{mark} {:<9} {:>7}% {:>8}% {:>9} {:>9}\n",
+                        "{mark} {:<12} {:>7}% {:>8}% {:>9} {:>9}\n",
                         c.model,
                         sig3(c.cv_mape),
                         sig3(c.test_mape),

@@ -697,13 +697,13 @@ fn render(report: &TrainReport, out: &Path) -> String {
     );
     for k in &report.kinds {
         t.push_str(&format!(
-            "\n{}: {} train / {} test rows, best {}\n{:<9} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>10} {:>11} {:>9}\n",
+            "\n{}: {} train / {} test rows, best {}\n{:<12} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>10} {:>11} {:>9}\n",
             k.kind, k.rows.0, k.rows.1, k.best, "model", "cv MAPE", "test MAPE", "R2(log)", "±10%", "p50 APE", "p95 APE",
             "1 row us", "batch us/row", "size KB"
         ));
         for m in &k.models {
             t.push_str(&format!(
-                "{:<9} {:>7}% {:>8}% {:>8} {:>7}% {:>7}% {:>7}% {:>10} {:>11} {:>9}\n",
+                "{:<12} {:>7}% {:>8}% {:>8} {:>7}% {:>7}% {:>7}% {:>10} {:>11} {:>9}\n",
                 m.model,
                 sig3(m.cv.mape),
                 sig3(m.test.mape),
@@ -719,7 +719,7 @@ fn render(report: &TrainReport, out: &Path) -> String {
     }
     if let Some(sel) = &report.selection {
         t.push_str(&format!(
-            "\nauto-selection -> {}\n{:<12} {:<9} {:>9}  {:<28} why\n",
+            "\nauto-selection -> {}\n{:<12} {:<12} {:>9}  {:<28} why\n",
             sel.bundle.display(),
             "kind",
             "chosen",
@@ -728,7 +728,7 @@ fn render(report: &TrainReport, out: &Path) -> String {
         ));
         for k in &sel.kinds {
             t.push_str(&format!(
-                "{:<12} {:<9} {:>8}%  {:<28} {}\n",
+                "{:<12} {:<12} {:>8}%  {:<28} {}\n",
                 k.kind.name(),
                 k.selection.chosen,
                 sig3(k.test_mape),
