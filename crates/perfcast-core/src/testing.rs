@@ -55,3 +55,20 @@ pub fn one_of_each_kind() -> Vec<ModuleSpec> {
         ModuleSpec::Softmax(e),
     ]
 }
+
+/// A small made-up CPU (100 GFLOP/s, 10 GB/s, 2 cores) for tests that need a device.
+pub fn cpu_device() -> crate::DeviceSpec {
+    crate::DeviceSpec {
+        name: "test cpu".into(),
+        kind: crate::DeviceKind::Cpu,
+        peak_gflops: 100.0,
+        mem_bandwidth_gbs: 10.0,
+        cores: 2,
+        threads: 2,
+        clock_mhz: 3000.0,
+        memory_gb: 8.0,
+        cache_mb: 16.0,
+        caches: crate::Caches::default(),
+        source: crate::SpecSource::Measured,
+    }
+}

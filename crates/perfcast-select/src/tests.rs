@@ -2,9 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use perfcast_core::{
-    Caches, Context, DeviceKind, DeviceSpec, ModuleKind, ModuleSpec, Phase, SpecSource,
-};
+use perfcast_core::{Context, DeviceSpec, ModuleKind, ModuleSpec, Phase};
 use perfcast_models::features::row;
 use perfcast_models::ridge::RidgeParams;
 use perfcast_models::{FeatureSchema, Fit, Matrix, Regressor, TrainSet};
@@ -15,17 +13,8 @@ use crate::{Bundle, Predictor};
 
 fn device() -> DeviceSpec {
     DeviceSpec {
-        name: "test cpu".into(),
-        kind: DeviceKind::Cpu,
-        peak_gflops: 100.0,
         mem_bandwidth_gbs: 20.0,
-        cores: 2,
-        threads: 2,
-        clock_mhz: 3000.0,
-        memory_gb: 8.0,
-        cache_mb: 16.0,
-        caches: Caches::default(),
-        source: SpecSource::Measured,
+        ..perfcast_core::testing::cpu_device()
     }
 }
 

@@ -3,19 +3,7 @@ use crate::features::row;
 use perfcast_core::{Context, ModuleKind, ModuleSpec};
 
 fn device_spec() -> perfcast_core::DeviceSpec {
-    perfcast_core::DeviceSpec {
-        name: "test".into(),
-        kind: perfcast_core::DeviceKind::Cpu,
-        peak_gflops: 100.0,
-        mem_bandwidth_gbs: 10.0,
-        cores: 2,
-        threads: 2,
-        clock_mhz: 3000.0,
-        memory_gb: 8.0,
-        cache_mb: 16.0,
-        caches: Default::default(),
-        source: perfcast_core::SpecSource::Measured,
-    }
+    perfcast_core::testing::cpu_device()
 }
 
 /// Linear layers with a latency that is a smooth function of their work, in both phases
