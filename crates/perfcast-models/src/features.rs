@@ -43,8 +43,8 @@ pub const COMMON: &[&str] = &[
 ];
 
 /// Extra feature names of conv2d, after [`COMMON`]: the shapes of the two convolutions a
-/// training step adds (see [`conv_backward_features`]).
-pub const CONV_BACKWARD: &[&str] = &[
+/// training step adds (see [`conv_backward_features`]), then [`im2col_mib`].
+pub const CONV_EXTRA: &[&str] = &[
     "wgrad_calls",
     "wgrad_small_channel",
     "wgrad_taps",
@@ -53,7 +53,26 @@ pub const CONV_BACKWARD: &[&str] = &[
     "wgrad_gemm_k",
     "xgrad_columns_mib",
     "xgrad_tiled",
+    "im2col_mib",
 ];
+
+/// The unfolded-input buffer of a conv lowered to GEMM (im2col), MiB over the batch; 0 on the
+/// paths that skip it (1x1, depthwise, small-channel). Writing and re-reading it is memory
+/// traffic that the module's own input and output bytes do not count, and the weight-gradient
+/// conv of a training step unfolds a buffer of the same size.
+pub fn im2col_mib(spec: &ModuleSpec, batch: usize) -> f64 {
+    let ModuleSpec::Conv2d(c) = spec else {
+        return 0.0;
+    };
+    let [pointwise, depthwise, small, _] = conv_algorithm_flags(spec);
+    if pointwise + depthwise + small > 0.0 {
+        return 0.0;
+    }
+    let out = spec.output_shape().unwrap_or_default();
+    let positions: usize = out.iter().skip(1).product();
+    let per_group = (c.in_channels / c.groups.max(1)) * c.kernel[0] * c.kernel[1];
+    4.0 * (batch * positions * per_group * c.groups.max(1)) as f64 / (1024.0 * 1024.0)
+}
 
 /// Bytes above which burn-flex's transposed convolution tiles its column buffer.
 const XGRAD_TILE_BYTES: f64 = 8.0 * 1024.0 * 1024.0;
@@ -170,10 +189,10 @@ pub struct FeatureSchema {
 
 impl FeatureSchema {
     /// The schema of a kind: its configuration columns, then [`COMMON`], then the kind's
-    /// extras ([`CONV_BACKWARD`] for conv2d).
+    /// extras ([`CONV_EXTRA`] for conv2d).
     pub fn for_kind(kind: ModuleKind) -> FeatureSchema {
         let extra: &[&str] = match kind {
-            ModuleKind::Conv2d => CONV_BACKWARD,
+            ModuleKind::Conv2d => CONV_EXTRA,
             _ => &[],
         };
         let names = kind
@@ -247,6 +266,7 @@ pub fn row(spec: &ModuleSpec, context: &Context, device: &DeviceSpec) -> Vec<f64
     out.extend_from_slice(&conv_algorithm_flags(spec));
     if spec.kind() == ModuleKind::Conv2d {
         out.extend_from_slice(&conv_backward_features(spec, context));
+        out.push(im2col_mib(spec, context.batch));
     }
     out
 }
@@ -491,7 +511,17 @@ mod tests {
         assert_eq!(f[5], 8.0 * 6724.0);
         let schema = FeatureSchema::for_kind(ModuleKind::Conv2d);
         assert_eq!(row(&spec, &ctx, &device()).len(), schema.len());
-        assert_eq!(schema.names.last().unwrap(), "xgrad_tiled");
+        assert_eq!(schema.names.last().unwrap(), "im2col_mib");
+        // A 1x1 conv skips the unfolding; a 3x3 one unfolds 9 values per output position.
+        assert_eq!(im2col_mib(&spec, 8), 0.0);
+        let ModuleSpec::Conv2d(mut c) = spec.clone() else {
+            unreachable!()
+        };
+        c.kernel = [3, 3];
+        c.padding = [1, 1];
+        let k3 = ModuleSpec::Conv2d(c);
+        let expected = 4.0 * (2 * 82 * 82 * 107 * 9) as f64 / 1048576.0;
+        assert!((im2col_mib(&k3, 2) - expected).abs() < 1e-9);
     }
 
     #[test]

@@ -169,6 +169,10 @@ impl Sample {
 }
 
 /// The built-in parameters of a kind.
+///
+/// Maxima sit above the sizes standard networks use (512-1280 channels, 224x224 inputs, 4096
+/// features): log-uniform draws rarely reach a range's top, and a network layer just outside
+/// the trained range has to be extrapolated.
 pub fn default_params(kind: ModuleKind) -> BTreeMap<String, Param> {
     let mut p = BTreeMap::new();
     let mut set = |k: &str, v: Param| {
@@ -177,9 +181,9 @@ pub fn default_params(kind: ModuleKind) -> BTreeMap<String, Param> {
     let words = |w: &[&str]| Param::Choice(w.iter().map(|s| Value::Word((*s).into())).collect());
     match kind {
         ModuleKind::Conv2d => {
-            set("in_channels", Param::log(1.0, 512.0));
-            set("out_channels", Param::log(1.0, 512.0));
-            set("input_hw", Param::log(4.0, 224.0));
+            set("in_channels", Param::log(1.0, 2048.0));
+            set("out_channels", Param::log(1.0, 2048.0));
+            set("input_hw", Param::log(4.0, 256.0));
             set("kernel", Param::choice(&[1.0, 3.0, 3.0, 5.0, 7.0]));
             set("stride", Param::choice(&[1.0, 1.0, 2.0]));
             set("padding", words(&["same", "same", "valid"]));
@@ -194,13 +198,21 @@ pub fn default_params(kind: ModuleKind) -> BTreeMap<String, Param> {
                     Value::Word("depthwise".into()),
                 ]),
             );
-            set("bias", Param::Choice(vec![Value::Flag(true)]));
+            // Layers followed by a norm have no bias (every conv of ResNet and MobileNetV2).
+            set(
+                "bias",
+                Param::Choice(vec![Value::Flag(true), Value::Flag(false)]),
+            );
         }
         ModuleKind::Linear => {
             set("tokens", Param::log(1.0, 128.0));
-            set("in_features", Param::log(16.0, 4096.0));
-            set("out_features", Param::log(16.0, 4096.0));
-            set("bias", Param::Choice(vec![Value::Flag(true)]));
+            set("in_features", Param::log(16.0, 32768.0));
+            set("out_features", Param::log(16.0, 8192.0));
+            // Layers followed by a norm have no bias (every conv of ResNet and MobileNetV2).
+            set(
+                "bias",
+                Param::Choice(vec![Value::Flag(true), Value::Flag(false)]),
+            );
         }
         ModuleKind::Matmul => {
             set("heads", Param::choice(&[1.0, 2.0, 4.0, 8.0, 12.0, 16.0]));
@@ -209,19 +221,20 @@ pub fn default_params(kind: ModuleKind) -> BTreeMap<String, Param> {
             set("n", Param::log(8.0, 1024.0));
         }
         ModuleKind::MaxPool2d | ModuleKind::AvgPool2d => {
-            set("channels", Param::log(1.0, 512.0));
-            set("input_hw", Param::log(4.0, 224.0));
-            set("kernel", Param::choice(&[2.0, 3.0]));
+            set("channels", Param::log(1.0, 2048.0));
+            set("input_hw", Param::log(4.0, 256.0));
+            // 7: the global pool at the end of ResNets.
+            set("kernel", Param::choice(&[2.0, 3.0, 3.0, 7.0]));
             set("stride", Param::choice(&[1.0, 2.0, 2.0]));
             set("padding", words(&["valid", "same"]));
         }
         ModuleKind::BatchNorm2d => {
-            set("channels", Param::log(1.0, 512.0));
-            set("input_hw", Param::log(4.0, 224.0));
+            set("channels", Param::log(1.0, 2048.0));
+            set("input_hw", Param::log(4.0, 256.0));
         }
         ModuleKind::LayerNorm => {
             set("tokens", Param::log(1.0, 512.0));
-            set("features", Param::log(16.0, 4096.0));
+            set("features", Param::log(16.0, 8192.0));
         }
         ModuleKind::Relu
         | ModuleKind::Gelu
@@ -230,9 +243,9 @@ pub fn default_params(kind: ModuleKind) -> BTreeMap<String, Param> {
         | ModuleKind::Add
         | ModuleKind::Mul
         | ModuleKind::Softmax => {
-            set("c", Param::log(1.0, 512.0));
-            set("h", Param::log(1.0, 256.0));
-            set("w", Param::log(1.0, 256.0));
+            set("c", Param::log(1.0, 2048.0));
+            set("h", Param::log(1.0, 512.0));
+            set("w", Param::log(1.0, 8192.0));
         }
     }
     p

@@ -51,6 +51,8 @@ pub enum Loss {
     Mse,
     /// Absolute error: `|ln(pred / measured)|`, the relative error to first order.
     L1,
+    /// Absolute percentage error `|pred / measured - 1|`, the metric itself.
+    Ape,
 }
 
 /// Hyper-parameters of MEDN (and of the single-task MLP baseline).
@@ -72,7 +74,8 @@ pub struct MednParams {
     pub dropout: f64,
     /// A linear path from inputs to outputs beside the deep one; default true.
     pub skip: bool,
-    /// Loss; default `l1` (relative error in log space).
+    /// Loss: `l1` (relative error in log space, the default), `mse` or `ape` (the MAPE
+    /// metric itself).
     pub loss: Loss,
     /// Weight of each task's loss, `[forward, training]`; default `[1, 1]`.
     pub task_weights: Vec<f64>,

@@ -148,6 +148,18 @@ pub(crate) fn train(
     bar.set_length(epochs as u64);
     bar.set_position(0);
 
+    // Standardised log units back to natural log, per task (for the APE loss).
+    let log_scale = Tensor::<2>::from_data(
+        TensorData::new(
+            opts.scaler
+                .std
+                .iter()
+                .map(|&v| v as f32)
+                .collect::<Vec<f32>>(),
+            [1, opts.scaler.std.len()],
+        ),
+        &device,
+    );
     let mut order: Vec<usize> = (0..n).collect();
     let mut history = TrainHistory {
         best_val_mape: f64::INFINITY,
@@ -176,6 +188,8 @@ pub(crate) fn train(
             let err = match opts.loss {
                 Loss::Mse => diff.clone() * diff,
                 Loss::L1 => diff.abs(),
+                // |pred / measured - 1|: the metric itself (masked entries give exp(0) - 1 = 0).
+                Loss::Ape => (diff * log_scale.clone()).exp().sub_scalar(1.0).abs(),
             };
             let loss = (err.sum_dim(0) * scale).sum();
             epoch_loss += f64::from(loss.clone().into_scalar::<f32>()) * chunk.len() as f64;
