@@ -242,7 +242,10 @@ pub fn row(spec: &ModuleSpec, context: &Context, device: &DeviceSpec) -> Vec<f64
     };
     let roofline_s = (work_flops / (device.peak_gflops * 1e9))
         .max(work_bytes / (device.mem_bandwidth_gbs * 1e9));
-    let mut out: Vec<f64> = spec.config().iter().map(|&v| v as f64).collect();
+    let config = spec.config();
+    // Sized once: rows are built per query on the prediction path.
+    let mut out: Vec<f64> = Vec::with_capacity(config.len() + COMMON.len() + CONV_EXTRA.len());
+    out.extend(config.iter().map(|&v| v as f64));
     out.extend_from_slice(&[
         context.batch as f64,
         f64::from(u8::from(training)),
@@ -397,8 +400,12 @@ impl TrainSet {
 }
 
 /// `ln(1 + max(v, 0))`: the transform for non-negative count-like features.
+///
+/// Zero (flags, absent columns of a shared input) skips the logarithm: half of some rows.
+/// NaN maps to 0, as `max` did.
+#[inline]
 pub fn log1p_pos(v: f64) -> f64 {
-    v.max(0.0).ln_1p()
+    if v > 0.0 { v.ln_1p() } else { 0.0 }
 }
 
 #[cfg(test)]
