@@ -411,22 +411,10 @@ pub fn log1p_pos(v: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use perfcast_core::{Caches, DeviceKind, SpecSource, testing};
+    use perfcast_core::testing;
 
     pub(crate) fn device() -> DeviceSpec {
-        DeviceSpec {
-            name: "test".into(),
-            kind: DeviceKind::Cpu,
-            peak_gflops: 100.0,
-            mem_bandwidth_gbs: 10.0,
-            cores: 2,
-            threads: 2,
-            clock_mhz: 3000.0,
-            memory_gb: 8.0,
-            cache_mb: 16.0,
-            caches: Caches::default(),
-            source: SpecSource::Measured,
-        }
+        testing::cpu_device()
     }
 
     #[test]
