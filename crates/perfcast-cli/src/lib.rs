@@ -99,6 +99,10 @@ enum Command {
     /// Inspect bundles written by `perfcast train --bundle`
     #[command(subcommand)]
     Bundle(cmd::predict::BundleCommand),
+    /// Training time on several devices: the analytical data-parallel model, and the generic
+    /// expression T(p, b, n) fitted to measured runs
+    #[command(subcommand)]
+    Scale(cmd::scale::ScaleCommand),
 }
 
 /// Shared state of one invocation: verbosity and whether to draw progress.
@@ -155,6 +159,7 @@ pub fn main_entry() -> ExitCode {
         Command::Predict(args) => cmd::predict::predict(args, &ui),
         Command::Quickstart(args) => cmd::quickstart::run(args, &ui),
         Command::Bundle(c) => cmd::predict::bundle(c, &ui),
+        Command::Scale(c) => cmd::scale::run(c, &ui),
     };
     match result {
         Ok(code) => code,

@@ -4,6 +4,7 @@
 mod import;
 mod predict;
 mod profile;
+mod scale;
 mod train;
 
 use std::path::Path;

@@ -7,4 +7,5 @@ pub mod import;
 pub mod predict;
 pub mod profile;
 pub mod quickstart;
+pub mod scale;
 pub mod train;

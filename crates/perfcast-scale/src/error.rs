@@ -1,0 +1,57 @@
+//! Errors of perfcast-scale: every message names the bad value, and the file where there is one.
+
+use std::path::PathBuf;
+
+/// What can go wrong modelling or fitting training time.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A runs CSV that cannot be used: a missing column, a bad cell, a non-positive time.
+    #[error("runs file `{path}`: {message}", path = path.display())]
+    Runs {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with the line and the value.
+        message: String,
+    },
+    /// A file that cannot be read.
+    #[error("reading `{path}`", path = path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A parameter out of range or a name perfcast does not know; the message names it.
+    #[error("invalid {what}: {message}")]
+    Invalid {
+        /// What was being checked (`link`, `strategy`, `term`, ...).
+        what: &'static str,
+        /// What is wrong, with the value.
+        message: String,
+    },
+    /// A parallel strategy the model has a place for but does not cover yet.
+    #[error("{0} parallelism is not modelled yet\n\nhint: `data` parallelism is")]
+    NotYet(&'static str),
+    /// A compute-time source (a bundle's predictor, a measurement) failed.
+    #[error("compute time at per-device batch {batch}: {message}")]
+    Compute {
+        /// Per-device batch that was asked for.
+        batch: usize,
+        /// The source's error.
+        message: String,
+    },
+}
+
+impl Error {
+    /// An [`Error::Invalid`].
+    pub(crate) fn invalid(what: &'static str, message: impl Into<String>) -> Error {
+        Error::Invalid {
+            what,
+            message: message.into(),
+        }
+    }
+}
+
+/// Result with perfcast-scale's [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,228 @@
+//! Measured runs: a CSV with one run per line.
+//!
+//! Columns `p` (processors: GPUs, nodes or threads), `b` (batch size), `n` (samples
+//! processed) and `time_s` (seconds the run took), in any order; other columns are allowed
+//! and ignored. Blank lines and lines starting with `#` are skipped; fields may be quoted.
+//! Every value is checked: `p` at least 1, `b` and `n` positive, `time_s` positive and
+//! finite. An error names the file, the line and the value.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::expression::Point;
+
+/// The columns a runs file must have.
+pub const REQUIRED: [&str; 4] = ["p", "b", "n", "time_s"];
+
+/// One measured run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    /// Line in the file (from 1).
+    pub line: usize,
+    /// Its scaling factors.
+    pub point: Point,
+    /// Seconds it took.
+    pub time_s: f64,
+}
+
+/// Reads and checks a runs CSV.
+pub fn read_runs(path: &Path) -> Result<Vec<Run>> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_runs(&text, path)
+}
+
+/// Splits one line at commas outside double quotes (`""` inside quotes is a quote).
+fn fields(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cell = String::new();
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                cell.push('"');
+                chars.next();
+            }
+            '"' => quoted = !quoted,
+            ',' if !quoted => out.push(std::mem::take(&mut cell).trim().to_string()),
+            _ => cell.push(c),
+        }
+    }
+    out.push(cell.trim().to_string());
+    out
+}
+
+/// Parses runs CSV text; `path` names the file in errors.
+pub fn parse_runs(text: &str, path: &Path) -> Result<Vec<Run>> {
+    let err = |message: String| Error::Runs {
+        path: PathBuf::from(path),
+        message,
+    };
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim_start_matches('\u{feff}')))
+        .filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
+    let Some((_, header)) = lines.next() else {
+        return Err(err(format!(
+            "the file is empty\n\nhint: a runs CSV has a header line with the columns {}",
+            REQUIRED.join(", ")
+        )));
+    };
+    let columns: Vec<String> = fields(header)
+        .into_iter()
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    for (i, c) in columns.iter().enumerate() {
+        if !c.is_empty() && columns[..i].contains(c) {
+            return Err(err(format!("column `{c}` appears twice in the header")));
+        }
+    }
+    let mut index = [0usize; 4];
+    for (slot, name) in index.iter_mut().zip(REQUIRED) {
+        *slot = columns.iter().position(|c| c == name).ok_or_else(|| {
+            err(format!(
+                "missing column `{name}` (the header has {})\n\nhint: a runs CSV needs the \
+                 columns p (processors), b (batch size), n (samples processed) and time_s \
+                 (seconds)",
+                columns
+                    .iter()
+                    .map(|c| format!("`{c}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+    }
+    let mut runs = Vec::new();
+    for (line, text) in lines {
+        let cells = fields(text);
+        if cells.len() != columns.len() {
+            return Err(err(format!(
+                "line {line}: {} fields, the header has {}",
+                cells.len(),
+                columns.len()
+            )));
+        }
+        let mut values = [0.0f64; 4];
+        for ((v, &i), name) in values.iter_mut().zip(&index).zip(REQUIRED) {
+            let cell = &cells[i];
+            *v = cell
+                .parse()
+                .map_err(|_| err(format!("line {line}: `{name}` = `{cell}` is not a number")))?;
+        }
+        let [p, b, n, time_s] = values;
+        if !(time_s.is_finite() && time_s > 0.0) {
+            return Err(err(format!(
+                "line {line}: `time_s` must be a positive number of seconds, got {time_s}"
+            )));
+        }
+        for (name, v) in [("b", b), ("n", n)] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(err(format!(
+                    "line {line}: `{name}` must be positive, got {v}"
+                )));
+            }
+        }
+        if !(p.is_finite() && p >= 1.0) {
+            return Err(err(format!("line {line}: `p` must be at least 1, got {p}")));
+        }
+        runs.push(Run {
+            line,
+            point: Point { p, b, n },
+            time_s,
+        });
+    }
+    if runs.is_empty() {
+        return Err(err("the file has a header but no runs".into()));
+    }
+    Ok(runs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Vec<Run>> {
+        parse_runs(text, Path::new("runs.csv"))
+    }
+
+    #[test]
+    fn reads_columns_in_any_order_with_extras_comments_and_quotes() {
+        let runs = parse(
+            "# measured on a laptop\nnote,time_s,n,\"b\",p\n\"warm, first\",1.5,1000,32,2\n\ncold,2,2000,32,1\n",
+        )
+        .unwrap();
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[0].line, 3);
+        assert_eq!(
+            runs[0].point,
+            Point {
+                p: 2.0,
+                b: 32.0,
+                n: 1000.0
+            }
+        );
+        assert_eq!((runs[1].line, runs[1].time_s), (5, 2.0));
+    }
+
+    #[test]
+    fn a_missing_column_is_named() {
+        let e = parse("p,b,n,seconds\n1,2,3,4\n").unwrap_err().to_string();
+        assert!(
+            e.starts_with("runs file `runs.csv`: missing column `time_s`"),
+            "{e}"
+        );
+        assert!(e.contains("`seconds`"), "{e}");
+        let e = parse("p,n,time_s\n1,3,4\n").unwrap_err().to_string();
+        assert!(e.contains("missing column `b`"), "{e}");
+    }
+
+    #[test]
+    fn non_positive_or_nan_times_name_the_line() {
+        for (time, shown) in [("0", "got 0"), ("-2.5", "got -2.5"), ("NaN", "got NaN")] {
+            let text = format!("p,b,n,time_s\n1,8,64,1.0\n2,8,64,{time}\n");
+            let e = parse(&text).unwrap_err().to_string();
+            assert!(
+                e.contains("`runs.csv`: line 3: `time_s` must be a positive number of seconds")
+                    && e.contains(shown),
+                "{e}"
+            );
+        }
+        let e = parse("p,b,n,time_s\n1,8,64,fast\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 2: `time_s` = `fast` is not a number"),
+            "{e}"
+        );
+        let e = parse("p,b,n,time_s\n0,8,64,1\n").unwrap_err().to_string();
+        assert!(e.contains("line 2: `p` must be at least 1, got 0"), "{e}");
+        let e = parse("p,b,n,time_s\n1,0,64,1\n").unwrap_err().to_string();
+        assert!(e.contains("`b` must be positive, got 0"), "{e}");
+    }
+
+    #[test]
+    fn empty_files_and_duplicates_are_refused() {
+        assert!(parse("").unwrap_err().to_string().contains("empty"));
+        assert!(
+            parse("p,b,n,time_s\n")
+                .unwrap_err()
+                .to_string()
+                .contains("no runs")
+        );
+        let e = parse("p,b,n,time_s\n1,2,3\n").unwrap_err().to_string();
+        assert!(e.contains("line 2: 3 fields, the header has 4"), "{e}");
+        let e = parse("p,b,p,n,time_s\n").unwrap_err().to_string();
+        assert!(e.contains("column `p` appears twice"), "{e}");
+        let e = read_runs(Path::new("/nonexistent/runs.csv")).unwrap_err();
+        assert!(
+            e.to_string().starts_with("reading `/nonexistent/runs.csv`"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,234 @@
+//! `scale fit` and `scale predict` end to end (issue 9).
+
+use std::path::{Path, PathBuf};
+
+use crate::{perfcast, run, stderr};
+
+/// startup, compute, serial, step, sync, contention: the default expression's terms.
+const TRUTH: [f64; 6] = [0.2, 2e-3, 1e-3, 5e-3, 2e-3, 1e-4];
+
+fn truth_at(p: f64, b: f64, n: f64) -> f64 {
+    let [c0, c1, c2, c3, c4, c5] = TRUTH;
+    c0 + c1 * n / p + c2 * n + c3 * n / b + c4 * (n / b) * p.log2() + c5 * n * (p - 1.0)
+}
+
+/// Runs from the known expression with 2% Gaussian noise (xorshift + Box-Muller, fixed
+/// seed), and an extra column the reader must ignore.
+fn synthetic_runs(dir: &Path) -> PathBuf {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut uniform = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut csv = String::from("host,p,b,n,time_s\n");
+    for p in [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0] {
+        for b in [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0] {
+            for n in [32.0, 128.0, 512.0, 2048.0, 8192.0] {
+                let (u1, u2) = (uniform(), uniform());
+                let z = (-2.0 * (1.0 - u1).ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+                let t = truth_at(p, b, n) * (1.0 + 0.02 * z);
+                csv.push_str(&format!("node-a,{p},{b},{n},{t}\n"));
+            }
+        }
+    }
+    let path = dir.join("runs.csv");
+    std::fs::write(&path, csv).unwrap();
+    path
+}
+
+#[test]
+fn scale_fit_recovers_the_constants_and_reports_the_holdout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = synthetic_runs(tmp.path());
+    let plot = tmp.path().join("curves.svg");
+    let o = run(&[
+        "scale",
+        "fit",
+        "--runs",
+        runs.to_str().unwrap(),
+        "--holdout",
+        "0.25",
+        "--seed",
+        "3",
+        "--predict",
+        "p=24,b=32,n=20000",
+        "--plot",
+        plot.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["runs"], 450);
+    assert_eq!(r["holdout"]["runs"], 113);
+    assert_eq!(r["fitted_runs"], 450 - 113);
+    let constants = r["constants"].as_array().unwrap();
+    let names: Vec<&str> = constants
+        .iter()
+        .map(|c| c["term"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["startup", "compute", "serial", "step", "sync", "contention"]
+    );
+    for (c, truth) in constants.iter().zip(TRUTH) {
+        let v = c["value"].as_f64().unwrap();
+        assert!(
+            (v / truth - 1.0).abs() < 0.05,
+            "`{}` = {v}, truth {truth}",
+            c["term"]
+        );
+        assert!(!c["meaning"].as_str().unwrap().is_empty());
+    }
+    let holdout = r["holdout"]["mape"].as_f64().unwrap();
+    assert!(holdout > 0.5 && holdout < 3.0, "{holdout}");
+    // Beyond the runs (p = 24): the prediction follows the known expression.
+    let predicted = r["predictions"][0]["time_s"].as_f64().unwrap();
+    let truth = truth_at(24.0, 32.0, 20000.0);
+    assert!(
+        (predicted / truth - 1.0).abs() < 0.05,
+        "{predicted} vs {truth}"
+    );
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("b=1 n=32"));
+    assert!(tmp.path().join("curves-fit.svg").is_file());
+
+    // The text form names every constant with its meaning and the holdout.
+    let o = run(&[
+        "scale",
+        "fit",
+        "--runs",
+        runs.to_str().unwrap(),
+        "--holdout-runs",
+        "p>8",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(text.contains("Amdahl's serial part"), "{text}");
+    assert!(
+        text.contains("held out the runs with p>8 (135 runs): MAPE"),
+        "{text}"
+    );
+}
+
+#[test]
+fn scale_fit_on_bad_runs_exits_2_naming_the_column_or_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("missing.csv");
+    std::fs::write(&missing, "p,b,time_s\n1,8,2.5\n2,8,1.4\n").unwrap();
+    let o = run(&["scale", "fit", "--runs", missing.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(
+        e.contains(&format!("`{}`", missing.display())) && e.contains("missing column `n`"),
+        "{e}"
+    );
+
+    let negative = tmp.path().join("negative.csv");
+    std::fs::write(&negative, "p,b,n,time_s\n1,8,64,2.5\n2,8,64,-1\n").unwrap();
+    let o = run(&["scale", "fit", "--runs", negative.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(
+        e.contains("line 3: `time_s` must be a positive number of seconds, got -1"),
+        "{e}"
+    );
+}
+
+#[test]
+fn scale_predict_with_a_measured_compute_time_needs_no_bundle() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plot = tmp.path().join("scaling.png");
+    // In an empty directory: there is no `checkpoints/local` to fall back on.
+    let o = perfcast()
+        .current_dir(tmp.path())
+        .args([
+            "scale",
+            "predict",
+            "--network",
+            "resnet50",
+            "--batch",
+            "256",
+            "--gpus",
+            "1,2,4,8",
+            "--link",
+            "nvlink",
+            "--strategy",
+            "ring",
+            "--overlap",
+            "none",
+            "--compute-ms",
+            "600",
+            "--update-ms",
+            "1",
+            "--plot",
+            plot.to_str().unwrap(),
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["parameters"], 25_557_032.0);
+    let rows = r["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    let s = 4.0 * 25_557_032.0;
+    let mut last_efficiency = f64::INFINITY;
+    for row in rows {
+        let p = row["gpus"].as_f64().unwrap();
+        assert_eq!(row["per_device_batch"].as_f64().unwrap(), 256.0 / p);
+        // No overlap: the whole ring all-reduce, 2(P-1)/P S/B + 2(P-1) alpha, is exposed.
+        let ring = 2.0 * (p - 1.0) / p * s / 300e9 + 2.0 * (p - 1.0) * 3.4e-6;
+        let comm = row["exposed_comm_ms"].as_f64().unwrap() * 1e-3;
+        assert!(
+            (comm - ring).abs() <= 1e-12 + 1e-9 * ring,
+            "P={p}: {comm} vs {ring}"
+        );
+        // Compute scales per sample; the iteration adds comm and the update.
+        let compute = row["forward_ms"].as_f64().unwrap() + row["backward_ms"].as_f64().unwrap();
+        assert!((compute - 600.0 / p).abs() < 1e-9, "{compute}");
+        let iteration = row["iteration_ms"].as_f64().unwrap();
+        assert!((iteration - (compute + comm * 1e3 + 1.0)).abs() < 1e-9);
+        let efficiency = row["efficiency"].as_f64().unwrap();
+        assert!(efficiency <= last_efficiency && efficiency <= 1.0);
+        last_efficiency = efficiency;
+    }
+    assert_eq!(rows[0]["efficiency"], 1.0);
+    assert!(std::fs::read(&plot).unwrap().starts_with(b"\x89PNG"));
+
+    // Model parallelism has a place but no model yet: a clear error, exit 2.
+    let o = perfcast()
+        .current_dir(tmp.path())
+        .args([
+            "scale",
+            "predict",
+            "--network",
+            "resnet18",
+            "--batch",
+            "64",
+            "--compute-ms",
+            "100",
+            "--parallel",
+            "model",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("model parallelism is not modelled yet"),
+        "{}",
+        stderr(&o)
+    );
+
+    // Without `--compute-ms` and without a bundle: the hint says how to get one.
+    let o = perfcast()
+        .current_dir(tmp.path())
+        .args(["scale", "predict", "--network", "resnet18", "--batch", "64"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("perfcast quickstart"), "{}", stderr(&o));
+}
