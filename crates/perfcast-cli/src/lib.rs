@@ -82,8 +82,24 @@ enum Command {
     /// every model on the rest, fits it, scores it on the held-out rows, times its predictions,
     /// and writes `<out>/<module>/<model>.json` plus `report.json`.
     Train(cmd::train::TrainArgs),
-    /// Score models saved by `perfcast train` on another dataset
-    Eval(cmd::train::EvalArgs),
+    /// Score models saved by `perfcast train` on another dataset, or whole networks
+    ///
+    /// `perfcast eval --models <dir> --data <dataset>` scores saved models;
+    /// `perfcast eval networks --networks lenet5,vgg16@112 --batch 1,8` measures networks on
+    /// this machine and predicts them from a bundle, side by side.
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+    Eval(cmd::networks::EvalCommand),
+    /// Measure whole networks end to end on this machine (forward, or a training step)
+    ///
+    /// Builds each network in burn from the same description `predict` decomposes, runs
+    /// warm-up and timed repetitions, and reports the median and spread per run.
+    Measure(cmd::networks::MeasureArgs),
+    /// Fit a bundle's network host-cost terms from measured networks
+    ///
+    /// Measures (or reads, `--from`) whole-network runs, predicts each as the sum of its layers,
+    /// and fits per phase a per-run cost, a per-layer cost, a scale on the sum and (training)
+    /// the optimiser update per parameter; the terms go into the bundle's manifest.
+    Calibrate(cmd::networks::CalibrateArgs),
     /// Predict the latency of modules or whole networks from a bundle
     ///
     /// A module from flags (`perfcast predict conv2d --batch 8 --input 3x224x224 --out-channels
@@ -155,7 +171,9 @@ pub fn main_entry() -> ExitCode {
         Command::Backends(c) => cmd::backends::run(c, &ui),
         Command::Import(c) => cmd::import::run(c, &ui),
         Command::Train(args) => cmd::train::train(args, &ui),
-        Command::Eval(args) => cmd::train::eval(args, &ui),
+        Command::Eval(c) => cmd::networks::eval(c, &ui),
+        Command::Measure(args) => cmd::networks::run_measure(args, &ui),
+        Command::Calibrate(args) => cmd::networks::calibrate(args, &ui),
         Command::Predict(args) => cmd::predict::predict(args, &ui),
         Command::Quickstart(args) => cmd::quickstart::run(args, &ui),
         Command::Bundle(c) => cmd::predict::bundle(c, &ui),

@@ -18,6 +18,7 @@
 mod dataset;
 mod error;
 pub mod import;
+pub mod networks;
 mod record;
 pub mod summary;
 pub mod table;

@@ -23,6 +23,7 @@
 mod backend;
 mod error;
 pub mod load;
+pub mod network;
 pub mod ops;
 pub mod pool;
 pub mod probe;

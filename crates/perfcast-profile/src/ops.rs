@@ -4,13 +4,17 @@
 //! `[batch, 1, tokens, features]`, matmul as `[batch, heads, m, k]`), so one closure type
 //! serves every kind. A training step is the forward pass, a sum, and the backward pass that
 //! computes input and parameter gradients (the optimiser update belongs to whole networks).
+//!
+//! [`LayerOp`] is the one place a spec becomes burn calls: the module runners here and the
+//! whole-network runner ([`crate::network`]) both use it, so a layer is measured alone exactly
+//! as it runs inside a network.
 
 use burn::tensor::activation::{gelu, relu, sigmoid, softmax, tanh};
 use burn::tensor::module::{
     avg_pool2d, batch_norm, batch_norm_train, conv2d, layer_norm, linear, max_pool2d,
 };
 use burn::tensor::ops::{AvgPoolOptions, ConvOptions, MaxPoolOptions};
-use burn::tensor::{Device, Distribution, Tensor};
+use burn::tensor::{Device, Distribution, Gradients, Tensor};
 use perfcast_core::{Context, ModuleSpec, Phase, features};
 
 /// Rough peak bytes a configuration allocates (operands, output, im2col buffer, and for a
@@ -31,6 +35,240 @@ pub fn estimated_bytes(spec: &ModuleSpec, context: &Context) -> f64 {
     }
 }
 
+/// A layer's tensor of any rank: weights, biases, norm scales and running statistics.
+#[derive(Clone, Debug)]
+pub enum Param {
+    /// Biases, norm scales and shifts, running statistics.
+    R1(Tensor<1>),
+    /// Linear weights `[in, out]`.
+    R2(Tensor<2>),
+    /// Convolution weights `[out, in / groups, kh, kw]`.
+    R4(Tensor<4>),
+}
+
+impl Param {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Param::R1(t) => t.shape().num_elements(),
+            Param::R2(t) => t.shape().num_elements(),
+            Param::R4(t) => t.shape().num_elements(),
+        }
+    }
+
+    /// Whether the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// One SGD-with-momentum update from `grads`: `v = momentum * v + g; p = p - lr * v`, the
+    /// parameter then re-enters the graph as a fresh leaf. `velocity` holds `v` between steps.
+    /// A parameter without a gradient is left alone.
+    pub fn sgd_step(
+        &mut self,
+        grads: &mut Gradients,
+        velocity: &mut Option<Param>,
+        lr: f64,
+        momentum: f64,
+    ) {
+        macro_rules! step {
+            ($variant:ident, $t:expr) => {{
+                let Some(g) = $t.grad_remove(grads) else {
+                    return;
+                };
+                let v = match velocity.take() {
+                    Some(Param::$variant(v)) => v * momentum + g,
+                    _ => g,
+                };
+                let updated = $t.clone().inner() - v.clone() * lr;
+                *$t = updated.autodiff().require_grad();
+                *velocity = Some(Param::$variant(v));
+            }};
+        }
+        match self {
+            Param::R1(t) => step!(R1, t),
+            Param::R2(t) => step!(R2, t),
+            Param::R4(t) => step!(R4, t),
+        }
+    }
+}
+
+/// The rank-4 shape of a spec's (first) operand at `batch`.
+pub fn operand_shape(spec: &ModuleSpec, batch: usize) -> [usize; 4] {
+    let s = spec.input_shape();
+    match s.as_slice() {
+        [c, h, w] => [batch, *c, *h, *w],
+        [t, f] => [batch, 1, *t, *f],
+        _ => unreachable!("input_shape has rank 2 or 3"),
+    }
+}
+
+/// The rank-4 shape of the second operand of add, mul and matmul at `batch`.
+pub fn second_operand_shape(spec: &ModuleSpec, batch: usize) -> Option<[usize; 4]> {
+    match spec {
+        ModuleSpec::Add(e) | ModuleSpec::Mul(e) => {
+            Some([batch, e.shape[0], e.shape[1], e.shape[2]])
+        }
+        ModuleSpec::Matmul(m) => Some([batch, m.heads, m.k, m.n]),
+        _ => None,
+    }
+}
+
+/// One layer built on a device: its parameters and buffers, and its forward pass over rank-4
+/// operands of the shapes [`operand_shape`] and [`second_operand_shape`] give.
+#[derive(Clone, Debug)]
+pub struct LayerOp {
+    spec: ModuleSpec,
+    /// Trainable parameters (require gradients when built for training).
+    pub params: Vec<Param>,
+    /// Non-trainable state: batchnorm's running mean and variance in inference.
+    buffers: Vec<Param>,
+    /// Built for a training step (batchnorm then uses the batch's statistics).
+    training: bool,
+}
+
+impl LayerOp {
+    /// Initialises the layer's tensors on `device` (an autodiff device when `training`, whose
+    /// parameters then require gradients).
+    pub fn new(spec: &ModuleSpec, device: &Device, training: bool) -> LayerOp {
+        let leaf = |t: Param| -> Param {
+            if !training {
+                return t;
+            }
+            match t {
+                Param::R1(t) => Param::R1(t.require_grad()),
+                Param::R2(t) => Param::R2(t.require_grad()),
+                Param::R4(t) => Param::R4(t.require_grad()),
+            }
+        };
+        let r1 = |len: usize, lo: f64, hi: f64| {
+            Param::R1(Tensor::<1>::random(
+                [len],
+                Distribution::Uniform(lo, hi),
+                device,
+            ))
+        };
+        let mut params = Vec::new();
+        let mut buffers = Vec::new();
+        match spec {
+            ModuleSpec::Conv2d(c) => {
+                let shape = [
+                    c.out_channels,
+                    c.in_channels / c.groups,
+                    c.kernel[0],
+                    c.kernel[1],
+                ];
+                params.push(leaf(Param::R4(Tensor::<4>::random(
+                    shape,
+                    Distribution::Uniform(-0.1, 0.1),
+                    device,
+                ))));
+                if c.bias {
+                    params.push(leaf(r1(c.out_channels, -0.1, 0.1)));
+                }
+            }
+            ModuleSpec::Linear(l) => {
+                params.push(leaf(Param::R2(Tensor::<2>::random(
+                    [l.in_features, l.out_features],
+                    Distribution::Uniform(-0.1, 0.1),
+                    device,
+                ))));
+                if l.bias {
+                    params.push(leaf(r1(l.out_features, -0.1, 0.1)));
+                }
+            }
+            ModuleSpec::BatchNorm2d(b) => {
+                params.push(leaf(r1(b.channels, 0.5, 1.5)));
+                params.push(leaf(r1(b.channels, -0.1, 0.1)));
+                if !training {
+                    buffers.push(r1(b.channels, -0.1, 0.1));
+                    buffers.push(r1(b.channels, 0.5, 1.5));
+                }
+            }
+            ModuleSpec::LayerNorm(l) => {
+                params.push(leaf(r1(l.features, 0.5, 1.5)));
+                params.push(leaf(r1(l.features, -0.1, 0.1)));
+            }
+            _ => {}
+        }
+        LayerOp {
+            spec: spec.clone(),
+            params,
+            buffers,
+            training,
+        }
+    }
+
+    /// The layer's forward pass; `y` is the second operand of add, mul and matmul.
+    pub fn forward(&self, x: Tensor<4>, y: Option<Tensor<4>>) -> Tensor<4> {
+        let second = || {
+            y.clone()
+                .expect("add, mul and matmul take a second operand")
+        };
+        match &self.spec {
+            ModuleSpec::Conv2d(c) => {
+                let options = ConvOptions::new(c.stride, c.padding, c.dilation, c.groups);
+                conv2d(x, self.r4(0), c.bias.then(|| self.r1(1)), options)
+            }
+            ModuleSpec::Linear(l) => linear(x, self.r2(0), l.bias.then(|| self.r1(1))),
+            ModuleSpec::Matmul(_) => x.matmul(second()),
+            ModuleSpec::MaxPool2d(p) => max_pool2d(
+                x,
+                MaxPoolOptions::new(p.kernel)
+                    .with_stride(p.effective_stride())
+                    .with_padding(p.padding),
+            ),
+            ModuleSpec::AvgPool2d(p) => avg_pool2d(
+                x,
+                AvgPoolOptions::new(p.kernel)
+                    .with_stride(p.effective_stride())
+                    .with_padding(p.padding),
+            ),
+            ModuleSpec::BatchNorm2d(_) => {
+                if self.training {
+                    // Training mode normalises with the batch's own statistics.
+                    batch_norm_train(x, self.r1(0), self.r1(1), 1e-5).output
+                } else {
+                    let (mean, var) = match (&self.buffers[0], &self.buffers[1]) {
+                        (Param::R1(m), Param::R1(v)) => (m.clone(), v.clone()),
+                        _ => unreachable!("batchnorm buffers are rank 1"),
+                    };
+                    batch_norm(x, self.r1(0), self.r1(1), mean, var, 1e-5)
+                }
+            }
+            ModuleSpec::LayerNorm(_) => layer_norm(x, self.r1(0), Some(self.r1(1)), 1e-5),
+            ModuleSpec::Relu(_) => relu(x),
+            ModuleSpec::Gelu(_) => gelu(x),
+            ModuleSpec::Sigmoid(_) => sigmoid(x),
+            ModuleSpec::Tanh(_) => tanh(x),
+            ModuleSpec::Softmax(_) => softmax(x, 3),
+            ModuleSpec::Add(_) => x + second(),
+            ModuleSpec::Mul(_) => x * second(),
+        }
+    }
+
+    fn r1(&self, i: usize) -> Tensor<1> {
+        match &self.params[i] {
+            Param::R1(t) => t.clone(),
+            _ => unreachable!("parameter {i} is rank 1"),
+        }
+    }
+
+    fn r2(&self, i: usize) -> Tensor<2> {
+        match &self.params[i] {
+            Param::R2(t) => t.clone(),
+            _ => unreachable!("parameter {i} is rank 2"),
+        }
+    }
+
+    fn r4(&self, i: usize) -> Tensor<4> {
+        match &self.params[i] {
+            Param::R4(t) => t.clone(),
+            _ => unreachable!("parameter {i} is rank 4"),
+        }
+    }
+}
+
 type Forward = Box<dyn Fn() -> Tensor<4>>;
 
 /// Builds operands for `spec` at `batch` on `device` and returns its forward pass.
@@ -42,116 +280,10 @@ fn forward(spec: &ModuleSpec, batch: usize, device: &Device, grad: bool) -> Forw
         let t = Tensor::<4>::random(shape, Distribution::Uniform(-1.0, 1.0), device);
         if grad { t.require_grad() } else { t }
     };
-    let leaf2 = |shape: [usize; 2]| {
-        let t = Tensor::<2>::random(shape, Distribution::Uniform(-0.1, 0.1), device);
-        if grad { t.require_grad() } else { t }
-    };
-    let leaf1 = |len: usize, lo: f64, hi: f64| {
-        let t = Tensor::<1>::random([len], Distribution::Uniform(lo, hi), device);
-        if grad { t.require_grad() } else { t }
-    };
-    let n = batch;
-    match spec {
-        ModuleSpec::Conv2d(c) => {
-            let x = leaf4([n, c.in_channels, c.input_hw[0], c.input_hw[1]]);
-            let w = leaf4([
-                c.out_channels,
-                c.in_channels / c.groups,
-                c.kernel[0],
-                c.kernel[1],
-            ]);
-            let b = c.bias.then(|| leaf1(c.out_channels, -0.1, 0.1));
-            let options = ConvOptions::new(c.stride, c.padding, c.dilation, c.groups);
-            Box::new(move || conv2d(x.clone(), w.clone(), b.clone(), options.clone()))
-        }
-        ModuleSpec::Linear(l) => {
-            let x = leaf4([n, 1, l.tokens, l.in_features]);
-            let w = leaf2([l.in_features, l.out_features]);
-            let b = l.bias.then(|| leaf1(l.out_features, -0.1, 0.1));
-            Box::new(move || linear(x.clone(), w.clone(), b.clone()))
-        }
-        ModuleSpec::Matmul(m) => {
-            let x = leaf4([n, m.heads, m.m, m.k]);
-            let y = leaf4([n, m.heads, m.k, m.n]);
-            Box::new(move || x.clone().matmul(y.clone()))
-        }
-        ModuleSpec::MaxPool2d(p) => {
-            let x = leaf4([n, p.channels, p.input_hw[0], p.input_hw[1]]);
-            let options = MaxPoolOptions::new(p.kernel)
-                .with_stride(p.effective_stride())
-                .with_padding(p.padding);
-            Box::new(move || max_pool2d(x.clone(), options.clone()))
-        }
-        ModuleSpec::AvgPool2d(p) => {
-            let x = leaf4([n, p.channels, p.input_hw[0], p.input_hw[1]]);
-            let options = AvgPoolOptions::new(p.kernel)
-                .with_stride(p.effective_stride())
-                .with_padding(p.padding);
-            Box::new(move || avg_pool2d(x.clone(), options.clone()))
-        }
-        ModuleSpec::BatchNorm2d(b) => {
-            let x = leaf4([n, b.channels, b.input_hw[0], b.input_hw[1]]);
-            let gamma = leaf1(b.channels, 0.5, 1.5);
-            let beta = leaf1(b.channels, -0.1, 0.1);
-            if grad {
-                // Training mode normalises with the batch's own statistics.
-                Box::new(move || {
-                    batch_norm_train(x.clone(), gamma.clone(), beta.clone(), 1e-5).output
-                })
-            } else {
-                let mean =
-                    Tensor::<1>::random([b.channels], Distribution::Uniform(-0.1, 0.1), device);
-                let var =
-                    Tensor::<1>::random([b.channels], Distribution::Uniform(0.5, 1.5), device);
-                Box::new(move || {
-                    batch_norm(
-                        x.clone(),
-                        gamma.clone(),
-                        beta.clone(),
-                        mean.clone(),
-                        var.clone(),
-                        1e-5,
-                    )
-                })
-            }
-        }
-        ModuleSpec::LayerNorm(l) => {
-            let x = leaf4([n, 1, l.tokens, l.features]);
-            let gamma = leaf1(l.features, 0.5, 1.5);
-            let beta = leaf1(l.features, -0.1, 0.1);
-            Box::new(move || layer_norm(x.clone(), gamma.clone(), Some(beta.clone()), 1e-5))
-        }
-        ModuleSpec::Relu(e) => {
-            let x = leaf4([n, e.shape[0], e.shape[1], e.shape[2]]);
-            Box::new(move || relu(x.clone()))
-        }
-        ModuleSpec::Gelu(e) => {
-            let x = leaf4([n, e.shape[0], e.shape[1], e.shape[2]]);
-            Box::new(move || gelu(x.clone()))
-        }
-        ModuleSpec::Sigmoid(e) => {
-            let x = leaf4([n, e.shape[0], e.shape[1], e.shape[2]]);
-            Box::new(move || sigmoid(x.clone()))
-        }
-        ModuleSpec::Tanh(e) => {
-            let x = leaf4([n, e.shape[0], e.shape[1], e.shape[2]]);
-            Box::new(move || tanh(x.clone()))
-        }
-        ModuleSpec::Softmax(e) => {
-            let x = leaf4([n, e.shape[0], e.shape[1], e.shape[2]]);
-            Box::new(move || softmax(x.clone(), 3))
-        }
-        ModuleSpec::Add(e) => {
-            let x = leaf4([n, e.shape[0], e.shape[1], e.shape[2]]);
-            let y = leaf4([n, e.shape[0], e.shape[1], e.shape[2]]);
-            Box::new(move || x.clone() + y.clone())
-        }
-        ModuleSpec::Mul(e) => {
-            let x = leaf4([n, e.shape[0], e.shape[1], e.shape[2]]);
-            let y = leaf4([n, e.shape[0], e.shape[1], e.shape[2]]);
-            Box::new(move || x.clone() * y.clone())
-        }
-    }
+    let op = LayerOp::new(spec, device, grad);
+    let x = leaf4(operand_shape(spec, batch));
+    let y = second_operand_shape(spec, batch).map(leaf4);
+    Box::new(move || op.forward(x.clone(), y.clone()))
 }
 
 /// One timed call: the work of a configuration, synchronised before it returns.

@@ -13,6 +13,7 @@ use perfcast_core::{DeviceSpec, ModuleKind};
 use perfcast_models::{FeatureSchema, Regressor, SavedModel, TrainSet};
 use serde::{Deserialize, Serialize};
 
+use crate::compose::HostCosts;
 use crate::error::{Error, Result};
 use crate::select::{Budget, Candidate, Selection};
 
@@ -87,6 +88,9 @@ pub struct Manifest {
     pub budget: Budget,
     /// Per module kind (by name).
     pub kinds: BTreeMap<String, KindEntry>,
+    /// Network host-cost terms (`perfcast calibrate`); absent until calibrated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_costs: Option<HostCosts>,
 }
 
 /// A loaded bundle: the manifest and the chosen model of every kind.
@@ -147,6 +151,17 @@ pub fn write_bundle(
         std::fs::remove_dir_all(dir).map_err(|e| bundle_err(dir, e.to_string()))?;
     }
     std::fs::rename(&staged, dir).map_err(|e| bundle_err(dir, e.to_string()))?;
+    Ok(())
+}
+
+/// Replaces an existing bundle's `manifest.json` atomically (the model files stay); used to
+/// record calibration results. The bundle must load before and is checked after.
+pub fn rewrite_manifest(dir: &Path, manifest: &Manifest) -> Result<()> {
+    Bundle::read_manifest(dir)?;
+    let path = dir.join("manifest.json");
+    let json =
+        serde_json::to_vec_pretty(manifest).map_err(|e| bundle_err(&path, e.to_string()))?;
+    perfcast_data::write_atomic(&path, &json).map_err(|e| bundle_err(&path, e.to_string()))?;
     Ok(())
 }
 

@@ -20,11 +20,13 @@
 //! ```
 
 pub mod bundle;
+pub mod compose;
 mod error;
 pub mod predictor;
 pub mod select;
 
 pub use bundle::{Bundle, Manifest};
+pub use compose::{Composed, HostCosts, PhaseCosts, RunShape};
 pub use error::{Error, Result};
 pub use predictor::{ModulePrediction, NetworkPrediction, Predictor, PreparedNetwork};
 pub use select::{Budget, Candidate, Selection};

@@ -90,6 +90,7 @@ fn write(dir: &std::path::Path) -> Box<dyn Regressor> {
         data: "synthetic".into(),
         budget: Budget::default(),
         kinds,
+        host_costs: None,
     };
     write_bundle(
         dir,

@@ -4,6 +4,7 @@ pub mod backends;
 pub mod datasets;
 pub mod devices;
 pub mod import;
+pub mod networks;
 pub mod predict;
 pub mod profile;
 pub mod quickstart;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use perfcast_core::{Context, ModuleKind, ModuleSpec, Network, Phase, zoo};
-use perfcast_select::{Bundle, ModulePrediction, NetworkPrediction, Predictor};
+use perfcast_select::{Bundle, Composed, ModulePrediction, NetworkPrediction, Predictor, RunShape};
 use serde::{Deserialize, Serialize};
 
 use crate::Ui;
@@ -417,6 +417,13 @@ pub fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     let predictor = Predictor::new(load_bundle(&a.bundle)?);
     if let Some(net) = net {
         let p = predictor.predict_network(&net, &context)?;
+        let composed = predictor
+            .bundle()
+            .manifest
+            .host_costs
+            .as_ref()
+            .and_then(|c| c.phase(context.phase))
+            .map(|c| c.compose(&RunShape::of(&net, p.total_ms)));
         for l in p
             .layers
             .iter()
@@ -429,9 +436,19 @@ pub fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
                 l.prediction.warnings.join("; ")
             ));
         }
+        #[derive(Serialize)]
+        struct Out<'a> {
+            #[serde(flatten)]
+            prediction: &'a NetworkPrediction,
+            /// The sum with the bundle's host-cost terms, when calibrated.
+            composed: Option<&'a Composed>,
+        }
         match a.format {
-            Format::Json => emit_json(&p)?,
-            Format::Text => emit(&render_network(&p))?,
+            Format::Json => emit_json(&Out {
+                prediction: &p,
+                composed: composed.as_ref(),
+            })?,
+            Format::Text => emit(&render_network(&p, composed.as_ref()))?,
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -473,7 +490,7 @@ pub fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn render_network(p: &NetworkPrediction) -> String {
+fn render_network(p: &NetworkPrediction, composed: Option<&Composed>) -> String {
     let mut t = format!(
         "{} (batch {}, {}, {} thread{})\n{:<24} {:<44} {:>11} {:>6}  {}\n",
         p.network,
@@ -502,12 +519,55 @@ fn render_network(p: &NetworkPrediction) -> String {
             }
         ));
     }
-    t.push_str(&format!(
-        "{:<24} {:<44} {:>11}\n",
-        "total",
-        format!("{} layers", p.layers.len()),
-        fmt_ms(p.total_ms)
-    ));
+    match composed {
+        None => t.push_str(&format!(
+            "{:<24} {:<44} {:>11}\n",
+            "total",
+            format!("{} layers", p.layers.len()),
+            fmt_ms(p.total_ms)
+        )),
+        Some(c) => {
+            let terms = [
+                (
+                    "layers",
+                    format!("sum of {} layers", p.layers.len()),
+                    c.layer_sum_ms,
+                ),
+                (
+                    "host: per run",
+                    "setup, input, loss".to_string(),
+                    c.per_run_ms,
+                ),
+                (
+                    "host: per layer",
+                    "dispatch and allocation between layers".to_string(),
+                    c.dispatch_ms,
+                ),
+                (
+                    "host: layer scale",
+                    "cache effects across layers".to_string(),
+                    c.scale_ms,
+                ),
+                (
+                    "host: update",
+                    "optimiser step over parameters".to_string(),
+                    c.update_ms,
+                ),
+            ];
+            for (name, what, ms) in terms {
+                if name == "host: update" && p.context.phase == Phase::Inference {
+                    continue;
+                }
+                t.push_str(&format!("{name:<24} {what:<44} {:>11}\n", fmt_ms(ms)));
+            }
+            t.push_str(&format!(
+                "{:<24} {:<44} {:>11}\n",
+                "total",
+                "composed (pre + layers + post)",
+                fmt_ms(c.total_ms)
+            ));
+        }
+    }
     if p.fallback_layers > 0 {
         t.push_str(&format!(
             "{} layer(s) have no model in the bundle and use the device-spec roofline\n",
@@ -569,6 +629,18 @@ pub fn bundle(c: BundleCommand, _ui: &Ui) -> anyhow::Result<ExitCode> {
                 }
             }
             t.push_str("\n* chosen, p on the Pareto front (MAPE, prediction time, size)\n");
+            match &manifest.host_costs {
+                Some(c) => t.push_str(&format!(
+                    "\nnetwork host-cost terms (fitted on {}, {} thread(s)):\n{}",
+                    c.networks.join(", "),
+                    c.threads,
+                    crate::cmd::networks::render_costs(c)
+                )),
+                None => t.push_str(
+                    "\nno network host-cost terms: networks are predicted as the plain sum of \
+                     their layers (`perfcast calibrate` fits them)\n",
+                ),
+            }
             emit(&t)?;
         }
     }

@@ -632,6 +632,7 @@ fn write_selected_bundle(
         data: report.data.display().to_string(),
         budget: budget.clone(),
         kinds: entries,
+        host_costs: None,
     };
     write_bundle(dir, &manifest, &files)?;
 
@@ -787,12 +788,14 @@ fn render(report: &TrainReport, out: &Path) -> String {
 /// Arguments of `perfcast eval`.
 #[derive(Debug, Args)]
 pub struct EvalArgs {
+    // Options so `perfcast eval networks` can parse without them (clap extracts flattened
+    // args even when a subcommand ran); `required` keeps them mandatory otherwise.
     /// Directory written by `perfcast train`
-    #[arg(long)]
-    models: PathBuf,
+    #[arg(long, required = true)]
+    models: Option<PathBuf>,
     /// Dataset to score the saved models on
-    #[arg(long)]
-    data: PathBuf,
+    #[arg(long, required = true)]
+    data: Option<PathBuf>,
     /// Output format
     #[arg(long, value_enum, default_value_t)]
     format: Format,
@@ -826,13 +829,16 @@ pub fn load_model(path: &Path, kind: ModuleKind) -> anyhow::Result<Box<dyn Regre
 }
 
 pub fn eval(args: EvalArgs, _ui: &Ui) -> anyhow::Result<ExitCode> {
-    let report_path = args.models.join("report.json");
+    let (Some(models), Some(data)) = (&args.models, &args.data) else {
+        anyhow::bail!("`perfcast eval` needs `--models <dir>` and `--data <dataset>`");
+    };
+    let report_path = models.join("report.json");
     let report: TrainReport = serde_json::from_slice(
         &std::fs::read(&report_path)
             .with_context(|| format!("reading `{}`", report_path.display()))?,
     )
     .with_context(|| format!("`{}` is not a perfcast train report", report_path.display()))?;
-    let dir = DatasetDir::open(&args.data)?;
+    let dir = DatasetDir::open(data)?;
     let device = dir.device()?;
     let mut rows = Vec::new();
     for k in &report.kinds {
@@ -842,7 +848,7 @@ pub fn eval(args: EvalArgs, _ui: &Ui) -> anyhow::Result<ExitCode> {
         }
         let data = TrainSet::from_records(k.kind, &records, &device)?;
         for m in &k.models {
-            let model = load_model(&args.models.join(&m.file), k.kind)?;
+            let model = load_model(&models.join(&m.file), k.kind)?;
             rows.push(EvalRow {
                 kind: k.kind,
                 model: m.model.clone(),
@@ -853,8 +859,8 @@ pub fn eval(args: EvalArgs, _ui: &Ui) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(
         !rows.is_empty(),
         "`{}` has no rows of the kinds in `{}`",
-        args.data.display(),
-        args.models.display()
+        data.display(),
+        models.display()
     );
     match args.format {
         Format::Json => emit_json(&rows)?,

@@ -1,0 +1,362 @@
+//! Whole-network timing: a [`Network`] built in burn from the same description the predictor
+//! decomposes, run end to end.
+//!
+//! Every layer is a [`LayerOp`], exactly what the module runners time alone, so the network's
+//! measured latency and the sum of its layers' predictions differ only by what composition
+//! adds: per-run setup, dispatch between layers, activations freed and reused, and in training
+//! one backward pass over the whole graph plus the optimiser update.
+//!
+//! A training step is forward, `sum` of the output as the loss, backward, and SGD with momentum
+//! 0.9 on every parameter (the optimiser most CNN recipes use; its cost is a few element-wise
+//! passes over the parameters and their velocity).
+
+use burn::tensor::{Device, Distribution, Tensor};
+use perfcast_core::{Context, Network, Phase};
+
+use perfcast_data::Timing;
+
+use crate::backend::Backend;
+use crate::ops::{
+    Call, LayerOp, Param, catch, estimated_bytes, operand_shape, second_operand_shape,
+};
+use crate::pool::with_threads;
+use crate::timer::TimingConfig;
+
+/// Where a layer's operand comes from.
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    Input,
+    Layer(usize),
+}
+
+/// Counts that describe a network's run, for composition models and reports.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct NetworkCounts {
+    /// Layers (modules) run per forward pass.
+    pub layers: usize,
+    /// Trainable parameter tensors.
+    pub param_tensors: usize,
+    /// Trainable parameters.
+    pub params: usize,
+}
+
+/// How one layer is wired: its operand sources and the rank-4 shapes it reads them as.
+#[derive(Clone, Copy, Debug)]
+struct Wiring {
+    first: Source,
+    second: Option<Source>,
+    shape: [usize; 4],
+    second_shape: Option<[usize; 4]>,
+}
+
+/// A network's layers built on a device, ready to run at one batch size and phase.
+pub struct NetworkRun {
+    layers: Vec<LayerOp>,
+    wiring: Vec<Wiring>,
+    /// Per layer: the index of the last layer that reads its output (frees it afterwards).
+    last_use: Vec<usize>,
+    input: Tensor<4>,
+    training: bool,
+    velocity: Vec<Vec<Option<Param>>>,
+    device: Device,
+    /// SGD learning rate (tiny, so repeated steps keep the values finite).
+    lr: f64,
+}
+
+impl NetworkRun {
+    /// Builds `network` for `context`'s batch and phase on `device` (a plain device; autodiff is
+    /// added here for training). The network is checked first; errors name the layer.
+    pub fn new(network: &Network, context: &Context, device: &Device) -> Result<Self, String> {
+        network.check().map_err(|e| e.to_string())?;
+        let training = context.phase == Phase::Training;
+        let device = if training {
+            device.clone().autodiff()
+        } else {
+            device.clone()
+        };
+        let batch = context.batch;
+        let mut index = std::collections::HashMap::new();
+        let mut wiring = Vec::with_capacity(network.layers.len());
+        let mut last_use: Vec<usize> = vec![0; network.layers.len()];
+        for (i, layer) in network.layers.iter().enumerate() {
+            let resolve = |name: &str| -> Source {
+                if name == perfcast_core::network::NETWORK_INPUT {
+                    Source::Input
+                } else {
+                    // `check` guarantees the name is an earlier layer.
+                    Source::Layer(index[name])
+                }
+            };
+            let first = match &layer.input_from {
+                Some(name) => resolve(name),
+                None if i == 0 => Source::Input,
+                None => Source::Layer(i - 1),
+            };
+            let second = layer.second_from.as_deref().map(resolve);
+            for source in [Some(first), second].into_iter().flatten() {
+                if let Source::Layer(j) = source {
+                    last_use[j] = i;
+                }
+            }
+            wiring.push(Wiring {
+                first,
+                second,
+                shape: operand_shape(&layer.spec, batch),
+                second_shape: second_operand_shape(&layer.spec, batch),
+            });
+            index.insert(layer.name.as_str(), i);
+        }
+        if let Some(last) = last_use.last_mut() {
+            *last = usize::MAX; // the output is kept for the loss
+        }
+        let mut input_shape = vec![batch];
+        input_shape.extend(std::iter::repeat_n(
+            1,
+            3usize.saturating_sub(network.input.len()),
+        ));
+        input_shape.extend(&network.input);
+        let input_shape: [usize; 4] = input_shape
+            .try_into()
+            .map_err(|_| format!("network input {:?} has more than 3 dims", network.input))?;
+        let built = catch(|| {
+            let layers: Vec<LayerOp> = network
+                .layers
+                .iter()
+                .map(|l| LayerOp::new(&l.spec, &device, training))
+                .collect();
+            // The input is data, not a parameter: no gradient.
+            let input = Tensor::<4>::random(input_shape, Distribution::Uniform(-1.0, 1.0), &device);
+            (layers, input)
+        })?;
+        let (layers, input) = built;
+        let velocity = layers.iter().map(|l| vec![None; l.params.len()]).collect();
+        Ok(NetworkRun {
+            layers,
+            wiring,
+            last_use,
+            input,
+            training,
+            velocity,
+            device,
+            lr: 1e-6,
+        })
+    }
+
+    /// Parameter and layer counts.
+    pub fn counts(&self) -> NetworkCounts {
+        NetworkCounts {
+            layers: self.layers.len(),
+            param_tensors: self.layers.iter().map(|l| l.params.len()).sum(),
+            params: self
+                .layers
+                .iter()
+                .flat_map(|l| l.params.iter())
+                .map(Param::len)
+                .sum(),
+        }
+    }
+
+    /// The forward pass; intermediate outputs are dropped after their last reader.
+    pub fn forward(&self) -> Tensor<4> {
+        let mut outputs: Vec<Option<Tensor<4>>> = vec![None; self.layers.len()];
+        let fetch = |outputs: &[Option<Tensor<4>>], source: Source| -> Tensor<4> {
+            match source {
+                Source::Input => self.input.clone(),
+                Source::Layer(j) => outputs[j]
+                    .clone()
+                    .expect("a layer's output lives until its last reader"),
+            }
+        };
+        for (i, layer) in self.layers.iter().enumerate() {
+            let w = self.wiring[i];
+            // Reshapes are views of contiguous outputs (flatten, head split), as in the format.
+            let x = fetch(&outputs, w.first).reshape(w.shape);
+            let y = w.second.map(|s| {
+                let shape = w
+                    .second_shape
+                    .expect("two-operand layers have a second shape");
+                fetch(&outputs, s).reshape(shape)
+            });
+            outputs[i] = Some(layer.forward(x, y));
+            for (j, out) in outputs.iter_mut().enumerate().take(i + 1) {
+                if self.last_use[j] == i {
+                    *out = None;
+                }
+            }
+        }
+        outputs
+            .pop()
+            .flatten()
+            .expect("the last layer's output is kept")
+    }
+
+    /// One run: the forward pass (inference) or a training step (forward, backward, SGD
+    /// update), synchronised with the device before returning.
+    pub fn step(&mut self) -> Result<(), String> {
+        let out = self.forward();
+        if self.training {
+            let mut grads = out.sum().backward();
+            for (layer, velocity) in self.layers.iter_mut().zip(&mut self.velocity) {
+                for (param, v) in layer.params.iter_mut().zip(velocity.iter_mut()) {
+                    param.sgd_step(&mut grads, v, self.lr, 0.9);
+                }
+            }
+        } else {
+            drop(out);
+        }
+        self.device.sync().map_err(|e| e.to_string())
+    }
+}
+
+/// Rough peak bytes of a network run: every layer's footprint for a training step (the graph
+/// keeps activations), the largest layer's plus the input for inference.
+pub fn estimated_network_bytes(network: &Network, context: &Context) -> f64 {
+    let per_layer = network
+        .layers
+        .iter()
+        .map(|l| estimated_bytes(&l.spec, context));
+    match context.phase {
+        Phase::Training => per_layer.sum(),
+        Phase::Inference => 2.0 * per_layer.fold(0.0, f64::max),
+    }
+}
+
+/// Prepares `network` for timing: a [`Call`] that runs one forward pass or training step.
+pub fn prepare_network(
+    network: &Network,
+    context: &Context,
+    device: &Device,
+) -> Result<(Call, NetworkCounts), String> {
+    let mut run = NetworkRun::new(network, context, device)?;
+    let counts = run.counts();
+    Ok((Box::new(move || catch(|| run.step())?), counts))
+}
+
+/// How whole networks are timed: fewer, longer samples than modules (a VGG training step
+/// takes seconds), at least two warm-up runs so allocator pools and caches are in steady state.
+pub fn network_timing(max_time_s: f64) -> TimingConfig {
+    TimingConfig {
+        warmup_s: 0.0,
+        min_samples: 5,
+        max_samples: 200,
+        target_rel_error: 0.003,
+        max_time_s,
+        min_sample_s: 0.002,
+    }
+}
+
+/// Measures `network` end to end on `backend` with `context.threads` threads: the statistics
+/// per run and the network's counts. Errors (a backend panic included) come back as text.
+pub fn measure(
+    network: &Network,
+    context: &Context,
+    backend: Backend,
+    timing: &TimingConfig,
+) -> Result<(Timing, NetworkCounts), String> {
+    let device = backend.device().map_err(|e| e.to_string())?;
+    with_threads(context.threads, || {
+        catch(|| -> Result<_, String> {
+            let (mut call, counts) = prepare_network(network, context, &device)?;
+            let t = crate::timer::measure(&mut call, timing)?;
+            Ok((t, counts))
+        })
+        .and_then(|r| r)
+    })
+}
+
+/// Measures every distinct layer of `network` alone, exactly as `perfcast profile` measures a
+/// module (same runner, same timing rules): per layer, in order, its timing (shared by layers
+/// with the same spec). The sum against the whole network's time separates what composition
+/// must add from what per-layer prediction gets wrong.
+pub fn measure_layers(
+    network: &Network,
+    context: &Context,
+    backend: Backend,
+    timing: &TimingConfig,
+) -> Result<Vec<Timing>, String> {
+    let device = backend.device().map_err(|e| e.to_string())?;
+    let mut done: std::collections::HashMap<&perfcast_core::ModuleSpec, Timing> =
+        std::collections::HashMap::new();
+    let mut out = Vec::with_capacity(network.layers.len());
+    for layer in &network.layers {
+        if let Some(t) = done.get(&layer.spec) {
+            out.push(t.clone());
+            continue;
+        }
+        let t = with_threads(context.threads, || {
+            catch(|| -> Result<_, String> {
+                let mut call = crate::ops::prepare(&layer.spec, context, &device)?;
+                crate::timer::measure(&mut call, timing)
+            })
+            .and_then(|r| r)
+        })
+        .map_err(|e| format!("layer `{}`: {e}", layer.name))?;
+        done.insert(&layer.spec, t.clone());
+        out.push(t);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use perfcast_core::zoo;
+
+    fn context(batch: usize, phase: Phase) -> Context {
+        Context {
+            batch,
+            phase,
+            threads: 1,
+            utilisation: 0.0,
+        }
+    }
+
+    #[test]
+    fn lenet_runs_forward_and_training_steps_with_finite_outputs() {
+        let net = zoo::build("lenet5", None).unwrap();
+        let device = crate::Backend::Flex.device().unwrap();
+        let run = NetworkRun::new(&net, &context(2, Phase::Inference), &device).unwrap();
+        let out = run.forward();
+        assert_eq!(out.shape().num_elements(), 2 * 10);
+        let mut train = NetworkRun::new(&net, &context(2, Phase::Training), &device).unwrap();
+        let before: f32 = train.forward().sum().inner().into_scalar();
+        for _ in 0..3 {
+            train.step().unwrap();
+        }
+        let after: f32 = train.forward().sum().inner().into_scalar();
+        assert!(before.is_finite() && after.is_finite());
+        // SGD on the sum of the outputs lowers it.
+        assert!(after < before, "{before} -> {after}");
+        let counts = train.counts();
+        assert_eq!(counts.params, 61_706, "LeNet-5 parameters");
+    }
+
+    #[test]
+    fn every_zoo_network_builds_and_runs_one_inference_at_low_resolution() {
+        let device = crate::Backend::Flex.device().unwrap();
+        for name in zoo::names() {
+            let res = if *name == "lenet5" || *name == "transformer" {
+                None
+            } else {
+                Some(64)
+            };
+            let net = zoo::build(name, res).unwrap();
+            let (mut call, counts) =
+                prepare_network(&net, &context(1, Phase::Inference), &device).unwrap();
+            assert_eq!(counts.layers, net.layers.len());
+            call().unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+
+    #[test]
+    fn residual_and_attention_wiring_trains() {
+        let device = crate::Backend::Flex.device().unwrap();
+        for name in ["resnet18", "transformer"] {
+            let res = (name == "resnet18").then_some(32);
+            let net = zoo::build(name, res).unwrap();
+            let (mut call, _) =
+                prepare_network(&net, &context(1, Phase::Training), &device).unwrap();
+            call().unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+}
