@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod import;
+mod networks;
 mod predict;
 mod profile;
 mod scale;

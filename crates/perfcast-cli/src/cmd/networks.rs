@@ -269,7 +269,8 @@ pub fn run_measure(a: MeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     let rows = measure_all(&nets, &a.options, ui)?;
     #[derive(Serialize)]
     struct Row<'a> {
-        network: &'a str,
+        /// The label (`vgg16@112`); `network` holds the full description.
+        name: &'a str,
         #[serde(flatten)]
         record: &'a NetworkRecord,
     }
@@ -278,7 +279,7 @@ pub fn run_measure(a: MeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             &rows
                 .iter()
                 .map(|(label, record)| Row {
-                    network: label,
+                    name: label,
                     record,
                 })
                 .collect::<Vec<_>>(),
@@ -759,12 +760,26 @@ enum EvalWhat {
     /// prediction (with the bundle's host-cost terms, `perfcast calibrate`), with errors and
     /// the MAPE per phase.
     Networks(EvalNetworksArgs),
+    /// Leave one device out: fit across the other devices, score the one never seen
+    ///
+    /// Per module kind and model family, the MAPE on each held-out device and the mean
+    /// (`--format json` for scripts). Families are fitted in cross-device mode (device block,
+    /// roofline-normalised target); `<family>-raw` fits the plain family, for comparison.
+    Devices(crate::cmd::devices_eval::EvalDevicesArgs),
+    /// PROFET-style anchor mapping: predict a device from another device's measured latency
+    ///
+    /// Each device in turn is the target and left out of training; the mapping learns
+    /// t_target / t_anchor from the other devices' pairs and specs. Needs the same
+    /// configurations measured on every device (DeepBench).
+    Anchor(crate::cmd::devices_eval::EvalAnchorArgs),
 }
 
 /// Runs `perfcast eval`.
 pub fn eval(c: EvalCommand, ui: &Ui) -> anyhow::Result<ExitCode> {
     match c.what {
         Some(EvalWhat::Networks(a)) => eval_networks(a, ui),
+        Some(EvalWhat::Devices(a)) => crate::cmd::devices_eval::eval_devices(a, ui),
+        Some(EvalWhat::Anchor(a)) => crate::cmd::devices_eval::eval_anchor(a, ui),
         None => crate::cmd::train::eval(c.models, ui),
     }
 }

@@ -282,6 +282,17 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         let records = dir.read(kind)?;
         let data = TrainSet::from_records(kind, &records, &device)
             .with_context(|| format!("`{}`", dir.module_path(kind).display()))?;
+        // A kind with a handful of rows (e.g. added by `measure --layers-into`) cannot be
+        // cross-validated; when kinds were not named, skip it rather than fail the whole run.
+        let min_rows = MIN_ROWS_PER_FOLD * args.folds.max(2);
+        if args.modules.is_empty() && data.y.len() < min_rows {
+            ui.info(format!(
+                "warning: skipping `{kind}`: {} rows, training needs at least {min_rows}",
+                data.y.len()
+            ));
+            bar.inc(params.len() as u64);
+            continue;
+        }
         let (train_idx, test_idx) = holdout(&data, args.test_share, args.split, args.seed)
             .with_context(|| format!("splitting `{}`", dir.module_path(kind).display()))?;
         let train_set = data.select(&train_idx);
@@ -784,6 +795,9 @@ fn render(report: &TrainReport, out: &Path) -> String {
     }
     t
 }
+
+/// Fewest rows per cross-validation fold for a kind to be trained when kinds are not named.
+const MIN_ROWS_PER_FOLD: usize = 5;
 
 /// Arguments of `perfcast eval`.
 #[derive(Debug, Args)]
