@@ -360,6 +360,15 @@ fn positive(kind: ModuleKind, name: &str, value: usize) -> Result<()> {
     Ok(())
 }
 
+/// [`positive`] for a value named `{what} {axis}`, formatting the name only on error:
+/// validation runs on every prediction.
+fn positive_axis(kind: ModuleKind, what: &str, axis: &str, value: usize) -> Result<()> {
+    if value == 0 {
+        return positive(kind, &format!("{what} {axis}"), value);
+    }
+    Ok(())
+}
+
 /// Output length of a sliding window, or an error when the window does not fit.
 fn window_out(
     kind: ModuleKind,
@@ -458,10 +467,10 @@ impl ModuleSpec {
                 positive(kind, "out_channels", c.out_channels)?;
                 positive(kind, "groups", c.groups)?;
                 for (axis, i) in [("height", 0), ("width", 1)] {
-                    positive(kind, &format!("input {axis}"), c.input_hw[i])?;
-                    positive(kind, &format!("kernel {axis}"), c.kernel[i])?;
-                    positive(kind, &format!("stride {axis}"), c.stride[i])?;
-                    positive(kind, &format!("dilation {axis}"), c.dilation[i])?;
+                    positive_axis(kind, "input", axis, c.input_hw[i])?;
+                    positive_axis(kind, "kernel", axis, c.kernel[i])?;
+                    positive_axis(kind, "stride", axis, c.stride[i])?;
+                    positive_axis(kind, "dilation", axis, c.dilation[i])?;
                 }
                 if c.in_channels % c.groups != 0 || c.out_channels % c.groups != 0 {
                     return Err(invalid(
@@ -510,9 +519,9 @@ impl ModuleSpec {
                 let stride = p.effective_stride();
                 let mut out = vec![p.channels];
                 for (axis, i) in [("height", 0), ("width", 1)] {
-                    positive(kind, &format!("input {axis}"), p.input_hw[i])?;
-                    positive(kind, &format!("kernel {axis}"), p.kernel[i])?;
-                    positive(kind, &format!("stride {axis}"), stride[i])?;
+                    positive_axis(kind, "input", axis, p.input_hw[i])?;
+                    positive_axis(kind, "kernel", axis, p.kernel[i])?;
+                    positive_axis(kind, "stride", axis, stride[i])?;
                     if 2 * p.padding[i] > p.kernel[i] {
                         return Err(invalid(
                             kind,
@@ -553,7 +562,7 @@ impl ModuleSpec {
             | ModuleSpec::Mul(e)
             | ModuleSpec::Softmax(e) => {
                 for (name, v) in ["c", "h", "w"].iter().zip(e.shape) {
-                    positive(kind, &format!("shape {name}"), v)?;
+                    positive_axis(kind, "shape", name, v)?;
                 }
                 Ok(self.input_shape())
             }
@@ -562,9 +571,22 @@ impl ModuleSpec {
 
     /// The canonical flat configuration: one integer per [`ModuleKind::config_columns`] entry.
     pub fn config(&self) -> Vec<i64> {
+        let mut v = Vec::with_capacity(14);
+        self.visit_config(|x| v.push(x));
+        v
+    }
+
+    /// [`ModuleSpec::config`] as floats, appended to `out`: feature rows are built per query,
+    /// without a vector per spec.
+    pub fn config_into(&self, out: &mut Vec<f64>) {
+        self.visit_config(|x| out.push(x as f64));
+    }
+
+    fn visit_config(&self, mut f: impl FnMut(i64)) {
         let u = |v: usize| v as i64;
+        let mut all = |values: &[i64]| values.iter().for_each(|&v| f(v));
         match self {
-            ModuleSpec::Conv2d(c) => vec![
+            ModuleSpec::Conv2d(c) => all(&[
                 u(c.in_channels),
                 u(c.out_channels),
                 u(c.input_hw[0]),
@@ -579,17 +601,17 @@ impl ModuleSpec {
                 u(c.dilation[1]),
                 u(c.groups),
                 i64::from(c.bias),
-            ],
-            ModuleSpec::Linear(l) => vec![
+            ]),
+            ModuleSpec::Linear(l) => all(&[
                 u(l.tokens),
                 u(l.in_features),
                 u(l.out_features),
                 i64::from(l.bias),
-            ],
-            ModuleSpec::Matmul(m) => vec![u(m.heads), u(m.m), u(m.k), u(m.n)],
+            ]),
+            ModuleSpec::Matmul(m) => all(&[u(m.heads), u(m.m), u(m.k), u(m.n)]),
             ModuleSpec::MaxPool2d(p) | ModuleSpec::AvgPool2d(p) => {
                 let s = p.effective_stride();
-                vec![
+                all(&[
                     u(p.channels),
                     u(p.input_hw[0]),
                     u(p.input_hw[1]),
@@ -599,19 +621,19 @@ impl ModuleSpec {
                     u(s[1]),
                     u(p.padding[0]),
                     u(p.padding[1]),
-                ]
+                ]);
             }
             ModuleSpec::BatchNorm2d(b) => {
-                vec![u(b.channels), u(b.input_hw[0]), u(b.input_hw[1])]
+                all(&[u(b.channels), u(b.input_hw[0]), u(b.input_hw[1])]);
             }
-            ModuleSpec::LayerNorm(l) => vec![u(l.tokens), u(l.features)],
+            ModuleSpec::LayerNorm(l) => all(&[u(l.tokens), u(l.features)]),
             ModuleSpec::Relu(e)
             | ModuleSpec::Gelu(e)
             | ModuleSpec::Sigmoid(e)
             | ModuleSpec::Tanh(e)
             | ModuleSpec::Add(e)
             | ModuleSpec::Mul(e)
-            | ModuleSpec::Softmax(e) => e.shape.iter().map(|&v| u(v)).collect(),
+            | ModuleSpec::Softmax(e) => all(&e.shape.map(u)),
         }
     }
 

@@ -61,6 +61,11 @@ pub const CONV_EXTRA: &[&str] = &[
 /// traffic that the module's own input and output bytes do not count, and the weight-gradient
 /// conv of a training step unfolds a buffer of the same size.
 pub fn im2col_mib(spec: &ModuleSpec, batch: usize) -> f64 {
+    im2col_mib_of(spec, batch, &spec.output_shape().unwrap_or_default())
+}
+
+/// [`im2col_mib`] given the spec's output shape.
+fn im2col_mib_of(spec: &ModuleSpec, batch: usize, out: &[usize]) -> f64 {
     let ModuleSpec::Conv2d(c) = spec else {
         return 0.0;
     };
@@ -68,7 +73,6 @@ pub fn im2col_mib(spec: &ModuleSpec, batch: usize) -> f64 {
     if pointwise + depthwise + small > 0.0 {
         return 0.0;
     }
-    let out = spec.output_shape().unwrap_or_default();
     let positions: usize = out.iter().skip(1).product();
     let per_group = (c.in_channels / c.groups.max(1)) * c.kernel[0] * c.kernel[1];
     4.0 * (batch * positions * per_group * c.groups.max(1)) as f64 / (1024.0 * 1024.0)
@@ -85,13 +89,17 @@ const XGRAD_TILE_BYTES: f64 = 8.0 * 1024.0 * 1024.0;
 /// A 1x1 conv on an 82x82 image with 14 output channels thus runs a 6,724-tap direct
 /// convolution in training. Zeros for inference rows and other kinds.
 pub fn conv_backward_features(spec: &ModuleSpec, context: &Context) -> [f64; 8] {
+    conv_backward_of(spec, context, &spec.output_shape().unwrap_or_default())
+}
+
+/// [`conv_backward_features`] given the spec's output shape.
+fn conv_backward_of(spec: &ModuleSpec, context: &Context, out: &[usize]) -> [f64; 8] {
     let ModuleSpec::Conv2d(c) = spec else {
         return [0.0; 8];
     };
     if context.phase != Phase::Training {
         return [0.0; 8];
     }
-    let out = spec.output_shape().unwrap_or_default();
     let (oh, ow) = (
         out.get(1).copied().unwrap_or(1) as f64,
         out.get(2).copied().unwrap_or(1) as f64,
@@ -140,10 +148,14 @@ pub fn conv_algorithm_flags(spec: &ModuleSpec) -> [f64; 4] {
 /// for kinds that are not GEMM-like). Efficiency depends on these far more than on FLOPs alone:
 /// a conv with 2 output channels is a GEMM with N = 2, memory-bound at any size.
 pub fn gemm_dims(spec: &ModuleSpec, batch: usize) -> (f64, f64, f64) {
+    gemm_dims_of(spec, batch, &spec.output_shape().unwrap_or_default())
+}
+
+/// [`gemm_dims`] given the spec's output shape.
+fn gemm_dims_of(spec: &ModuleSpec, batch: usize, out: &[usize]) -> (f64, f64, f64) {
     let n = batch as f64;
     match spec {
         ModuleSpec::Conv2d(c) => {
-            let out = spec.output_shape().unwrap_or_default();
             let hw = out.iter().skip(1).map(|&d| d as f64).product::<f64>();
             let g = c.groups.max(1) as f64;
             (
@@ -231,6 +243,18 @@ const TRAINING_BYTES_FACTOR: f64 = 3.0;
 
 /// The feature row of a module in a context on a device, in [`FeatureSchema::for_kind`] order.
 pub fn row(spec: &ModuleSpec, context: &Context, device: &DeviceSpec) -> Vec<f64> {
+    // Sized once: rows are built per query on the prediction path.
+    let mut out = Vec::with_capacity(MAX_ROW);
+    row_into(spec, context, device, &mut out);
+    out
+}
+
+/// The widest feature row of any kind.
+pub const MAX_ROW: usize = 14 + COMMON.len() + CONV_EXTRA.len();
+
+/// [`row`], appended to `out`: the prediction path builds many rows into one buffer. The
+/// output shape is inferred once and shared by every feature that needs it.
+pub fn row_into(spec: &ModuleSpec, context: &Context, device: &DeviceSpec, out: &mut Vec<f64>) {
     let d = features::derive(spec, context.batch);
     let training = context.phase == Phase::Training;
     let bytes = d.bytes_read + d.bytes_written;
@@ -242,10 +266,8 @@ pub fn row(spec: &ModuleSpec, context: &Context, device: &DeviceSpec) -> Vec<f64
     };
     let roofline_s = (work_flops / (device.peak_gflops * 1e9))
         .max(work_bytes / (device.mem_bandwidth_gbs * 1e9));
-    let config = spec.config();
-    // Sized once: rows are built per query on the prediction path.
-    let mut out: Vec<f64> = Vec::with_capacity(config.len() + COMMON.len() + CONV_EXTRA.len());
-    out.extend(config.iter().map(|&v| v as f64));
+    out.reserve(MAX_ROW);
+    spec.config_into(out);
     out.extend_from_slice(&[
         context.batch as f64,
         f64::from(u8::from(training)),
@@ -263,15 +285,15 @@ pub fn row(spec: &ModuleSpec, context: &Context, device: &DeviceSpec) -> Vec<f64
         device.mem_bandwidth_gbs,
         roofline_s * 1e3,
     ]);
-    let (gm, gn, gk) = gemm_dims(spec, context.batch);
+    let shape = spec.output_shape().unwrap_or_default();
+    let (gm, gn, gk) = gemm_dims_of(spec, context.batch, &shape);
     out.extend_from_slice(&[gm, gn, gk, gm.min(gn).min(gk)]);
     out.extend_from_slice(&[alignment(gm), alignment(gn), alignment(gk)]);
     out.extend_from_slice(&conv_algorithm_flags(spec));
     if spec.kind() == ModuleKind::Conv2d {
-        out.extend_from_slice(&conv_backward_features(spec, context));
-        out.push(im2col_mib(spec, context.batch));
+        out.extend_from_slice(&conv_backward_of(spec, context, &shape));
+        out.push(im2col_mib_of(spec, context.batch, &shape));
     }
-    out
 }
 
 /// The feature row of the same module and context in `phase`, recomputed from the row's own

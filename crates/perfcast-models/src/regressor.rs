@@ -5,10 +5,11 @@
 //! auto-selection treat them all alike. Every model predicts milliseconds and works in log
 //! space internally, so predictions are positive.
 
+use perfcast_core::Phase;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::features::{FeatureSchema, TrainSet};
+use crate::features::{FeatureSchema, TrainSet, row_in_phase};
 use crate::matrix::Matrix;
 
 /// A fitted latency model.
@@ -30,11 +31,51 @@ pub trait Regressor: Send + Sync + std::fmt::Debug {
         x.iter_rows().map(|r| self.predict_row(r)).collect()
     }
 
+    /// Whether the model reads every query in its training-phase form and picks its output by
+    /// phase, so [`Regressor::predict_tasks`] is its fast path (multi-task MEDN). Default false.
+    fn multi_task(&self) -> bool {
+        false
+    }
+
+    /// Predicted latencies (ms) of training-phase rows (`rows` holds them one after another,
+    /// each in schema order), row `i` asked for in `phases[i]`, into `out[i]`.
+    ///
+    /// Every row carries everything its other phase's row is computed from, so any model
+    /// answers: the default rewrites a row into its `phases[i]` form and predicts it.
+    /// Multi-task models answer from the training-phase form directly, many rows per pass.
+    fn predict_tasks(&self, rows: &[f64], phases: &[Phase], out: &mut [f64]) -> Result<()> {
+        let width = check_tasks(self.schema(), rows.len(), phases.len(), out.len())?;
+        for ((x, phase), o) in rows.chunks_exact(width).zip(phases).zip(out.iter_mut()) {
+            *o = match phase {
+                Phase::Training => self.predict_row(x)?,
+                Phase::Inference => self.predict_row(&row_in_phase(self.schema(), x, *phase)?)?,
+            };
+        }
+        Ok(())
+    }
+
     /// Memory the fitted parameters take, in bytes (what a bundle would store).
     fn size_bytes(&self) -> usize;
 
     /// The saved form of the model.
     fn to_saved(&self) -> SavedModel;
+}
+
+/// The row width of [`Regressor::predict_tasks`] arguments, or an error unless `rows` values
+/// hold `phases` whole rows of `schema` and `out` has room for them.
+pub fn check_tasks(
+    schema: &FeatureSchema,
+    rows: usize,
+    phases: usize,
+    out: usize,
+) -> Result<usize> {
+    let width = schema.len();
+    if rows != width * phases || out != phases {
+        return Err(Error::InvalidData(format!(
+            "{rows} values for {phases} rows of {width} features into {out} outputs"
+        )));
+    }
+    Ok(width)
 }
 
 /// Errors unless a row of `width` fits `schema`.

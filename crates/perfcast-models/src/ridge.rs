@@ -59,6 +59,42 @@ fn expand_into(z: &[f64], active: &[usize], degree: u8, out: &mut Vec<f64>) {
     }
 }
 
+/// Partial sums of [`FittedRidge`]'s prediction.
+const LANES: usize = 4;
+
+/// `lanes[j % LANES] += w[j] * scale * z[j]`, as the expansion's `w * z_a * z_b` terms.
+#[inline]
+fn add_products(lanes: &mut [f64; LANES], w: &[f64], z: &[f64], scale: f64) {
+    let (wc, zc) = (w.chunks_exact(LANES), z.chunks_exact(LANES));
+    let (wr, zr) = (wc.remainder(), zc.remainder());
+    for (wv, zv) in wc.zip(zc) {
+        for ((l, wj), zj) in lanes.iter_mut().zip(wv).zip(zv) {
+            *l += wj * scale * zj;
+        }
+    }
+    for ((l, wj), zj) in lanes.iter_mut().zip(wr).zip(zr) {
+        *l += wj * scale * zj;
+    }
+}
+
+/// The prediction's log-space sum term by term, in expansion order (the definition the
+/// lane sums are checked against, and the path for a model with missing weights).
+fn sequential_sum(intercept: f64, weights: &[f64], z: &[f64], degree: u8) -> f64 {
+    let mut acc = intercept;
+    let mut w = weights.iter();
+    for v in z {
+        acc += w.next().copied().unwrap_or(0.0) * v;
+    }
+    if degree >= 2 {
+        for a in 0..z.len() {
+            for b in a..z.len() {
+                acc += w.next().copied().unwrap_or(0.0) * z[a] * z[b];
+            }
+        }
+    }
+    acc
+}
+
 fn expanded_len(active: usize, degree: u8) -> usize {
     if degree >= 2 {
         active + active * (active + 1) / 2
@@ -199,19 +235,22 @@ impl Regressor for FittedRidge {
         }
         let k = self.active.len();
         let z = &z[..k];
-        let mut acc = self.intercept;
-        let mut w = self.weights.iter();
-        for v in z {
-            acc += w.next().copied().unwrap_or(0.0) * v;
+        if self.weights.len() < expanded_len(k, self.degree) {
+            return Ok(sequential_sum(self.intercept, &self.weights, z, self.degree).exp());
         }
+        // Four partial sums instead of one chain of ~1,000 dependent adds: the adds overlap.
+        // Reassociating moves the log-space sum by a few ulps (tested against the plain sum).
+        let mut lanes = [0.0f64; LANES];
+        let (linear, mut rest) = self.weights.split_at(k);
+        add_products(&mut lanes, linear, z, 1.0);
         if self.degree >= 2 {
-            for a in 0..k {
-                for b in a..k {
-                    acc += w.next().copied().unwrap_or(0.0) * z[a] * z[b];
-                }
+            for (a, &za) in z.iter().enumerate() {
+                let (row, tail) = rest.split_at(k - a);
+                add_products(&mut lanes, row, &z[a..], za);
+                rest = tail;
             }
         }
-        Ok(acc.exp())
+        Ok((self.intercept + ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3]))).exp())
     }
 
     fn size_bytes(&self) -> usize {
@@ -286,6 +325,53 @@ mod tests {
                 got: 1
             })
         ));
+    }
+
+    #[test]
+    fn lane_sums_match_the_term_by_term_sum() {
+        // Linear layers: 30 features, most varying, so ~400 expansion terms.
+        let schema = FeatureSchema::for_kind(ModuleKind::Linear);
+        let device = perfcast_core::testing::cpu_device();
+        let mut x = Matrix::with_cols(schema.len());
+        let mut y = Vec::new();
+        for i in 0..120usize {
+            let spec = perfcast_core::ModuleSpec::Linear(perfcast_core::Linear {
+                tokens: 1 + i % 5,
+                in_features: 8 + (i * 37) % 900,
+                out_features: 4 + (i * 53) % 700,
+                bias: i % 2 == 0,
+            });
+            let ctx = perfcast_core::Context {
+                batch: 1 << (i % 6),
+                phase: if i % 3 == 0 {
+                    perfcast_core::Phase::Training
+                } else {
+                    perfcast_core::Phase::Inference
+                },
+                threads: 1,
+                utilisation: 0.0,
+            };
+            let f = perfcast_core::features::derive(&spec, ctx.batch);
+            x.push_row(&crate::features::row(&spec, &ctx, &device));
+            y.push(0.001 + f.flops / 1e8 * (1.0 + (i % 7) as f64 / 10.0));
+        }
+        let data = TrainSet {
+            schema,
+            x,
+            y: y.clone(),
+            groups: (0..120).collect(),
+        };
+        let m = RidgeParams::default().fit(&data).unwrap();
+        assert!(m.active.len() > 15, "{}", m.active.len());
+        for r in data.x.iter_rows() {
+            let mut z = vec![0.0; m.active.len()];
+            for (slot, &i) in z.iter_mut().zip(&m.active) {
+                *slot = (crate::features::log1p_pos(r[i]) - m.scaler.mean[i]) * m.scaler.inv_std[i];
+            }
+            let exact = sequential_sum(m.intercept, &m.weights, &z, m.degree).exp();
+            let fast = m.predict_row(r).unwrap();
+            assert!((fast - exact).abs() <= 1e-12 * exact, "{fast} vs {exact}");
+        }
     }
 
     #[test]

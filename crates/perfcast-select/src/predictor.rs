@@ -3,8 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use perfcast_core::{Context, ModuleKind, ModuleSpec, Network, features};
-use perfcast_models::features::row;
+use perfcast_core::{Context, ModuleKind, ModuleSpec, Network, Phase, features};
+use perfcast_models::Regressor;
+use perfcast_models::features::{MAX_ROW, row, row_into};
 use serde::{Deserialize, Serialize};
 
 use crate::bundle::Bundle;
@@ -15,6 +16,8 @@ const FALLBACK_COMPUTE_EFFICIENCY: f64 = 0.5;
 const FALLBACK_MEMORY_EFFICIENCY: f64 = 0.6;
 /// Fixed cost per call of the fallback, ms.
 const FALLBACK_OVERHEAD_MS: f64 = 0.002;
+/// [`Predictor::predict_modules`] splits batches at least this large over the cores.
+const PARALLEL_MIN: usize = 4096;
 
 /// One module's predicted latency.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -65,12 +68,50 @@ pub struct Predictor {
     /// Per kind: the feature columns users set (configuration, batch, threads, utilisation)
     /// with their trained range, so a query is range-checked without a name lookup.
     checks: BTreeMap<ModuleKind, Vec<(usize, f64, f64)>>,
+    /// Per kind: what extrapolation clamps to, found once by name.
+    clamps: BTreeMap<ModuleKind, Clamps>,
+}
+
+/// The trained range each input a user sets is clamped into when a query leaves it (`None`:
+/// no usable range, the value stays), and where the roofline feature sits.
+#[derive(Debug)]
+struct Clamps {
+    /// One per configuration column of the kind, in order.
+    config: Vec<Option<(f64, f64)>>,
+    batch: Option<(f64, f64)>,
+    threads: Option<(f64, f64)>,
+    utilisation: Option<(f64, f64)>,
+    /// Index of `roofline_ms` in the model's schema.
+    roofline: Option<usize>,
+}
+
+/// The warning of a query predicted at its nearest trained configuration.
+const EXTRAPOLATED: &str =
+    "predicted at the nearest trained configuration and scaled by the roofline work ratio";
+
+/// A query's stand-in inside the trained ranges, and the roofline times that scale the
+/// stand-in's prediction to the query (`ms * roofline / near_roofline`).
+struct Extrapolation {
+    spec: ModuleSpec,
+    context: Context,
+    /// The stand-in's row in the query's phase.
+    row: Vec<f64>,
+    roofline: f64,
+    near_roofline: f64,
+}
+
+fn clamp(range: Option<(f64, f64)>, v: f64) -> f64 {
+    match range {
+        Some((lo, hi)) => v.clamp(lo, hi),
+        None => v,
+    }
 }
 
 impl Predictor {
     /// A predictor over `bundle`.
     pub fn new(bundle: Bundle) -> Predictor {
         let mut checks = BTreeMap::new();
+        let mut clamps = BTreeMap::new();
         for kind in bundle.kinds() {
             let Some(entry) = bundle.manifest.kinds.get(kind.name()) else {
                 continue;
@@ -89,8 +130,32 @@ impl Predictor {
                 .map(|(i, r)| (i, r.min, r.max))
                 .collect();
             checks.insert(kind, cols);
+            let range = |name: &str| {
+                entry
+                    .ranges
+                    .iter()
+                    .find(|r| r.name == name)
+                    .filter(|r| r.min <= r.max)
+                    .map(|r| (r.min, r.max))
+            };
+            clamps.insert(
+                kind,
+                Clamps {
+                    config: kind.config_columns().iter().map(|n| range(n)).collect(),
+                    batch: range("batch"),
+                    threads: range("threads"),
+                    utilisation: range("utilisation"),
+                    roofline: bundle
+                        .model(kind)
+                        .and_then(|m| m.schema().index("roofline_ms")),
+                },
+            );
         }
-        Predictor { bundle, checks }
+        Predictor {
+            bundle,
+            checks,
+            clamps,
+        }
     }
 
     /// The bundle behind it.
@@ -102,10 +167,206 @@ impl Predictor {
     pub fn predict_module(&self, spec: &ModuleSpec, context: &Context) -> Result<ModulePrediction> {
         spec.validate()?;
         context.validate()?;
+        self.predict_one(spec, context)
+    }
+
+    /// [`Predictor::predict_module`] through the reference path: one feature row per query,
+    /// each model's own `predict_row`, no batching. The fast paths are tested against it.
+    #[doc(hidden)]
+    pub fn predict_module_reference(
+        &self,
+        spec: &ModuleSpec,
+        context: &Context,
+    ) -> Result<ModulePrediction> {
+        spec.validate()?;
+        context.validate()?;
         self.predict_valid(spec, context)
     }
 
-    /// [`Predictor::predict_module`] for a spec and context already validated.
+    /// Whether a feature row leaves the trained range of a column a user sets. Those columns
+    /// (configuration, batch, threads, utilisation) are the same in both phases' rows.
+    fn outside(&self, kind: ModuleKind, x: &[f64]) -> bool {
+        self.checks.get(&kind).is_some_and(|cols| {
+            cols.iter().any(|&(i, lo, hi)| {
+                let v = x.get(i).copied().unwrap_or(f64::NAN);
+                v < lo - 1e-9 * lo.abs() || v > hi + 1e-9 * hi.abs()
+            })
+        })
+    }
+
+    /// The feature row a model reads for a query, appended to `out`: multi-task models read
+    /// the training-phase row whatever the phase (it carries the forward work and the backward
+    /// shapes), others the query's own.
+    fn row_for(
+        model: &dyn Regressor,
+        spec: &ModuleSpec,
+        context: &Context,
+        device: &perfcast_core::DeviceSpec,
+        out: &mut Vec<f64>,
+    ) {
+        if model.multi_task() && context.phase != Phase::Training {
+            let training = Context {
+                phase: Phase::Training,
+                ..context.clone()
+            };
+            row_into(spec, &training, device, out);
+        } else {
+            row_into(spec, context, device, out);
+        }
+    }
+
+    /// One validated query on the fast path: [`Predictor::predict_many`] of one, with one
+    /// allocation (the row) when the query is inside the trained ranges.
+    fn predict_one(&self, spec: &ModuleSpec, context: &Context) -> Result<ModulePrediction> {
+        let kind = spec.kind();
+        if let Some(model) = self.bundle.model(kind) {
+            let mut x = Vec::with_capacity(MAX_ROW);
+            Self::row_for(model, spec, context, &self.bundle.manifest.device, &mut x);
+            if !self.outside(kind, &x) {
+                let ms = if model.multi_task() {
+                    let mut out = [0.0];
+                    model.predict_tasks(&x, &[context.phase], &mut out)?;
+                    out[0]
+                } else {
+                    model.predict_row(&x)?
+                };
+                return Ok(ModulePrediction {
+                    kind,
+                    ms,
+                    model: model.name().to_string(),
+                    fallback: false,
+                    warnings: Vec::new(),
+                });
+            }
+        }
+        let mut out = self.predict_many(&[(spec, context)])?;
+        out.pop()
+            .ok_or_else(|| Error::Query("no prediction for the query".into()))
+    }
+
+    /// Many validated queries on the fast path, in their order: grouped by kind, each kind's
+    /// rows built into one buffer and predicted together (multi-task models run their rows
+    /// through the network in blocks, in the training-phase form they read, so no row is
+    /// rewritten into another phase). A query outside the trained ranges gets its warnings
+    /// and is predicted at its nearest trained configuration in the same batch, scaled as the
+    /// reference path scales it; kinds without a model get the spec roofline. Results are
+    /// identical to [`Predictor::predict_module_reference`]'s.
+    fn predict_many(&self, queries: &[(&ModuleSpec, &Context)]) -> Result<Vec<ModulePrediction>> {
+        let device = &self.bundle.manifest.device;
+        let mut ms = vec![f64::NAN; queries.len()];
+        let mut warnings: Vec<Vec<String>> = vec![Vec::new(); queries.len()];
+        let mut fallback = vec![None; queries.len()];
+        let mut by_kind: Vec<Vec<usize>> = vec![Vec::new(); ModuleKind::ALL.len()];
+        for (i, (spec, _)) in queries.iter().enumerate() {
+            let kind = spec.kind();
+            let k = ModuleKind::ALL.iter().position(|k| *k == kind).unwrap_or(0);
+            by_kind[k].push(i);
+        }
+        // Per extrapolated query: the roofline of the query and of its stand-in.
+        let mut scale: Vec<Option<(f64, f64)>> = vec![None; queries.len()];
+        let (mut rows, mut phases, mut index, mut out) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (k, list) in by_kind.iter().enumerate() {
+            if list.is_empty() {
+                continue;
+            }
+            let kind = ModuleKind::ALL[k];
+            let Some(model) = self.bundle.model(kind) else {
+                for &i in list {
+                    let (spec, context) = queries[i];
+                    fallback[i] = Some(self.predict_valid(spec, context)?);
+                }
+                continue;
+            };
+            rows.clear();
+            phases.clear();
+            index.clear();
+            let multi = model.multi_task();
+            for &i in list {
+                let (spec, context) = queries[i];
+                let start = rows.len();
+                Self::row_for(model, spec, context, device, &mut rows);
+                if self.outside(kind, &rows[start..]) {
+                    warnings[i] = self.range_warnings(kind, &rows[start..]);
+                    let phase_row;
+                    let x: &[f64] = if multi && context.phase != Phase::Training {
+                        phase_row = row(spec, context, device);
+                        &phase_row
+                    } else {
+                        &rows[start..]
+                    };
+                    if let Some(e) = self.extrapolation(spec, context, x)? {
+                        scale[i] = Some((e.roofline, e.near_roofline));
+                        rows.truncate(start);
+                        if multi {
+                            Self::row_for(model, &e.spec, &e.context, device, &mut rows);
+                        } else {
+                            rows.extend_from_slice(&e.row);
+                        }
+                        warnings[i].push(EXTRAPOLATED.into());
+                    }
+                }
+                if multi {
+                    phases.push(context.phase);
+                    index.push(i);
+                } else {
+                    ms[i] = model.predict_row(&rows[start..])?;
+                    rows.truncate(start);
+                }
+            }
+            if !index.is_empty() {
+                out.clear();
+                out.resize(index.len(), 0.0);
+                model.predict_tasks(&rows, &phases, &mut out)?;
+                for (&i, v) in index.iter().zip(&out) {
+                    ms[i] = *v;
+                }
+            }
+        }
+        let mut predictions = Vec::with_capacity(queries.len());
+        for (i, (spec, _)) in queries.iter().enumerate() {
+            if let Some(p) = fallback[i].take() {
+                predictions.push(p);
+                continue;
+            }
+            let kind = spec.kind();
+            predictions.push(ModulePrediction {
+                kind,
+                ms: match scale[i] {
+                    Some((roof, near_roof)) => ms[i] * roof / near_roof,
+                    None => ms[i],
+                },
+                model: self.bundle.model(kind).map_or("", |m| m.name()).to_string(),
+                fallback: false,
+                warnings: std::mem::take(&mut warnings[i]),
+            });
+        }
+        Ok(predictions)
+    }
+
+    /// The warning of every user-set input of a row outside its trained range.
+    fn range_warnings(&self, kind: ModuleKind, x: &[f64]) -> Vec<String> {
+        let (Some(cols), Some(entry)) = (
+            self.checks.get(&kind),
+            self.bundle.manifest.kinds.get(kind.name()),
+        ) else {
+            return Vec::new();
+        };
+        cols.iter()
+            .filter_map(|&(i, lo, hi)| {
+                let v = x[i];
+                (v < lo - 1e-9 * lo.abs() || v > hi + 1e-9 * hi.abs()).then(|| {
+                    format!(
+                        "`{}` = {v} is outside the trained range {lo}..{hi}",
+                        entry.ranges[i].name
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// [`Predictor::predict_module`] for a spec and context already validated, through the
+    /// reference path: the query's own feature row and the model's `predict_row`.
     fn predict_valid(&self, spec: &ModuleSpec, context: &Context) -> Result<ModulePrediction> {
         let kind = spec.kind();
         let device = &self.bundle.manifest.device;
@@ -128,33 +389,20 @@ impl Predictor {
         };
         let x = row(spec, context, device);
         let mut warnings = Vec::new();
-        let mut ms = model.predict_row(&x)?;
+        // Set when extrapolated; otherwise the model's own prediction of the row.
+        let mut ms = None;
         // Inputs a user sets; derived features leave the range only through these.
-        let outside = self.checks.get(&kind).is_some_and(|cols| {
-            cols.iter().any(|&(i, lo, hi)| {
-                let v = x.get(i).copied().unwrap_or(f64::NAN);
-                v < lo - 1e-9 * lo.abs() || v > hi + 1e-9 * hi.abs()
-            })
-        });
-        if outside && let Some(entry) = self.bundle.manifest.kinds.get(kind.name()) {
-            for &(i, lo, hi) in &self.checks[&kind] {
-                let v = x[i];
-                if v < lo - 1e-9 * lo.abs() || v > hi + 1e-9 * hi.abs() {
-                    warnings.push(format!(
-                        "`{}` = {v} is outside the trained range {lo}..{hi}",
-                        entry.ranges[i].name
-                    ));
-                }
-            }
-            if let Some(scaled) = self.extrapolate(spec, context, &x, entry, model)? {
-                ms = scaled;
-                warnings.push(
-                    "predicted at the nearest trained configuration and scaled by the roofline \
-                     work ratio"
-                        .into(),
-                );
+        if self.outside(kind, &x) {
+            warnings = self.range_warnings(kind, &x);
+            if let Some(e) = self.extrapolation(spec, context, &x)? {
+                ms = Some(model.predict_row(&e.row)? * e.roofline / e.near_roofline);
+                warnings.push(EXTRAPOLATED.into());
             }
         }
+        let ms = match ms {
+            Some(ms) => ms,
+            None => model.predict_row(&x)?,
+        };
         Ok(ModulePrediction {
             kind,
             ms,
@@ -168,25 +416,22 @@ impl Predictor {
     /// flat. Outside the trained ranges, predict the nearest trained configuration (each
     /// input clamped into its range) and scale by how much more work the query is, as the
     /// roofline sees it. `None` when the clamped configuration is not a valid module.
-    fn extrapolate(
+    /// `x` is the query's row in its own phase.
+    fn extrapolation(
         &self,
         spec: &ModuleSpec,
         context: &Context,
         x: &[f64],
-        entry: &crate::bundle::KindEntry,
-        model: &dyn perfcast_models::Regressor,
-    ) -> Result<Option<f64>> {
+    ) -> Result<Option<Extrapolation>> {
         let kind = spec.kind();
-        let range = |name: &str| entry.ranges.iter().find(|r| r.name == name);
-        let clamp = |name: &str, v: f64| match range(name) {
-            Some(r) if r.min <= r.max => v.clamp(r.min, r.max),
-            _ => v,
+        let Some(c) = self.clamps.get(&kind) else {
+            return Ok(None);
         };
-        let config: Vec<i64> = kind
-            .config_columns()
+        let values = spec.config();
+        let config: Vec<i64> = values
             .iter()
-            .zip(spec.config())
-            .map(|(name, v)| clamp(name, v as f64).round() as i64)
+            .enumerate()
+            .map(|(i, v)| clamp(c.config.get(i).copied().flatten(), *v as f64).round() as i64)
             .collect();
         let Ok(near) = ModuleSpec::from_config(kind, &config) else {
             return Ok(None);
@@ -195,31 +440,79 @@ impl Predictor {
             return Ok(None);
         }
         let near_context = Context {
-            batch: clamp("batch", context.batch as f64).round().max(1.0) as usize,
-            threads: clamp("threads", context.threads as f64).round().max(1.0) as usize,
-            utilisation: clamp("utilisation", context.utilisation),
+            batch: clamp(c.batch, context.batch as f64).round().max(1.0) as usize,
+            threads: clamp(c.threads, context.threads as f64).round().max(1.0) as usize,
+            utilisation: clamp(c.utilisation, context.utilisation),
             phase: context.phase,
         };
         let device = &self.bundle.manifest.device;
         let xn = row(&near, &near_context, device);
-        let Some(roof) = model.schema().index("roofline_ms") else {
+        let Some(roof) = c.roofline else {
             return Ok(None);
         };
         if !(xn[roof] > 0.0 && x[roof] > 0.0) {
             return Ok(None);
         }
-        Ok(Some(model.predict_row(&xn)? * x[roof] / xn[roof]))
+        Ok(Some(Extrapolation {
+            roofline: x[roof],
+            near_roofline: xn[roof],
+            spec: near,
+            context: near_context,
+            row: xn,
+        }))
     }
 
-    /// Many modules, each in its own context.
+    /// Many modules, each in its own context, in order. Rows of one kind are predicted
+    /// together; batches of [`PARALLEL_MIN`] queries or more are split over the available
+    /// cores (see [`Predictor::predict_modules_threads`]).
     pub fn predict_modules(
         &self,
         queries: &[(ModuleSpec, Context)],
     ) -> Result<Vec<ModulePrediction>> {
-        queries
-            .iter()
-            .map(|(s, c)| self.predict_module(s, c))
-            .collect()
+        let threads = if queries.len() >= PARALLEL_MIN {
+            std::thread::available_parallelism().map_or(1, usize::from)
+        } else {
+            1
+        };
+        self.predict_modules_threads(queries, threads)
+    }
+
+    /// [`Predictor::predict_modules`] on `threads` threads (contiguous shares of the queries;
+    /// 1 runs on the caller's thread).
+    pub fn predict_modules_threads(
+        &self,
+        queries: &[(ModuleSpec, Context)],
+        threads: usize,
+    ) -> Result<Vec<ModulePrediction>> {
+        for (spec, context) in queries {
+            spec.validate()?;
+            context.validate()?;
+        }
+        let refs: Vec<(&ModuleSpec, &Context)> = queries.iter().map(|(s, c)| (s, c)).collect();
+        let threads = threads.clamp(1, refs.len().max(1));
+        if threads == 1 {
+            return self.predict_many(&refs);
+        }
+        let share = refs.len().div_ceil(threads);
+        let parts: Vec<Result<Vec<ModulePrediction>>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = refs
+                .chunks(share)
+                .map(|part| scope.spawn(move || self.predict_many(part)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(Error::Query("a prediction thread panicked".into()))
+                    })
+                })
+                .collect()
+        });
+        let mut all = Vec::with_capacity(refs.len());
+        for part in parts {
+            all.extend(part?);
+        }
+        Ok(all)
     }
 
     /// Checks a network's shapes once and finds its distinct modules, so repeated queries
@@ -253,20 +546,26 @@ impl Predictor {
     ) -> Result<NetworkPrediction> {
         context.validate()?;
         // `prepare` validated every spec.
-        let unique: Vec<ModulePrediction> = network
-            .unique
-            .iter()
-            .map(|spec| {
-                self.predict_valid(spec, context).map_err(|e| {
-                    let layer = network
-                        .layers
-                        .iter()
-                        .find(|l| &network.unique[l.2] == spec)
-                        .map_or("?", |l| l.0.as_str());
-                    Error::Query(format!("network `{}`: layer `{layer}`: {e}", network.name))
+        let queries: Vec<(&ModuleSpec, &Context)> =
+            network.unique.iter().map(|s| (s, context)).collect();
+        let unique = match self.predict_many(&queries) {
+            Ok(p) => p,
+            // Find the layer at fault, one distinct module at a time.
+            Err(_) => network
+                .unique
+                .iter()
+                .map(|spec| {
+                    self.predict_valid(spec, context).map_err(|e| {
+                        let layer = network
+                            .layers
+                            .iter()
+                            .find(|l| &network.unique[l.2] == spec)
+                            .map_or("?", |l| l.0.as_str());
+                        Error::Query(format!("network `{}`: layer `{layer}`: {e}", network.name))
+                    })
                 })
-            })
-            .collect::<Result<_>>()?;
+                .collect::<Result<_>>()?,
+        };
         let layers: Vec<LayerPrediction> = network
             .layers
             .iter()
@@ -321,5 +620,372 @@ impl PreparedNetwork {
     /// Distinct modules among the layers.
     pub fn distinct_modules(&self) -> usize {
         self.unique.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The fast paths (single query, batches grouped by kind, multi-task rows in their
+    //! training-phase form, threads, prepared networks) against the reference path, on a
+    //! bundle holding every model family.
+    #![allow(clippy::unwrap_used)]
+
+    use std::collections::BTreeMap;
+
+    use perfcast_core::{
+        BatchNorm2d, Conv2d, Elementwise, Layer, Linear, Matmul, ModuleSpec, Phase, Pool2d,
+    };
+    use perfcast_models::knn::KnnParams;
+    use perfcast_models::medn::MednParams;
+    use perfcast_models::ridge::RidgeParams;
+    use perfcast_models::trees::TreeParams;
+    use perfcast_models::{FeatureSchema, Fit, Matrix, SavedModel, TrainSet};
+
+    use super::*;
+    use crate::bundle::{FORMAT, KindEntry, feature_ranges, write_bundle};
+    use crate::select::{Budget, Candidate, select};
+
+    fn ctx(batch: usize, phase: Phase) -> Context {
+        Context {
+            batch,
+            phase,
+            threads: 1,
+            utilisation: 0.0,
+        }
+    }
+
+    /// The `i`-th module of a kind: sizes spread over a range, so queries can leave it.
+    fn spec(kind: ModuleKind, i: usize) -> ModuleSpec {
+        let c = 4 + (i * 7) % 60;
+        let hw = 6 + (i * 5) % 26;
+        match kind {
+            ModuleKind::Conv2d => ModuleSpec::Conv2d(Conv2d {
+                in_channels: c,
+                out_channels: 4 + (i * 11) % 60,
+                input_hw: [hw, hw],
+                kernel: [1 + 2 * (i % 2), 1 + 2 * (i % 2)],
+                stride: [1 + i % 2, 1 + i % 2],
+                padding: [i % 2, i % 2],
+                dilation: [1, 1],
+                groups: 1,
+                bias: !i.is_multiple_of(3),
+            }),
+            ModuleKind::Linear => ModuleSpec::Linear(Linear {
+                tokens: 1 + i % 4,
+                in_features: 8 + (i * 37) % 500,
+                out_features: 8 + (i * 53) % 400,
+                bias: true,
+            }),
+            ModuleKind::Matmul => ModuleSpec::Matmul(Matmul {
+                heads: 1 + i % 4,
+                m: 4 + (i * 13) % 100,
+                k: 4 + (i * 7) % 64,
+                n: 4 + (i * 17) % 100,
+            }),
+            ModuleKind::MaxPool2d => ModuleSpec::MaxPool2d(Pool2d {
+                channels: c,
+                input_hw: [hw, hw],
+                kernel: [2 + i % 2, 2 + i % 2],
+                stride: None,
+                padding: [0, 0],
+            }),
+            ModuleKind::BatchNorm2d => ModuleSpec::BatchNorm2d(BatchNorm2d {
+                channels: c,
+                input_hw: [hw, hw],
+            }),
+            _ => ModuleSpec::Relu(Elementwise { shape: [c, hw, hw] }),
+        }
+    }
+
+    fn set(kind: ModuleKind, n: usize) -> TrainSet {
+        let device = perfcast_core::testing::cpu_device();
+        let schema = FeatureSchema::for_kind(kind);
+        let mut x = Matrix::with_cols(schema.len());
+        let (mut y, mut groups) = (Vec::new(), Vec::new());
+        for i in 0..n {
+            let s = spec(kind, i);
+            for phase in [Phase::Inference, Phase::Training] {
+                let c = ctx(1 << (i % 4), phase);
+                let d = features::derive(&s, c.batch);
+                x.push_row(&row(&s, &c, &device));
+                let factor = if phase == Phase::Training { 3.1 } else { 1.0 };
+                y.push((0.003 + d.flops / 4e9 + d.bytes_read / 8e9) * factor);
+                groups.push(i as u64);
+            }
+        }
+        TrainSet {
+            schema,
+            x,
+            y,
+            groups,
+        }
+    }
+
+    /// A bundle with ridge (conv2d), trees (relu), k-NN (matmul), a shared MEDN (linear and
+    /// maxpool2d) and a single-task MLP (batchnorm2d); other kinds fall back.
+    fn bundle(dir: &std::path::Path) -> Bundle {
+        let quick = MednParams {
+            width: 16,
+            latent: 8,
+            head_width: 8,
+            max_steps: 300,
+            ..MednParams::default()
+        };
+        let sets: BTreeMap<ModuleKind, TrainSet> = [
+            ModuleKind::Conv2d,
+            ModuleKind::Relu,
+            ModuleKind::Matmul,
+            ModuleKind::Linear,
+            ModuleKind::MaxPool2d,
+            ModuleKind::BatchNorm2d,
+        ]
+        .into_iter()
+        .map(|k| (k, set(k, 40)))
+        .collect();
+        let shared = quick
+            .fit_shared(&[
+                sets[&ModuleKind::Linear].clone(),
+                sets[&ModuleKind::MaxPool2d].clone(),
+            ])
+            .unwrap();
+        let mut models: Vec<(ModuleKind, SavedModel)> = vec![
+            (
+                ModuleKind::Conv2d,
+                RidgeParams::default()
+                    .fit(&sets[&ModuleKind::Conv2d])
+                    .unwrap()
+                    .to_saved(),
+            ),
+            (
+                ModuleKind::Relu,
+                TreeParams::default()
+                    .fit(&sets[&ModuleKind::Relu])
+                    .unwrap()
+                    .to_saved(),
+            ),
+            (
+                ModuleKind::Matmul,
+                KnnParams::default()
+                    .fit(&sets[&ModuleKind::Matmul])
+                    .unwrap()
+                    .to_saved(),
+            ),
+            (
+                ModuleKind::BatchNorm2d,
+                MednParams {
+                    multi_task: false,
+                    ..quick.clone()
+                }
+                .fit(&sets[&ModuleKind::BatchNorm2d])
+                .unwrap()
+                .to_saved(),
+            ),
+        ];
+        for (k, m) in [ModuleKind::Linear, ModuleKind::MaxPool2d]
+            .into_iter()
+            .zip(shared)
+        {
+            models.push((k, m.to_saved()));
+        }
+        let mut kinds = serde_json::Map::new();
+        let mut files = Vec::new();
+        for (kind, saved) in models {
+            let model = saved.clone().into_regressor();
+            let data = &sets[&kind];
+            let candidates = vec![Candidate {
+                model: model.name().into(),
+                cv_mape: 5.0,
+                test_mape: 5.0,
+                predict_us: 1.0,
+                size_bytes: model.size_bytes(),
+            }];
+            let file = format!("{kind}/{}.json", model.name());
+            let entry = KindEntry {
+                chosen: model.name().into(),
+                file: file.clone(),
+                schema_hash: format!("{:016x}", data.schema.hash()),
+                rows: data.len(),
+                selection: select(kind.name(), &candidates, &Budget::default()).unwrap(),
+                candidates,
+                ranges: feature_ranges(data),
+            };
+            kinds.insert(kind.name().into(), serde_json::to_value(entry).unwrap());
+            files.push((file, saved));
+        }
+        // Through JSON, so the test does not depend on every manifest field.
+        let manifest = serde_json::from_value(serde_json::json!({
+            "format": FORMAT,
+            "name": "fast-path",
+            "perfcast_version": "0",
+            "device": perfcast_core::testing::cpu_device(),
+            "data": "synthetic",
+            "budget": Budget::default(),
+            "kinds": kinds,
+        }))
+        .unwrap();
+        write_bundle(dir, &manifest, &files).unwrap();
+        Bundle::load(dir).unwrap()
+    }
+
+    /// In-range and out-of-range queries of every kind, both phases, several batch sizes.
+    fn queries() -> Vec<(ModuleSpec, Context)> {
+        let mut out = Vec::new();
+        for kind in [
+            ModuleKind::Conv2d,
+            ModuleKind::Relu,
+            ModuleKind::Matmul,
+            ModuleKind::Linear,
+            ModuleKind::MaxPool2d,
+            ModuleKind::BatchNorm2d,
+        ] {
+            for i in [0, 3, 17, 38, 61, 250] {
+                for (batch, phase) in [
+                    (1, Phase::Inference),
+                    (8, Phase::Training),
+                    (3, Phase::Training),
+                    (64, Phase::Inference),
+                ] {
+                    out.push((spec(kind, i), ctx(batch, phase)));
+                }
+            }
+        }
+        // Far outside: extrapolated at the nearest trained configuration.
+        out.push((
+            ModuleSpec::Linear(Linear {
+                tokens: 1,
+                in_features: 25088,
+                out_features: 4096,
+                bias: true,
+            }),
+            ctx(2, Phase::Inference),
+        ));
+        out.push((
+            ModuleSpec::MaxPool2d(Pool2d {
+                channels: 512,
+                input_hw: [224, 224],
+                kernel: [2, 2],
+                stride: None,
+                padding: [0, 0],
+            }),
+            ctx(1, Phase::Training),
+        ));
+        // A kind without a model: the spec roofline.
+        out.push((
+            ModuleSpec::Gelu(Elementwise { shape: [1, 16, 64] }),
+            ctx(4, Phase::Inference),
+        ));
+        out
+    }
+
+    #[test]
+    fn fast_paths_match_the_reference_path_exactly() {
+        let tmp = tempfile::tempdir().unwrap();
+        let predictor = Predictor::new(bundle(&tmp.path().join("b")));
+        let queries = queries();
+        let reference: Vec<ModulePrediction> = queries
+            .iter()
+            .map(|(s, c)| predictor.predict_module_reference(s, c).unwrap())
+            .collect();
+        assert!(reference.iter().any(|p| !p.warnings.is_empty()));
+        assert!(reference.iter().any(|p| p.fallback));
+        assert!(reference.iter().any(|p| p.model == "medn-shared"));
+        assert!(reference.iter().any(|p| p.model == "mlp"));
+        for ((s, c), r) in queries.iter().zip(&reference) {
+            assert_eq!(
+                &predictor.predict_module(s, c).unwrap(),
+                r,
+                "{}",
+                s.describe()
+            );
+        }
+        assert_eq!(predictor.predict_modules(&queries).unwrap(), reference);
+        assert_eq!(
+            predictor.predict_modules_threads(&queries, 3).unwrap(),
+            reference
+        );
+
+        // A network of these kinds, prepared: every layer as the reference predicts it.
+        let net = Network {
+            name: "mixed".into(),
+            input: vec![8, 16, 16],
+            layers: vec![
+                Layer::new("conv", spec_conv(8, 16, 16)),
+                Layer::new(
+                    "bn",
+                    ModuleSpec::BatchNorm2d(BatchNorm2d {
+                        channels: 16,
+                        input_hw: [16, 16],
+                    }),
+                ),
+                Layer::new(
+                    "relu",
+                    ModuleSpec::Relu(Elementwise {
+                        shape: [16, 16, 16],
+                    }),
+                ),
+                Layer::new("conv2", spec_conv(16, 16, 16)),
+                Layer::new(
+                    "relu2",
+                    ModuleSpec::Relu(Elementwise {
+                        shape: [16, 16, 16],
+                    }),
+                ),
+                Layer::new(
+                    "pool",
+                    ModuleSpec::MaxPool2d(Pool2d {
+                        channels: 16,
+                        input_hw: [16, 16],
+                        kernel: [2, 2],
+                        stride: None,
+                        padding: [0, 0],
+                    }),
+                ),
+                Layer::new(
+                    "fc",
+                    ModuleSpec::Linear(Linear {
+                        tokens: 1,
+                        in_features: 1024,
+                        out_features: 10,
+                        bias: true,
+                    }),
+                )
+                .reshaped(),
+                Layer::new("gelu", ModuleSpec::Gelu(Elementwise { shape: [1, 1, 10] })),
+            ],
+        };
+        let prepared = predictor.prepare(&net).unwrap();
+        for c in [ctx(1, Phase::Inference), ctx(16, Phase::Training)] {
+            let p = predictor.predict_prepared(&prepared, &c).unwrap();
+            assert_eq!(p, predictor.predict_network(&net, &c).unwrap());
+            for (layer, l) in net.layers.iter().zip(&p.layers) {
+                assert_eq!(
+                    l.prediction,
+                    predictor.predict_module_reference(&layer.spec, &c).unwrap(),
+                    "{}",
+                    layer.name
+                );
+            }
+        }
+    }
+
+    fn spec_conv(cin: usize, cout: usize, hw: usize) -> ModuleSpec {
+        ModuleSpec::Conv2d(Conv2d {
+            in_channels: cin,
+            out_channels: cout,
+            input_hw: [hw, hw],
+            kernel: [3, 3],
+            stride: [1, 1],
+            padding: [1, 1],
+            dilation: [1, 1],
+            groups: 1,
+            bias: true,
+        })
+    }
+
+    #[test]
+    fn the_predictor_is_shared_across_threads() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<Predictor>();
+        shareable::<PreparedNetwork>();
     }
 }

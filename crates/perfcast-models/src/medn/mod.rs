@@ -37,7 +37,7 @@ use crate::features::{FeatureSchema, TrainSet, row_in_phase};
 use crate::matrix::Matrix;
 use crate::regressor::{Fit, LogStandardiser, Regressor, SavedModel, check_train_set, check_width};
 pub use config::MednConfig;
-pub use infer::{FastNet, MAX_WIDTH};
+pub use infer::{BLOCK_ROWS, FastNet, MAX_WIDTH};
 pub use train::{Samples, TrainHistory};
 
 /// Targets, in head order.
@@ -838,20 +838,30 @@ impl FittedMedn {
     }
 
     /// The standardised network input of a training-phase row, into `z`; no allocation.
+    ///
+    /// A shared network's input is the kind's columns scattered into the union, zeros
+    /// elsewhere and the kind's indicator at 1: each input is standardised from its value
+    /// directly (`log1p_pos(0) = 0`), with no scattered copy of the row.
     fn encode(&self, canonical: &[f64], z: &mut [f32; MAX_WIDTH]) {
-        let mut raw = [0.0f64; MAX_WIDTH];
         let width = self.input_width();
+        let (mean, inv_std) = (&self.scaler.mean[..width], &self.scaler.inv_std[..width]);
+        let standard =
+            |v: f64, c: usize| ((crate::features::log1p_pos(v) - mean[c]) * inv_std[c]) as f32;
         match &self.shared {
-            Some(m) => m.scatter(canonical, &mut raw),
-            None => raw[..width].copy_from_slice(canonical),
-        }
-        for (((o, v), m), s) in z
-            .iter_mut()
-            .zip(&raw[..width])
-            .zip(&self.scaler.mean)
-            .zip(&self.scaler.inv_std)
-        {
-            *o = ((crate::features::log1p_pos(*v) - m) * s) as f32;
+            Some(m) => {
+                for (c, o) in z[..width].iter_mut().enumerate() {
+                    *o = ((0.0 - mean[c]) * inv_std[c]) as f32;
+                }
+                for (v, &c) in canonical.iter().zip(&m.columns) {
+                    z[c] = standard(*v, c);
+                }
+                z[m.indicator] = standard(1.0, m.indicator);
+            }
+            None => {
+                for (c, (o, v)) in z[..width].iter_mut().zip(canonical).enumerate() {
+                    *o = standard(*v, c);
+                }
+            }
         }
     }
 
@@ -899,6 +909,88 @@ impl Regressor for FittedMedn {
         Ok(self
             .targets
             .to_ms(task, f64::from(sum / self.members as f32)))
+    }
+
+    fn multi_task(&self) -> bool {
+        true
+    }
+
+    /// Rows are encoded once and pass through each network in blocks of [`BLOCK_ROWS`] (one
+    /// weight load serves several rows); one row takes the allocation-free single-row path.
+    /// Results are bit-identical to [`Regressor::predict_row`] of the same queries.
+    fn predict_tasks(&self, rows: &[f64], phases: &[Phase], out: &mut [f64]) -> Result<()> {
+        let cols =
+            crate::regressor::check_tasks(&self.schema, rows.len(), phases.len(), out.len())?;
+        let task_of = |phase: Phase| -> Result<(usize, usize, usize)> {
+            let task = usize::from(phase == Phase::Training);
+            let (net, head) = self.route[task].ok_or_else(|| {
+                Error::InvalidData(format!(
+                    "this {} was trained without {} rows",
+                    self.family, TASKS[task]
+                ))
+            })?;
+            Ok((task, net, head))
+        };
+        let per_member = self.nets.len() / self.members;
+        let width = self.input_width();
+        if let ([phase], [o]) = (phases, &mut *out) {
+            let x = &rows[..cols];
+            let (task, net, head) = task_of(*phase)?;
+            let mut z = [0.0f32; MAX_WIDTH];
+            self.encode(x, &mut z);
+            let sum: f32 = (0..self.members)
+                .map(|m| self.nets[m * per_member + net].forward_one(&z[..width], head))
+                .sum();
+            *o = self
+                .targets
+                .to_ms(task, f64::from(sum / self.members as f32));
+            return Ok(());
+        }
+        let routes: Vec<(usize, usize, usize)> =
+            phases.iter().map(|p| task_of(*p)).collect::<Result<_>>()?;
+        let mut z = vec![0.0f32; phases.len() * width];
+        let mut buf = [0.0f32; MAX_WIDTH];
+        for (x, zr) in rows.chunks_exact(cols).zip(z.chunks_exact_mut(width)) {
+            self.encode(x, &mut buf);
+            zr.copy_from_slice(&buf[..width]);
+        }
+        // `Iterator::sum` starts from -0.0; so do these, for identical results.
+        let mut sums = vec![-0.0f32; phases.len()];
+        let mut outs = vec![0.0f32; phases.len()];
+        for net in 0..per_member {
+            let rows_of: Vec<usize> = (0..routes.len()).filter(|&i| routes[i].1 == net).collect();
+            if rows_of.is_empty() {
+                continue;
+            }
+            let heads: Vec<usize> = rows_of.iter().map(|&i| routes[i].2).collect();
+            let gathered;
+            let input: &[f32] = if rows_of.len() == routes.len() {
+                &z
+            } else {
+                gathered = rows_of
+                    .iter()
+                    .flat_map(|&i| z[i * width..(i + 1) * width].iter().copied())
+                    .collect::<Vec<f32>>();
+                &gathered
+            };
+            for m in 0..self.members {
+                self.nets[m * per_member + net].forward_batch(
+                    input,
+                    width,
+                    &heads,
+                    &mut outs[..rows_of.len()],
+                );
+                for (&i, v) in rows_of.iter().zip(&outs) {
+                    sums[i] += v;
+                }
+            }
+        }
+        for ((o, s), (task, _, _)) in out.iter_mut().zip(&sums).zip(&routes) {
+            *o = self
+                .targets
+                .to_ms(*task, f64::from(s / self.members as f32));
+        }
+        Ok(())
     }
 
     fn size_bytes(&self) -> usize {
