@@ -119,6 +119,19 @@ enum Command {
     /// expression T(p, b, n) fitted to measured runs
     #[command(subcommand)]
     Scale(cmd::scale::ScaleCommand),
+    /// Serve a bundle over HTTP: module and network predictions as JSON
+    ///
+    /// `POST /v1/predict` (`{"module": {...}}` or `{"modules": [...]}` with `batch`, `phase`,
+    /// `threads`), `POST /v1/predict/network` (`{"network": "vgg16", "batch": 8}` or a network
+    /// in JSON), `GET /v1/bundle`, `GET /healthz`. Binds loopback by default; stops cleanly on
+    /// SIGINT or SIGTERM.
+    Serve(cmd::serve::ServeArgs),
+    /// Drive a running `perfcast serve` on loopback and report throughput, latency and errors
+    ///
+    /// A bounded number of requests within a bounded time over keep-alive connections, valid
+    /// and malformed ones mixed; a valid request not answered 200 or a malformed one not
+    /// answered 4xx is an error (exit 1), as is a server not healthy afterwards.
+    Loadtest(cmd::serve::LoadtestArgs),
 }
 
 /// Shared state of one invocation: verbosity and whether to draw progress.
@@ -178,6 +191,8 @@ pub fn main_entry() -> ExitCode {
         Command::Quickstart(args) => cmd::quickstart::run(args, &ui),
         Command::Bundle(c) => cmd::predict::bundle(c, &ui),
         Command::Scale(c) => cmd::scale::run(c, &ui),
+        Command::Serve(args) => cmd::serve::serve(args, &ui),
+        Command::Loadtest(args) => cmd::serve::loadtest(args, &ui),
     };
     match result {
         Ok(code) => code,

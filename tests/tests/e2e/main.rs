@@ -6,6 +6,7 @@ mod networks;
 mod predict;
 mod profile;
 mod scale;
+mod serve;
 mod train;
 
 use std::path::Path;

@@ -9,4 +9,5 @@ pub mod predict;
 pub mod profile;
 pub mod quickstart;
 pub mod scale;
+pub mod serve;
 pub mod train;

@@ -203,16 +203,25 @@ fn bench(a: BenchArgs) -> anyhow::Result<ExitCode> {
             )
         })
         .collect();
-    let (p50, p99) = time_calls(20, || {
-        std::hint::black_box(predictor.predict_modules(&queries)?);
-        Ok(())
-    })?;
-    lines.push(BenchLine {
-        query: "batch of 10,000 modules (1 thread), per module".into(),
-        p50_us: p50 / 1e4,
-        p99_us: p99 / 1e4,
-        per_second: 1e10 / p50,
-    });
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    for threads in [1, cores] {
+        let (p50, p99) = time_calls(20, || {
+            std::hint::black_box(predictor.predict_modules_threads(&queries, threads)?);
+            Ok(())
+        })?;
+        lines.push(BenchLine {
+            query: format!(
+                "batch of 10,000 modules ({threads} thread{}), per module",
+                if threads == 1 { "" } else { "s" }
+            ),
+            p50_us: p50 / 1e4,
+            p99_us: p99 / 1e4,
+            per_second: 1e10 / p50,
+        });
+        if cores == 1 {
+            break;
+        }
+    }
     match a.format {
         Format::Json => emit_json(&lines)?,
         Format::Text => {

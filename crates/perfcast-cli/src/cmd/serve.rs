@@ -1,0 +1,209 @@
+//! `perfcast serve` (the HTTP prediction service) and `perfcast loadtest` (its load generator).
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use perfcast_select::Predictor;
+use perfcast_serve::loadtest::{LoadConfig, LoadKind, LoadReport};
+use perfcast_serve::{DEFAULT_BODY_LIMIT, ServeConfig};
+
+use crate::Ui;
+use crate::cmd::predict::load_bundle;
+use crate::output::{Format, emit, emit_json, sig3};
+
+/// Arguments of `perfcast serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Bundle directory written by `perfcast train --bundle` or `perfcast quickstart`
+    #[arg(long, default_value = "checkpoints/local")]
+    bundle: PathBuf,
+    /// Address to listen on (loopback by default; port 0 picks a free port and prints it)
+    #[arg(long, default_value = "127.0.0.1:8787")]
+    addr: SocketAddr,
+    /// Worker threads [default: the available cores]
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Largest request body, KiB
+    #[arg(long, default_value_t = DEFAULT_BODY_LIMIT / 1024)]
+    max_body_kb: usize,
+}
+
+/// `perfcast serve`: loads the bundle, binds, prints the address, serves until SIGINT or
+/// SIGTERM, then finishes in-flight requests and exits 0.
+pub fn serve(a: ServeArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        a.max_body_kb >= 1,
+        "`--max-body-kb` must be at least 1, got {}",
+        a.max_body_kb
+    );
+    let bundle = load_bundle(&a.bundle)?;
+    let kinds = bundle.kinds().count();
+    let predictor = Arc::new(Predictor::new(bundle));
+    let config = ServeConfig {
+        addr: a.addr,
+        threads: a.threads.unwrap_or(ServeConfig::default().threads),
+        body_limit: a.max_body_kb * 1024,
+    };
+    if !a.addr.ip().is_loopback() {
+        ui.info(format!(
+            "warning: listening on `{}`, which is not a loopback address: other machines can reach it",
+            a.addr
+        ));
+    }
+    let threads = config.threads;
+    let bundle_dir = a.bundle.display().to_string();
+    perfcast_serve::run(predictor, &config, |addr| {
+        // Always printed (tests and scripts read the port when `--addr` ends in `:0`).
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(
+            err,
+            "perfcast serve: listening on http://{addr} (bundle `{bundle_dir}`, {kinds} kinds, {threads} worker thread{})",
+            if threads == 1 { "" } else { "s" }
+        );
+        let _ = err.flush();
+    })?;
+    ui.info("perfcast serve: shut down");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Endpoint of the valid requests of a load test.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Kind {
+    /// `POST /v1/predict`, one module per request
+    Module,
+    /// `POST /v1/predict/network`, one zoo network per request
+    Network,
+}
+
+/// Arguments of `perfcast loadtest`.
+#[derive(Debug, Args)]
+pub struct LoadtestArgs {
+    /// Address of a running `perfcast serve` (loopback)
+    #[arg(long, default_value = "127.0.0.1:8787")]
+    addr: SocketAddr,
+    /// Most requests to send
+    #[arg(long, default_value_t = 100_000)]
+    requests: u64,
+    /// Longest time to send them in, seconds
+    #[arg(long, default_value_t = 10.0)]
+    duration_s: f64,
+    /// Connections, each with one request in flight
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// Share of malformed requests, in [0, 1] (each must be answered 4xx)
+    #[arg(long, default_value_t = 0.1)]
+    invalid_share: f64,
+    /// Endpoint of the valid requests
+    #[arg(long, value_enum, default_value_t = Kind::Module)]
+    kind: Kind,
+    /// The server's `--max-body-kb`: one malformed request in 50 is a byte over it
+    #[arg(long, default_value_t = DEFAULT_BODY_LIMIT / 1024)]
+    max_body_kb: usize,
+    /// Seed of the request mix
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Allow a server address that is not on this machine's loopback
+    #[arg(long)]
+    allow_remote: bool,
+    /// Output format
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+/// `perfcast loadtest`: drives a server with a bounded request count and time, reports
+/// throughput, latency and errors; exits 1 when any request failed its check or the server
+/// is not healthy afterwards.
+pub fn loadtest(a: LoadtestArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        a.addr.ip().is_loopback() || a.allow_remote,
+        "`--addr {}` is not a loopback address\n\nhint: load tests drive a server on this machine; pass `--allow-remote` to aim elsewhere",
+        a.addr
+    );
+    anyhow::ensure!(
+        a.duration_s.is_finite() && a.duration_s > 0.0 && a.duration_s <= 3600.0,
+        "`--duration-s` must be in (0, 3600], got {}",
+        a.duration_s
+    );
+    let config = LoadConfig {
+        addr: a.addr,
+        requests: a.requests,
+        duration: Duration::from_secs_f64(a.duration_s),
+        concurrency: a.concurrency,
+        invalid_share: a.invalid_share,
+        kind: match a.kind {
+            Kind::Module => LoadKind::Module,
+            Kind::Network => LoadKind::Network,
+        },
+        body_limit: a.max_body_kb * 1024,
+        seed: a.seed,
+    };
+    ui.info(format!(
+        "loadtest: up to {} requests in {} s over {} connections to http://{} ({}% malformed)",
+        a.requests,
+        a.duration_s,
+        a.concurrency,
+        a.addr,
+        sig3(100.0 * a.invalid_share)
+    ));
+    let report = perfcast_serve::loadtest::run(&config)?;
+    match a.format {
+        Format::Json => emit_json(&report)?,
+        Format::Text => emit(&render(&report))?,
+    }
+    Ok(if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn render(r: &LoadReport) -> String {
+    let statuses: Vec<String> = r
+        .statuses
+        .iter()
+        .map(|(s, n)| format!("{s}: {n}"))
+        .collect();
+    let mut t = format!(
+        "{} requests in {} s over {} connections: {} requests/s\n\
+         {:<10} {:>9} {:>9} {:>10} {:>10} {:>10}\n",
+        r.requests,
+        sig3(r.duration_s),
+        r.concurrency,
+        sig3(r.throughput_rps),
+        "requests",
+        "count",
+        "as meant",
+        "p50 us",
+        "p99 us",
+        "max us"
+    );
+    for (name, l, ok) in [
+        ("valid", &r.valid, r.valid_ok),
+        ("malformed", &r.invalid, r.invalid_4xx),
+    ] {
+        t.push_str(&format!(
+            "{name:<10} {:>9} {:>9} {:>10} {:>10} {:>10}\n",
+            l.count,
+            ok,
+            sig3(l.p50_us),
+            sig3(l.p99_us),
+            sig3(l.max_us)
+        ));
+    }
+    t.push_str(&format!(
+        "statuses {}\nerrors {} (valid not answered 200, malformed not answered 4xx, no answer)\n\
+         healthy after: {}\n",
+        statuses.join(", "),
+        r.errors,
+        if r.healthy_after { "yes" } else { "no" }
+    ));
+    for e in &r.error_samples {
+        t.push_str(&format!("  error: {e}\n"));
+    }
+    t
+}

@@ -1,0 +1,635 @@
+//! The request and response bodies of the HTTP API, and their validation.
+//!
+//! Parsing is two-speed: a well-formed body deserialises straight into its typed form; only a
+//! body that fails is parsed again, slowly, to find and name the field at fault, so valid
+//! requests pay nothing for good error messages.
+
+use perfcast_core::{
+    BatchNorm2d, Context, Conv2d, Elementwise, LayerNorm, Linear, Matmul, ModuleKind, ModuleSpec,
+    Network, Phase, Pool2d,
+};
+use perfcast_select::ModulePrediction;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Largest batch a query may ask for.
+pub const MAX_BATCH: usize = 1 << 20;
+/// Most compute threads a query may ask for.
+pub const MAX_THREADS: usize = 4096;
+/// Largest value of any configuration column of a module (channels, sizes, kernel, ...).
+/// Keeps the feature arithmetic (element counts times batch, in integers) far from overflow.
+pub const MAX_DIM: i64 = 1 << 24;
+/// Largest zoo-network resolution.
+pub const MAX_RESOLUTION: usize = 8192;
+
+/// A refused request: HTTP status, the message and the field at fault (`null` when the
+/// request as a whole is at fault: an unknown path, a wrong method).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ApiError {
+    /// HTTP status code.
+    #[serde(skip)]
+    pub status: u16,
+    /// What is wrong, naming the value.
+    pub error: String,
+    /// The field at fault, as a path into the request (`modules[2].kernel`), or `body`.
+    pub field: Option<String>,
+}
+
+impl ApiError {
+    /// 422: the body is well-formed JSON but a field is wrong.
+    pub fn field(field: impl Into<String>, error: impl Into<String>) -> ApiError {
+        ApiError {
+            status: 422,
+            error: error.into(),
+            field: Some(field.into()),
+        }
+    }
+
+    /// An error with a status and no field.
+    pub fn status(status: u16, error: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            error: error.into(),
+            field: None,
+        }
+    }
+}
+
+/// One module of a `/v1/predict` request: a module spec as `ModuleSpec` serialises it
+/// (`{"kind": "conv2d", ...}`), optionally with its own `batch`, `phase` and `threads`
+/// (the same form as `perfcast predict --modules-file`).
+#[derive(Clone, Debug, Deserialize)]
+pub struct ModuleQuery {
+    /// The module.
+    #[serde(flatten)]
+    pub spec: ModuleSpec,
+    /// Batch size; default the request's.
+    pub batch: Option<usize>,
+    /// Phase; default the request's.
+    pub phase: Option<Phase>,
+    /// Compute threads; default the request's.
+    pub threads: Option<usize>,
+}
+
+/// The body of `POST /v1/predict`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PredictRequest {
+    /// Several modules.
+    pub modules: Option<Vec<ModuleQuery>>,
+    /// One module.
+    pub module: Option<ModuleQuery>,
+    /// Batch size of every module without its own; default 1.
+    pub batch: Option<usize>,
+    /// Phase of every module without its own; default `inference`.
+    pub phase: Option<Phase>,
+    /// Compute threads of every module without its own; default 1.
+    pub threads: Option<usize>,
+    /// Background load while measuring, in [0, 1); default 0.
+    pub utilisation: Option<f64>,
+}
+
+const PREDICT_FIELDS: &[&str] = &[
+    "modules",
+    "module",
+    "batch",
+    "phase",
+    "threads",
+    "utilisation",
+];
+
+/// The body of `POST /v1/predict/network`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkRequest {
+    /// A zoo name (`vgg16`) or a network in its JSON form.
+    pub network: NetworkRef,
+    /// Input resolution of a zoo network (tokens for the transformer); default the network's.
+    pub resolution: Option<usize>,
+    /// Batch size; default 1.
+    pub batch: Option<usize>,
+    /// Phase; default `inference`.
+    pub phase: Option<Phase>,
+    /// Compute threads; default 1.
+    pub threads: Option<usize>,
+    /// Background load, in [0, 1); default 0.
+    pub utilisation: Option<f64>,
+}
+
+const NETWORK_FIELDS: &[&str] = &[
+    "network",
+    "resolution",
+    "batch",
+    "phase",
+    "threads",
+    "utilisation",
+];
+
+/// A zoo network by name, or a whole network.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum NetworkRef {
+    /// A built-in network.
+    Zoo(String),
+    /// A network in its JSON form (`examples/networks/`).
+    Inline(Box<Network>),
+}
+
+/// The response of `POST /v1/predict`: one prediction per module, in request order.
+#[derive(Clone, Debug, Serialize)]
+pub struct PredictResponse {
+    /// Per module.
+    pub predictions: Vec<ModulePrediction>,
+    /// Sum over the modules, ms.
+    pub total_ms: f64,
+}
+
+/// A validated `/v1/predict` request: every module with its context.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModuleQueries(pub Vec<(ModuleSpec, Context)>);
+
+/// A validated `/v1/predict/network` request.
+#[derive(Clone, Debug)]
+pub enum NetworkQuery {
+    /// A zoo network at a resolution (`None`: its default).
+    Zoo {
+        /// Zoo name, lower case.
+        name: String,
+        /// Resolution.
+        resolution: Option<usize>,
+        /// Context.
+        context: Context,
+    },
+    /// A network given inline (checked when prepared).
+    Inline {
+        /// The network.
+        network: Box<Network>,
+        /// Context.
+        context: Context,
+    },
+}
+
+fn context_of(
+    prefix: &str,
+    batch: Option<usize>,
+    phase: Option<Phase>,
+    threads: Option<usize>,
+    utilisation: Option<f64>,
+) -> Result<Context, ApiError> {
+    let batch = batch.unwrap_or(1);
+    if !(1..=MAX_BATCH).contains(&batch) {
+        return Err(ApiError::field(
+            format!("{prefix}batch"),
+            format!("`batch` must be in 1..={MAX_BATCH}, got {batch}"),
+        ));
+    }
+    let threads = threads.unwrap_or(1);
+    if !(1..=MAX_THREADS).contains(&threads) {
+        return Err(ApiError::field(
+            format!("{prefix}threads"),
+            format!("`threads` must be in 1..={MAX_THREADS}, got {threads}"),
+        ));
+    }
+    let utilisation = utilisation.unwrap_or(0.0);
+    if !(utilisation.is_finite() && (0.0..1.0).contains(&utilisation)) {
+        return Err(ApiError::field(
+            format!("{prefix}utilisation"),
+            format!("`utilisation` must be in [0, 1), got {utilisation}"),
+        ));
+    }
+    Ok(Context {
+        batch,
+        phase: phase.unwrap_or(Phase::Inference),
+        threads,
+        utilisation,
+    })
+}
+
+/// Validates one spec: every hyper-parameter, the shapes, and the size caps.
+fn check_spec(field: &str, spec: &ModuleSpec) -> Result<(), ApiError> {
+    spec.validate()
+        .map_err(|e| ApiError::field(field, e.to_string()))?;
+    let kind = spec.kind();
+    for (name, v) in kind.config_columns().iter().zip(spec.config()) {
+        // A size past `i64::MAX` reads as negative here.
+        if !(0..=MAX_DIM).contains(&v) {
+            return Err(ApiError::field(
+                field,
+                format!(
+                    "`{name}` = {} is larger than perfcast accepts ({MAX_DIM})",
+                    v as u64
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Parses and validates a `/v1/predict` body.
+pub fn parse_predict(body: &[u8]) -> Result<ModuleQueries, ApiError> {
+    let req: PredictRequest = match serde_json::from_slice(body) {
+        Ok(r) => r,
+        Err(e) => return Err(diagnose_predict(body, &e)),
+    };
+    let base = |prefix: &str, q: &ModuleQuery| {
+        context_of(
+            prefix,
+            q.batch.or(req.batch),
+            q.phase.or(req.phase),
+            q.threads.or(req.threads),
+            req.utilisation,
+        )
+    };
+    // The request-level context is checked even when every module overrides it.
+    context_of("", req.batch, req.phase, req.threads, req.utilisation)?;
+    match (&req.module, &req.modules) {
+        (Some(_), Some(_)) => Err(ApiError::field(
+            "module",
+            "give either `module` (one spec) or `modules` (an array of specs), not both",
+        )),
+        (None, None) => Err(ApiError::field(
+            "modules",
+            "nothing to predict: give `module` (one spec) or `modules` (an array of specs)",
+        )),
+        (Some(q), None) => {
+            check_spec("module", &q.spec)?;
+            let context = base("module.", q)?;
+            Ok(ModuleQueries(vec![(q.spec.clone(), context)]))
+        }
+        (None, Some(list)) => {
+            if list.is_empty() {
+                return Err(ApiError::field("modules", "`modules` is empty"));
+            }
+            let mut out = Vec::with_capacity(list.len());
+            for (i, q) in list.iter().enumerate() {
+                check_spec(&format!("modules[{i}]"), &q.spec)?;
+                let context = base(&format!("modules[{i}]."), q)?;
+                out.push((q.spec.clone(), context));
+            }
+            Ok(ModuleQueries(out))
+        }
+    }
+}
+
+/// Parses and validates a `/v1/predict/network` body.
+pub fn parse_network(body: &[u8]) -> Result<NetworkQuery, ApiError> {
+    let req: NetworkRequest = match serde_json::from_slice(body) {
+        Ok(r) => r,
+        Err(e) => return Err(diagnose_network(body, &e)),
+    };
+    let context = context_of("", req.batch, req.phase, req.threads, req.utilisation)?;
+    if let Some(r) = req.resolution
+        && !(1..=MAX_RESOLUTION).contains(&r)
+    {
+        return Err(ApiError::field(
+            "resolution",
+            format!("`resolution` must be in 1..={MAX_RESOLUTION}, got {r}"),
+        ));
+    }
+    match req.network {
+        NetworkRef::Zoo(name) => {
+            let key = name.trim().to_ascii_lowercase();
+            if perfcast_core::zoo::default_resolution(&key).is_none() {
+                return Err(ApiError::field(
+                    "network",
+                    format!(
+                        "unknown zoo network `{name}`; known networks are {}",
+                        perfcast_core::zoo::names().join(", ")
+                    ),
+                ));
+            }
+            Ok(NetworkQuery::Zoo {
+                name: key,
+                resolution: req.resolution,
+                context,
+            })
+        }
+        NetworkRef::Inline(network) => {
+            if req.resolution.is_some() {
+                return Err(ApiError::field(
+                    "resolution",
+                    "`resolution` applies to zoo networks only; a network in JSON states its shapes",
+                ));
+            }
+            for (i, layer) in network.layers.iter().enumerate() {
+                check_spec(&format!("network.layers[{i}].spec"), &layer.spec)?;
+            }
+            Ok(NetworkQuery::Inline { network, context })
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The slow path: find the field a failed body got wrong.
+
+/// 400 for a body that is not JSON at all, otherwise the first field at fault.
+fn parse_value(body: &[u8]) -> Result<serde_json::Map<String, Value>, ApiError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| ApiError {
+        status: 400,
+        error: format!("the body is not valid JSON: {e}"),
+        field: Some("body".into()),
+    })?;
+    match value {
+        Value::Object(map) => Ok(map),
+        other => Err(ApiError::field(
+            "body",
+            format!("the body must be a JSON object, got {}", type_name(&other)),
+        )),
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Deserialises `value` as `T`; an error names `field` (and the path inside it).
+fn typed<T: DeserializeOwned>(field: &str, value: Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." || path.is_empty() {
+            field.to_string()
+        } else {
+            format!("{field}.{path}")
+        };
+        ApiError::field(field, e.into_inner().to_string())
+    })
+}
+
+fn unknown_fields(map: &serde_json::Map<String, Value>, known: &[&str]) -> Result<(), ApiError> {
+    if let Some(k) = map.keys().find(|k| !known.contains(&k.as_str())) {
+        return Err(ApiError::field(
+            k.clone(),
+            format!("unknown field `{k}`, expected one of {}", known.join(", ")),
+        ));
+    }
+    Ok(())
+}
+
+fn context_fields(map: &mut serde_json::Map<String, Value>, prefix: &str) -> Result<(), ApiError> {
+    for key in ["batch", "threads"] {
+        if let Some(v) = map.remove(key) {
+            typed::<Option<usize>>(&format!("{prefix}{key}"), v)?;
+        }
+    }
+    if let Some(v) = map.remove("phase") {
+        typed::<Option<Phase>>(&format!("{prefix}phase"), v)?;
+    }
+    if let Some(v) = map.remove("utilisation") {
+        typed::<Option<f64>>(&format!("{prefix}utilisation"), v)?;
+    }
+    Ok(())
+}
+
+/// Names the field of one module spec at fault: its kind, or the parameter of that kind.
+fn diagnose_module(field: &str, value: Value) -> Result<(), ApiError> {
+    let Value::Object(mut map) = value else {
+        return Err(ApiError::field(
+            field,
+            format!("a module must be an object, got {}", type_name(&value)),
+        ));
+    };
+    let Some(kind) = map.remove("kind") else {
+        return Err(ApiError::field(
+            format!("{field}.kind"),
+            format!(
+                "missing field `kind` (one of {})",
+                ModuleKind::names().join(", ")
+            ),
+        ));
+    };
+    let kind: ModuleKind = typed(&format!("{field}.kind"), kind)?;
+    context_fields(&mut map, &format!("{field}."))?;
+    let rest = Value::Object(map);
+    match kind {
+        ModuleKind::Conv2d => typed::<Conv2d>(field, rest).map(drop),
+        ModuleKind::Linear => typed::<Linear>(field, rest).map(drop),
+        ModuleKind::Matmul => typed::<Matmul>(field, rest).map(drop),
+        ModuleKind::MaxPool2d | ModuleKind::AvgPool2d => typed::<Pool2d>(field, rest).map(drop),
+        ModuleKind::BatchNorm2d => typed::<BatchNorm2d>(field, rest).map(drop),
+        ModuleKind::LayerNorm => typed::<LayerNorm>(field, rest).map(drop),
+        ModuleKind::Relu
+        | ModuleKind::Gelu
+        | ModuleKind::Sigmoid
+        | ModuleKind::Tanh
+        | ModuleKind::Add
+        | ModuleKind::Mul
+        | ModuleKind::Softmax => typed::<Elementwise>(field, rest).map(drop),
+    }
+}
+
+fn diagnose_predict(body: &[u8], original: &serde_json::Error) -> ApiError {
+    let result = (|| {
+        let mut map = parse_value(body)?;
+        unknown_fields(&map, PREDICT_FIELDS)?;
+        if let Some(v) = map.remove("module")
+            && !v.is_null()
+        {
+            diagnose_module("module", v)?;
+        }
+        if let Some(v) = map.remove("modules") {
+            match v {
+                Value::Array(items) => {
+                    for (i, item) in items.into_iter().enumerate() {
+                        diagnose_module(&format!("modules[{i}]"), item)?;
+                    }
+                }
+                Value::Null => {}
+                other => {
+                    return Err(ApiError::field(
+                        "modules",
+                        format!(
+                            "`modules` must be an array of module specs, got {}",
+                            type_name(&other)
+                        ),
+                    ));
+                }
+            }
+        }
+        context_fields(&mut map, "")
+    })();
+    result
+        .err()
+        .unwrap_or_else(|| ApiError::field("body", original.to_string()))
+}
+
+fn diagnose_network(body: &[u8], original: &serde_json::Error) -> ApiError {
+    let result = (|| {
+        let mut map = parse_value(body)?;
+        unknown_fields(&map, NETWORK_FIELDS)?;
+        match map.remove("network") {
+            None | Some(Value::Null) => {
+                return Err(ApiError::field(
+                    "network",
+                    "missing field `network` (a zoo name or a network object)",
+                ));
+            }
+            Some(Value::String(_)) => {}
+            Some(v @ Value::Object(_)) => {
+                typed::<Network>("network", v)?;
+            }
+            Some(other) => {
+                return Err(ApiError::field(
+                    "network",
+                    format!(
+                        "`network` must be a zoo name or a network object, got {}",
+                        type_name(&other)
+                    ),
+                ));
+            }
+        }
+        if let Some(v) = map.remove("resolution") {
+            typed::<Option<usize>>("resolution", v)?;
+        }
+        context_fields(&mut map, "")
+    })();
+    result
+        .err()
+        .unwrap_or_else(|| ApiError::field("body", original.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn err(body: &str) -> ApiError {
+        parse_predict(body.as_bytes()).unwrap_err()
+    }
+
+    const CONV: &str = r#"{"kind": "conv2d", "in_channels": 3, "out_channels": 64, "input_hw": 224, "kernel": 7, "stride": 2, "padding": 3}"#;
+
+    #[test]
+    fn one_module_and_many_modules_parse_with_their_contexts() {
+        let q = parse_predict(format!(r#"{{"module": {CONV}, "batch": 8}}"#).as_bytes()).unwrap();
+        assert_eq!(q.0.len(), 1);
+        assert_eq!(q.0[0].1.batch, 8);
+        assert_eq!(q.0[0].1.phase, Phase::Inference);
+        assert_eq!(q.0[0].0.kind(), ModuleKind::Conv2d);
+
+        let body = format!(
+            r#"{{"modules": [{CONV}, {{"kind": "relu", "shape": [1, 2, 3], "batch": 2, "phase": "training"}}],
+                "phase": "inference", "threads": 2}}"#
+        );
+        let q = parse_predict(body.as_bytes()).unwrap();
+        assert_eq!(q.0.len(), 2);
+        assert_eq!((q.0[0].1.batch, q.0[0].1.threads), (1, 2));
+        assert_eq!(q.0[1].1.batch, 2);
+        assert_eq!(q.0[1].1.phase, Phase::Training);
+        assert_eq!(q.0[1].1.threads, 2);
+    }
+
+    #[test]
+    fn the_modules_file_format_of_the_cli_is_accepted() {
+        // `perfcast predict --modules-file` reads an array of such entries.
+        let body = r#"{"modules": [{"kind": "linear", "in_features": 512, "out_features": 256, "batch": 4, "phase": "training"}]}"#;
+        let q = parse_predict(body.as_bytes()).unwrap();
+        assert_eq!(q.0[0].1.batch, 4);
+    }
+
+    #[test]
+    fn malformed_json_is_400_naming_the_body() {
+        let e = err(r#"{"module": "#);
+        assert_eq!(e.status, 400);
+        assert_eq!(e.field.as_deref(), Some("body"));
+        let e = err("[1, 2]");
+        assert_eq!((e.status, e.field.as_deref()), (422, Some("body")));
+    }
+
+    #[test]
+    fn wrong_fields_are_422_naming_the_field() {
+        let e = err(r#"{"modulez": []}"#);
+        assert_eq!(e.field.as_deref(), Some("modulez"));
+        assert_eq!(e.status, 422);
+        let e = err(r#"{"modules": [{"kind": "conv9d"}]}"#);
+        assert_eq!(e.field.as_deref(), Some("modules[0].kind"), "{e:?}");
+        let e = err(
+            r#"{"modules": [{"kind": "relu", "shape": [1, 1, 1]}, {"kind": "linear", "in_features": "x", "out_features": 2}]}"#,
+        );
+        assert_eq!(e.field.as_deref(), Some("modules[1].in_features"), "{e:?}");
+        let e = err(r#"{"module": {"kind": "linear", "in_features": 4}}"#);
+        assert_eq!(e.field.as_deref(), Some("module"), "{e:?}");
+        assert!(e.error.contains("out_features"), "{e:?}");
+        let e = err(
+            r#"{"module": {"kind": "linear", "in_features": 4, "out_features": 2, "bogus": 1}}"#,
+        );
+        assert!(e.error.contains("bogus"), "{e:?}");
+        let e = err(r#"{"module": {"kind": "relu", "shape": [1, 1, 1]}, "phase": "sideways"}"#);
+        assert_eq!(e.field.as_deref(), Some("phase"), "{e:?}");
+        let e = err(r#"{"module": {"kind": "relu", "shape": [1, 1, 1], "batch": -1}}"#);
+        assert_eq!(e.field.as_deref(), Some("module.batch"), "{e:?}");
+        let e = err(r#"{"modules": {"kind": "relu"}}"#);
+        assert_eq!(e.field.as_deref(), Some("modules"), "{e:?}");
+    }
+
+    #[test]
+    fn impossible_values_are_422_naming_the_module_or_context_field() {
+        let e = err(
+            r#"{"module": {"kind": "conv2d", "in_channels": 3, "out_channels": 8, "input_hw": 4, "kernel": 9}}"#,
+        );
+        assert_eq!(e.field.as_deref(), Some("module"));
+        assert!(e.error.contains("kernel"), "{e:?}");
+        let e = err(r#"{"modules": [{"kind": "relu", "shape": [1, 0, 1]}]}"#);
+        assert_eq!(e.field.as_deref(), Some("modules[0]"));
+        let e = err(r#"{"module": {"kind": "relu", "shape": [1, 1, 1]}, "batch": 0}"#);
+        assert_eq!(e.field.as_deref(), Some("batch"));
+        let e = err(r#"{"modules": [{"kind": "relu", "shape": [1, 1, 1], "threads": 0}]}"#);
+        assert_eq!(e.field.as_deref(), Some("modules[0].threads"));
+        let e = err(r#"{"module": {"kind": "relu", "shape": [1, 1, 1]}, "utilisation": 1.5}"#);
+        assert_eq!(e.field.as_deref(), Some("utilisation"));
+        let e = err(r#"{"module": {"kind": "relu", "shape": [1, 1, 99999999999]}}"#);
+        assert!(e.error.contains("larger than"), "{e:?}");
+        let e = err(r#"{"module": {"kind": "relu", "shape": [1, 1, 18446744073709551615]}}"#);
+        assert!(e.error.contains("18446744073709551615"), "{e:?}");
+        let e = err(r#"{"modules": []}"#);
+        assert_eq!(e.field.as_deref(), Some("modules"));
+        let e = err(r#"{"batch": 2}"#);
+        assert_eq!(e.field.as_deref(), Some("modules"));
+        let e = err(&format!(r#"{{"module": {CONV}, "modules": [{CONV}]}}"#));
+        assert_eq!(e.field.as_deref(), Some("module"));
+    }
+
+    #[test]
+    fn network_requests_name_zoo_or_inline_networks() {
+        let q = parse_network(br#"{"network": "VGG16", "batch": 4, "resolution": 112}"#).unwrap();
+        let NetworkQuery::Zoo {
+            name,
+            resolution,
+            context,
+        } = q
+        else {
+            panic!("zoo")
+        };
+        assert_eq!(
+            (name.as_str(), resolution, context.batch),
+            ("vgg16", Some(112), 4)
+        );
+        let inline = r#"{"network": {"name": "n", "input": [4], "layers": [
+            {"name": "fc", "spec": {"kind": "linear", "in_features": 4, "out_features": 2}}]}}"#;
+        assert!(matches!(
+            parse_network(inline.as_bytes()).unwrap(),
+            NetworkQuery::Inline { .. }
+        ));
+        let e = parse_network(br#"{"network": "vgg17"}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("network"));
+        assert!(e.error.contains("vgg16"));
+        let e = parse_network(br#"{"network": "vgg16", "resolution": 0}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("resolution"));
+        let e = parse_network(br#"{"network": 3}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("network"));
+        let e = parse_network(br#"{"batch": 3}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("network"));
+        let e = parse_network(br#"{"network": {"name": "n", "input": [4], "layers": "x"}}"#)
+            .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("network.layers"), "{e:?}");
+        let e = parse_network(br#"{"network": "vgg16", "phase": 1}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("phase"));
+    }
+}
