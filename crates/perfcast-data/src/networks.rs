@@ -43,6 +43,9 @@ pub struct NetworkRecord {
     pub params: usize,
     /// End-to-end latency statistics per run.
     pub timing: Timing,
+    /// Median duration of the optimiser update inside a training step, ms (training only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_ms: Option<f64>,
     /// Sum of the layers' latencies measured one by one as modules (`measure --layers`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layer_sum_ms: Option<f64>,
@@ -149,6 +152,7 @@ mod tests {
             params: 61_706,
             timing: Timing::median_only(ms),
             layer_sum_ms: None,
+            update_ms: None,
             perfcast_version: "0".into(),
             timestamp: 0,
         }

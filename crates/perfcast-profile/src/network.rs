@@ -193,18 +193,30 @@ impl NetworkRun {
     /// One run: the forward pass (inference) or a training step (forward, backward, SGD
     /// update), synchronised with the device before returning.
     pub fn step(&mut self) -> Result<(), String> {
+        self.step_timed().map(|_| ())
+    }
+
+    /// [`NetworkRun::step`], also returning how long the optimiser update took (training),
+    /// timed between device synchronisations so it is the update's own cost.
+    pub fn step_timed(&mut self) -> Result<Option<std::time::Duration>, String> {
+        let sync = |device: &Device| device.sync().map_err(|e| e.to_string());
         let out = self.forward();
-        if self.training {
-            let mut grads = out.sum().backward();
-            for (layer, velocity) in self.layers.iter_mut().zip(&mut self.velocity) {
-                for (param, v) in layer.params.iter_mut().zip(velocity.iter_mut()) {
-                    param.sgd_step(&mut grads, v, self.lr, 0.9);
-                }
-            }
-        } else {
+        if !self.training {
             drop(out);
+            sync(&self.device)?;
+            return Ok(None);
         }
-        self.device.sync().map_err(|e| e.to_string())
+        let mut grads = out.sum().backward();
+        sync(&self.device)?;
+        let start = std::time::Instant::now();
+        for (layer, velocity) in self.layers.iter_mut().zip(&mut self.velocity) {
+            for (param, v) in layer.params.iter_mut().zip(velocity.iter_mut()) {
+                param.sgd_step(&mut grads, v, self.lr, 0.9);
+            }
+        }
+        drop(grads);
+        sync(&self.device)?;
+        Ok(Some(start.elapsed()))
     }
 }
 
@@ -227,9 +239,30 @@ pub fn prepare_network(
     context: &Context,
     device: &Device,
 ) -> Result<(Call, NetworkCounts), String> {
+    let (call, counts, _) = prepare_network_timed(network, context, device)?;
+    Ok((call, counts))
+}
+
+/// Update durations (seconds) a timed [`Call`] records, one per training step it ran.
+pub type UpdateTimes = std::rc::Rc<std::cell::RefCell<Vec<f64>>>;
+
+/// [`prepare_network`], with the optimiser update's duration recorded on every call.
+pub fn prepare_network_timed(
+    network: &Network,
+    context: &Context,
+    device: &Device,
+) -> Result<(Call, NetworkCounts, UpdateTimes), String> {
     let mut run = NetworkRun::new(network, context, device)?;
     let counts = run.counts();
-    Ok((Box::new(move || catch(|| run.step())?), counts))
+    let updates = UpdateTimes::default();
+    let record = updates.clone();
+    let call: Call = Box::new(move || {
+        if let Some(d) = catch(|| run.step_timed())?? {
+            record.borrow_mut().push(d.as_secs_f64());
+        }
+        Ok(())
+    });
+    Ok((call, counts, updates))
 }
 
 /// How whole networks are timed: fewer, longer samples than modules (a VGG training step
@@ -245,20 +278,41 @@ pub fn network_timing(max_time_s: f64) -> TimingConfig {
     }
 }
 
+/// A network measured end to end.
+#[derive(Clone, Debug)]
+pub struct NetworkTiming {
+    /// Statistics per run.
+    pub timing: Timing,
+    /// Layer and parameter counts.
+    pub counts: NetworkCounts,
+    /// Median duration of the optimiser update inside a training step, ms (training only).
+    pub update_ms: Option<f64>,
+}
+
 /// Measures `network` end to end on `backend` with `context.threads` threads: the statistics
-/// per run and the network's counts. Errors (a backend panic included) come back as text.
+/// per run, the network's counts and (training) the update's own median duration. Errors (a
+/// backend panic included) come back as text.
 pub fn measure(
     network: &Network,
     context: &Context,
     backend: Backend,
     timing: &TimingConfig,
-) -> Result<(Timing, NetworkCounts), String> {
+) -> Result<NetworkTiming, String> {
     let device = backend.device().map_err(|e| e.to_string())?;
     with_threads(context.threads, || {
         catch(|| -> Result<_, String> {
-            let (mut call, counts) = prepare_network(network, context, &device)?;
+            let (mut call, counts, updates) = prepare_network_timed(network, context, &device)?;
             let t = crate::timer::measure(&mut call, timing)?;
-            Ok((t, counts))
+            let mut u = updates.borrow().clone();
+            let update_ms = (!u.is_empty()).then(|| {
+                u.sort_by(f64::total_cmp);
+                1e3 * perfcast_data::summary::quantile(&u, 0.5)
+            });
+            Ok(NetworkTiming {
+                timing: t,
+                counts,
+                update_ms,
+            })
         })
         .and_then(|r| r)
     })

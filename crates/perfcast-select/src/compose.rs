@@ -15,7 +15,7 @@
 //! calibration runs cannot produce wild constants. The terms are kept apart in the bundle and in
 //! every prediction ([`Composed`]), so a user sees what the host costs add.
 
-use perfcast_core::{Network, Phase, features};
+use perfcast_core::{Network, Phase};
 use serde::{Deserialize, Serialize};
 
 /// The fitted host-cost terms of one phase.
@@ -29,15 +29,38 @@ pub struct PhaseCosts {
     pub per_layer_ms: f64,
     /// Factor on the sum of layer predictions (cache effects between layers).
     pub layer_scale: f64,
-    /// Optimiser update per million parameters, ms (training; 0 for inference).
+    /// Optimiser update per million parameters held in tensors that fit in cache, ms
+    /// (training; 0 for inference).
     pub update_ms_per_mparam: f64,
+    /// Optimiser update per million parameters held in tensors too large for cache (their
+    /// parameters, gradients and velocities stream from memory), ms.
+    #[serde(default)]
+    pub update_large_ms_per_mparam: f64,
+    /// A parameter tensor is large when its update streams more than this many bytes
+    /// (parameter, gradient, velocity: 12 bytes per parameter); the device's last-level cache.
+    /// `None`: one rate for every tensor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub large_tensor_bytes: Option<f64>,
     /// Calibration runs the terms were fitted on.
     pub runs: usize,
     /// MAPE (%) of the plain sum on the calibration runs.
     pub plain_mape: f64,
     /// MAPE (%) of the composed prediction on the calibration runs (in-sample).
     pub fit_mape: f64,
+    /// The prior's strength the terms were fitted with.
+    #[serde(default)]
+    pub lambda: f64,
+    /// Leave-one-network-out MAPE (%) of the composed prediction at that strength: each
+    /// network predicted by terms fitted on the others (absent with fewer than 3 networks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cv_mape: Option<f64>,
+    /// Leave-one-network-out MAPE (%) of the plain sum, for comparison.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cv_plain_mape: Option<f64>,
 }
+
+/// Bytes one parameter's update streams: the parameter, its gradient and its velocity.
+const UPDATE_BYTES_PER_PARAM: f64 = 12.0;
 
 /// Host-cost terms per phase, and what they were fitted on.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -66,7 +89,7 @@ impl HostCosts {
 }
 
 /// What a network run is made of, besides its layers' predictions.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RunShape {
     /// Sum of the layers' predicted latencies, ms.
     pub layer_sum_ms: f64,
@@ -74,6 +97,43 @@ pub struct RunShape {
     pub layers: usize,
     /// Trainable parameters.
     pub params: usize,
+    /// Elements of every trainable parameter tensor.
+    pub tensors: Vec<usize>,
+}
+
+impl RunShape {
+    /// Parameters in tensors whose update streams more than `large_bytes`.
+    pub fn large_params(&self, large_bytes: f64) -> usize {
+        self.tensors
+            .iter()
+            .filter(|&&n| n as f64 * UPDATE_BYTES_PER_PARAM > large_bytes)
+            .sum()
+    }
+}
+
+/// The trainable parameter tensors of a module, by element count (as burn's layers hold them).
+pub fn param_tensors(spec: &perfcast_core::ModuleSpec) -> Vec<usize> {
+    use perfcast_core::ModuleSpec as M;
+    match spec {
+        M::Conv2d(c) => {
+            let w = c.out_channels * (c.in_channels / c.groups.max(1)) * c.kernel[0] * c.kernel[1];
+            let mut t = vec![w];
+            if c.bias {
+                t.push(c.out_channels);
+            }
+            t
+        }
+        M::Linear(l) => {
+            let mut t = vec![l.in_features * l.out_features];
+            if l.bias {
+                t.push(l.out_features);
+            }
+            t
+        }
+        M::BatchNorm2d(b) => vec![b.channels, b.channels],
+        M::LayerNorm(l) => vec![l.features, l.features],
+        _ => Vec::new(),
+    }
 }
 
 /// A composed network prediction, term by term.
@@ -102,7 +162,10 @@ impl PhaseCosts {
     pub fn compose(&self, run: &RunShape) -> Composed {
         let scale_ms = (self.layer_scale - 1.0) * run.layer_sum_ms;
         let dispatch_ms = self.per_layer_ms * run.layers as f64;
-        let update_ms = self.update_ms_per_mparam * run.params as f64 / 1e6;
+        let large = run.large_params(self.large_tensor_bytes.unwrap_or(f64::INFINITY));
+        let update_ms = (self.update_ms_per_mparam * (run.params - large) as f64
+            + self.update_large_ms_per_mparam * large as f64)
+            / 1e6;
         let total = run.layer_sum_ms + self.per_run_ms + scale_ms + dispatch_ms + update_ms;
         Composed {
             layer_sum_ms: run.layer_sum_ms,
@@ -118,14 +181,16 @@ impl PhaseCosts {
 impl RunShape {
     /// The shape of a run of `network` whose layers' predictions sum to `layer_sum_ms`.
     pub fn of(network: &Network, layer_sum_ms: f64) -> RunShape {
+        let tensors: Vec<usize> = network
+            .layers
+            .iter()
+            .flat_map(|l| param_tensors(&l.spec))
+            .collect();
         RunShape {
             layer_sum_ms,
             layers: network.layers.len(),
-            params: network
-                .layers
-                .iter()
-                .map(|l| features::derive(&l.spec, 1).params)
-                .sum::<f64>() as usize,
+            params: tensors.iter().sum(),
+            tensors,
         }
     }
 }
@@ -165,7 +230,98 @@ pub fn fit_phase(
     runs: &[(RunShape, f64)],
     lambda: f64,
 ) -> Result<PhaseCosts, String> {
-    let with_update = phase == Phase::Training;
+    fit_phase_with(phase, runs, lambda, None)
+}
+
+/// The optimiser update's cost, measured directly: per million parameters in tensors that
+/// fit in cache and in those that do not.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct UpdateCosts {
+    /// ms per million parameters in cache-sized tensors.
+    pub small_ms_per_mparam: f64,
+    /// ms per million parameters in larger tensors.
+    pub large_ms_per_mparam: f64,
+    /// The size threshold, bytes streamed per tensor update.
+    pub large_tensor_bytes: f64,
+}
+
+impl UpdateCosts {
+    /// The update's predicted duration for a run, ms.
+    pub fn ms(&self, run: &RunShape) -> f64 {
+        let large = run.large_params(self.large_tensor_bytes);
+        (self.small_ms_per_mparam * (run.params - large) as f64
+            + self.large_ms_per_mparam * large as f64)
+            / 1e6
+    }
+}
+
+/// Fits [`UpdateCosts`] to measured update durations `(run, update ms, step ms)`: least squares
+/// on the error relative to the whole step (what a network prediction feels), both rates
+/// non-negative. `None` without usable rows.
+pub fn fit_update(rows: &[(RunShape, f64, f64)], large_tensor_bytes: f64) -> Option<UpdateCosts> {
+    let rows: Vec<(f64, f64, f64, f64)> = rows
+        .iter()
+        .filter(|(r, u, t)| r.params > 0 && u.is_finite() && *u > 0.0 && t.is_finite() && *t > 0.0)
+        .map(|(r, u, t)| {
+            let large = r.large_params(large_tensor_bytes) as f64 / 1e6;
+            (r.params as f64 / 1e6 - large, large, *u, *t)
+        })
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    // One rate for every tensor: a = Σ p u / t² / Σ p² / t².
+    let single = || {
+        let (num, den) = rows.iter().fold((0.0, 0.0), |(n, d), (s, l, u, t)| {
+            let p = s + l;
+            (n + p * u / (t * t), d + p * p / (t * t))
+        });
+        (den > 0.0).then(|| num / den)
+    };
+    // Two rates: the 2x2 normal equations.
+    let (mut a11, mut a12, mut a22, mut b1, mut b2) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for (sm, lg, u, t) in &rows {
+        let w = 1.0 / (t * t);
+        a11 += w * sm * sm;
+        a12 += w * sm * lg;
+        a22 += w * lg * lg;
+        b1 += w * sm * u;
+        b2 += w * lg * u;
+    }
+    let det = a11 * a22 - a12 * a12;
+    if det.abs() > 1e-12 * (a11 * a22).max(1e-300) {
+        let small = (b1 * a22 - b2 * a12) / det;
+        let large = (a11 * b2 - a12 * b1) / det;
+        if small >= 0.0 && large >= 0.0 {
+            return Some(UpdateCosts {
+                small_ms_per_mparam: small,
+                large_ms_per_mparam: large,
+                large_tensor_bytes,
+            });
+        }
+    }
+    let a = single()?;
+    Some(UpdateCosts {
+        small_ms_per_mparam: a,
+        large_ms_per_mparam: a,
+        large_tensor_bytes,
+    })
+}
+
+/// [`fit_phase`] with the update term fixed when given (measured directly, see
+/// [`fit_update`]), so only the other terms are fitted.
+pub fn fit_phase_with(
+    phase: Phase,
+    runs: &[(RunShape, f64)],
+    lambda: f64,
+    update: Option<&UpdateCosts>,
+) -> Result<PhaseCosts, String> {
+    let fixed_update = if phase == Phase::Training {
+        update
+    } else {
+        None
+    };
+    let with_update = phase == Phase::Training && fixed_update.is_none();
     let terms = if with_update { 4 } else { 3 };
     if runs.len() < terms {
         return Err(format!(
@@ -204,9 +360,12 @@ pub fn fit_phase(
     let mut ata = [[0.0; 4]; 4];
     let mut atb = [0.0; 4];
     for (r, m) in runs {
+        // Target: the measured share the fitted terms must explain (all of it, or what the
+        // fixed update term leaves).
+        let target = 1.0 - fixed_update.map_or(0.0, |u| u.ms(r)) / m;
         for i in 0..terms {
             let ai = column(r, i) / m;
-            atb[i] += ai; // target: measured / measured = 1
+            atb[i] += ai * target;
             for (j, cell) in ata[i].iter_mut().enumerate().take(terms) {
                 *cell += ai * column(r, j) / m;
             }
@@ -224,10 +383,25 @@ pub fn fit_phase(
         per_run_ms: theta[0],
         per_layer_ms: theta[1],
         layer_scale: theta[2],
-        update_ms_per_mparam: if with_update { theta[3] } else { 0.0 },
+        update_ms_per_mparam: match (with_update, fixed_update) {
+            (true, _) => theta[3],
+            (false, Some(u)) => u.small_ms_per_mparam,
+            (false, None) => 0.0,
+        },
+        update_large_ms_per_mparam: match (with_update, fixed_update) {
+            (true, _) => theta[3],
+            (false, Some(u)) => u.large_ms_per_mparam,
+            (false, None) => 0.0,
+        },
+        large_tensor_bytes: fixed_update
+            .map(|u| u.large_tensor_bytes)
+            .filter(|b| b.is_finite()),
         runs: runs.len(),
         plain_mape: 0.0,
         fit_mape: 0.0,
+        lambda,
+        cv_mape: None,
+        cv_plain_mape: None,
     };
     let measured: Vec<f64> = runs.iter().map(|(_, m)| *m).collect();
     let plain_pred: Vec<f64> = runs.iter().map(|(r, _)| r.layer_sum_ms).collect();
@@ -238,6 +412,73 @@ pub fn fit_phase(
     Ok(PhaseCosts {
         plain_mape: mape(&plain_pred, &measured),
         fit_mape: mape(&fit_pred, &measured),
+        ..costs
+    })
+}
+
+/// Prior strengths [`fit_phase_cv`] chooses from; the last is, in effect, the plain sum.
+pub const LAMBDAS: [f64; 7] = [1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0, 1e6];
+
+/// Fits one phase's terms with the prior strength chosen by leave-one-network-out
+/// cross-validation: for each strength in `lambdas`, every network (`groups[i]` names run `i`'s)
+/// is predicted by terms fitted on the other networks' runs; the strength with the lowest MAPE
+/// wins (ties go to the stronger prior), and the terms are refitted on every run with it.
+///
+/// With fewer than three networks there is nothing to cross-validate: `fallback` is used.
+pub fn fit_phase_cv(
+    phase: Phase,
+    runs: &[(RunShape, f64)],
+    groups: &[String],
+    lambdas: &[f64],
+    fallback: f64,
+    update: Option<&UpdateCosts>,
+) -> Result<PhaseCosts, String> {
+    let fit = |runs: &[(RunShape, f64)], lambda: f64| fit_phase_with(phase, runs, lambda, update);
+    let mut names: Vec<&String> = groups.iter().collect();
+    names.sort();
+    names.dedup();
+    if names.len() < 3 || lambdas.is_empty() {
+        return fit(runs, fallback);
+    }
+    let measured: Vec<f64> = runs.iter().map(|(_, m)| *m).collect();
+    let plain_pred: Vec<f64> = runs.iter().map(|(r, _)| r.layer_sum_ms).collect();
+    let cv_plain = mape(&plain_pred, &measured);
+    let mut best: Option<(f64, f64)> = None; // (cv MAPE, lambda)
+    for &lambda in lambdas {
+        let mut pred = Vec::with_capacity(runs.len());
+        let mut truth = Vec::with_capacity(runs.len());
+        for name in &names {
+            let train: Vec<(RunShape, f64)> = runs
+                .iter()
+                .zip(groups)
+                .filter(|(_, g)| g != name)
+                .map(|(r, _)| r.clone())
+                .collect();
+            // Too few runs left to fit this strength: it cannot be judged, skip it.
+            let Ok(costs) = fit(&train, lambda) else {
+                pred.clear();
+                break;
+            };
+            for ((r, m), _) in runs.iter().zip(groups).filter(|(_, g)| g == name) {
+                pred.push(costs.compose(r).total_ms);
+                truth.push(*m);
+            }
+        }
+        if pred.is_empty() {
+            continue;
+        }
+        let cv = mape(&pred, &truth);
+        if best.is_none_or(|(b, _)| cv <= b) {
+            best = Some((cv, lambda));
+        }
+    }
+    let Some((cv, lambda)) = best else {
+        return fit(runs, fallback);
+    };
+    let costs = fit(runs, lambda)?;
+    Ok(PhaseCosts {
+        cv_mape: Some(cv),
+        cv_plain_mape: Some(cv_plain),
         ..costs
     })
 }
@@ -280,6 +521,7 @@ mod tests {
             layer_sum_ms: sum,
             layers,
             params,
+            tensors: vec![params],
         }
     }
 
@@ -293,12 +535,18 @@ mod tests {
             runs: 0,
             plain_mape: 0.0,
             fit_mape: 0.0,
+            update_large_ms_per_mparam: 0.0,
+            large_tensor_bytes: None,
+            lambda: 0.0,
+            cv_mape: None,
+            cv_plain_mape: None,
         };
         let mut runs = Vec::new();
         for (i, layers) in [8usize, 21, 54, 140].into_iter().enumerate() {
             for sum in [1.0, 5.0, 40.0] {
                 let s = shape(sum * (1.0 + i as f64), layers, 100_000 * (i + 1) * (i + 1));
-                runs.push((s, truth.compose(&s).total_ms));
+                let total = truth.compose(&s).total_ms;
+                runs.push((s, total));
             }
         }
         let fit = fit_phase(Phase::Training, &runs, 1e-9).unwrap();
@@ -341,6 +589,11 @@ mod tests {
             runs: 1,
             plain_mape: 0.0,
             fit_mape: 0.0,
+            update_large_ms_per_mparam: 0.0,
+            large_tensor_bytes: None,
+            lambda: 0.0,
+            cv_mape: None,
+            cv_plain_mape: None,
         };
         let c = costs.compose(&shape(10.0, 4, 2_000_000));
         assert_eq!(c.dispatch_ms, -2.0);
@@ -348,5 +601,76 @@ mod tests {
         assert!((c.total_ms - 13.0).abs() < 1e-12);
         let floor = costs.compose(&shape(10.0, 100, 0));
         assert_eq!(floor.total_ms, 5.0);
+    }
+
+    #[test]
+    fn cross_validation_prefers_the_plain_sum_when_terms_do_not_generalise() {
+        // Each network has its own unrelated offset: terms fitted on some do not carry over,
+        // so the strongest prior (the plain sum) predicts held-out networks best.
+        let mut runs = Vec::new();
+        let mut groups = Vec::new();
+        for (g, factor) in [(0, 1.3), (1, 0.75), (2, 1.2), (3, 0.8)] {
+            for sum in [1.0, 2.0, 4.0] {
+                runs.push((shape(sum, 10 + 7 * g, 1000), sum * factor));
+                groups.push(format!("net{g}"));
+            }
+        }
+        let fit = fit_phase_cv(Phase::Inference, &runs, &groups, &LAMBDAS, 0.01, None).unwrap();
+        assert_eq!(fit.lambda, 1e6, "{fit:?}");
+        assert!(
+            fit.cv_mape.unwrap() <= fit.cv_plain_mape.unwrap() + 0.5,
+            "{fit:?}"
+        );
+
+        // A shared per-run cost does generalise: a weak prior wins and the CV error is small.
+        let runs: Vec<_> = runs
+            .iter()
+            .map(|(r, _)| (r.clone(), r.layer_sum_ms + 0.5))
+            .collect();
+        let fit = fit_phase_cv(Phase::Inference, &runs, &groups, &LAMBDAS, 0.01, None).unwrap();
+        assert!(fit.lambda <= 0.1, "{fit:?}");
+        assert!(
+            fit.cv_mape.unwrap() < 1.0 && fit.cv_plain_mape.unwrap() > 10.0,
+            "{fit:?}"
+        );
+    }
+
+    #[test]
+    fn a_measured_update_term_is_kept_and_the_rest_is_fitted() {
+        // Tensors of 1M parameters (12 MB per update) and 0.1M: large above 4 MB.
+        let run = |big: usize, small: usize| RunShape {
+            layer_sum_ms: 10.0,
+            layers: 10,
+            params: big * 1_000_000 + small * 100_000,
+            tensors: [vec![1_000_000; big], vec![100_000; small]].concat(),
+        };
+        let truth = |r: &RunShape| {
+            let large = r.large_params(4e6) as f64 / 1e6;
+            3.0 * large + 1.0 * (r.params as f64 / 1e6 - large)
+        };
+        let rows: Vec<_> = [(2, 5), (10, 1), (1, 30), (0, 8)]
+            .iter()
+            .map(|&(b, s)| {
+                let r = run(b, s);
+                let u = truth(&r);
+                (r, u, 100.0)
+            })
+            .collect();
+        let u = fit_update(&rows, 4e6).unwrap();
+        assert!((u.large_ms_per_mparam - 3.0).abs() < 1e-9, "{u:?}");
+        assert!((u.small_ms_per_mparam - 1.0).abs() < 1e-9, "{u:?}");
+        assert_eq!(fit_update(&[], 4e6), None);
+
+        let runs: Vec<_> = (1..=6)
+            .map(|i| {
+                let s = shape(10.0 * i as f64, 20, 1_000_000 * i);
+                let total = 1.1 * s.layer_sum_ms + u.ms(&s);
+                (s, total)
+            })
+            .collect();
+        let fit = fit_phase_with(Phase::Training, &runs, 1e-9, Some(&u)).unwrap();
+        assert_eq!(fit.update_large_ms_per_mparam, u.large_ms_per_mparam);
+        assert!((fit.layer_scale - 1.1).abs() < 1e-3, "{fit:?}");
+        assert!(fit.fit_mape < 0.1, "{fit:?}");
     }
 }

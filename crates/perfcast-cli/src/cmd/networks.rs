@@ -179,7 +179,7 @@ fn measure_all(
                     utilisation: 0.0,
                 };
                 context.validate()?;
-                let (t, counts) =
+                let measured =
                     measure(&net.network, &context, o.backend, &timing).map_err(|e| {
                         anyhow::anyhow!("measuring `{}` at batch {batch} ({phase}): {e}", net.label)
                     })?;
@@ -206,10 +206,11 @@ fn measure_all(
                     threads: o.threads,
                     backend: o.backend.name().to_string(),
                     device: device.clone(),
-                    layers: counts.layers,
-                    param_tensors: counts.param_tensors,
-                    params: counts.params,
-                    timing: t,
+                    layers: measured.counts.layers,
+                    param_tensors: measured.counts.param_tensors,
+                    params: measured.counts.params,
+                    timing: measured.timing,
+                    update_ms: measured.update_ms,
                     layer_sum_ms: layer_times.map(|ts| ts.iter().map(|t| t.median_ms).sum::<f64>()),
                     perfcast_version: perfcast_core::VERSION.to_string(),
                     timestamp: now(),
@@ -425,9 +426,10 @@ pub struct CalibrateArgs {
     bundle: PathBuf,
     #[command(flatten)]
     source: RunsSource,
-    /// Strength of the pull towards the plain sum (0: none)
-    #[arg(long, default_value_t = 0.01)]
-    lambda: f64,
+    /// Strength of the pull towards the plain sum (0: none); default: chosen by
+    /// leave-one-network-out cross-validation over the calibration networks
+    #[arg(long)]
+    lambda: Option<f64>,
     /// Fit and report, but leave the bundle as it is
     #[arg(long)]
     dry_run: bool,
@@ -438,11 +440,12 @@ pub struct CalibrateArgs {
 
 /// `perfcast calibrate`.
 pub fn calibrate(a: CalibrateArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
-    anyhow::ensure!(
-        a.lambda.is_finite() && a.lambda >= 0.0,
-        "`--lambda` must be a non-negative number, got {}",
-        a.lambda
-    );
+    if let Some(l) = a.lambda {
+        anyhow::ensure!(
+            l.is_finite() && l >= 0.0,
+            "`--lambda` must be a non-negative number, got {l}"
+        );
+    }
     let bundle = load_bundle(&a.bundle)?;
     let mut manifest = bundle.manifest.clone();
     let predictor = Predictor::new(bundle);
@@ -465,16 +468,48 @@ pub fn calibrate(a: CalibrateArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         }
     }
     for phase in [Phase::Inference, Phase::Training] {
-        let data: Vec<(RunShape, f64)> = runs
+        let (data, groups): (Vec<(RunShape, f64)>, Vec<String>) = runs
             .iter()
             .zip(&compared)
             .filter(|((_, r), _)| r.phase == phase)
-            .map(|((_, r), c)| (RunShape::of(&r.network, c.plain_ms), r.timing.median_ms))
-            .collect();
+            .map(|((label, r), c)| {
+                (
+                    (RunShape::of(&r.network, c.plain_ms), r.timing.median_ms),
+                    label.clone(),
+                )
+            })
+            .unzip();
         if data.is_empty() {
             continue;
         }
-        let fitted = compose::fit_phase(phase, &data, a.lambda)
+        let lambdas: Vec<f64> = match a.lambda {
+            Some(l) => vec![l],
+            None => compose::LAMBDAS.to_vec(),
+        };
+        // The update's own duration is measured inside every training step: fit its cost per
+        // parameter directly (tensors beyond the last-level cache apart) rather than leave it
+        // to the network-level fit.
+        let cache_bytes = manifest.device.cache_mb * 1024.0 * 1024.0;
+        let update = compose::fit_update(
+            &runs
+                .iter()
+                .zip(&compared)
+                .filter(|((_, r), _)| r.phase == Phase::Training)
+                .filter_map(|((_, r), c)| {
+                    Some((
+                        RunShape::of(&r.network, c.plain_ms),
+                        r.update_ms?,
+                        r.timing.median_ms,
+                    ))
+                })
+                .collect::<Vec<_>>(),
+            if cache_bytes > 0.0 {
+                cache_bytes
+            } else {
+                f64::INFINITY
+            },
+        );
+        let fitted = compose::fit_phase_cv(phase, &data, &groups, &lambdas, 0.01, update.as_ref())
             .map_err(|e| anyhow::anyhow!("calibrating {phase}: {e}"))?;
         match phase {
             Phase::Inference => costs.inference = Some(fitted),
@@ -513,10 +548,19 @@ pub fn calibrate(a: CalibrateArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A fitted term in ms; below a nanosecond it is shown as 0 (the prior held it there).
+fn fmt_term(ms: f64) -> String {
+    if ms.abs() < 1e-6 {
+        "0".to_string()
+    } else {
+        fmt_ms(ms)
+    }
+}
+
 /// The terms as a small table (also used by `bundle show`).
 pub fn render_costs(costs: &HostCosts) -> String {
     let mut t = format!(
-        "{:<10} {:>10} {:>12} {:>8} {:>14} {:>5} {:>11} {:>12}\n",
+        "{:<10} {:>10} {:>12} {:>8} {:>14} {:>5} {:>11} {:>12} {:>10} {:>13}\n",
         "phase",
         "per run",
         "per layer",
@@ -524,7 +568,9 @@ pub fn render_costs(costs: &HostCosts) -> String {
         "update/Mparam",
         "runs",
         "plain MAPE",
-        "fitted MAPE"
+        "fitted MAPE",
+        "LONO plain",
+        "LONO composed"
     );
     for (name, c) in [
         ("inference", &costs.inference),
@@ -532,18 +578,35 @@ pub fn render_costs(costs: &HostCosts) -> String {
     ] {
         if let Some(c) = c {
             t.push_str(&format!(
-                "{:<10} {:>10} {:>12} {:>8} {:>14} {:>5} {:>10}% {:>11}%\n",
+                "{:<10} {:>10} {:>12} {:>8} {:>14} {:>5} {:>10}% {:>11}% {:>10} {:>13}\n",
                 name,
-                fmt_ms(c.per_run_ms),
-                fmt_ms(c.per_layer_ms),
+                fmt_term(c.per_run_ms),
+                fmt_term(c.per_layer_ms),
                 sig3(c.layer_scale),
-                fmt_ms(c.update_ms_per_mparam),
+                if c.update_large_ms_per_mparam != c.update_ms_per_mparam {
+                    format!(
+                        "{}/{}",
+                        fmt_term(c.update_ms_per_mparam),
+                        fmt_term(c.update_large_ms_per_mparam)
+                    )
+                } else {
+                    fmt_term(c.update_ms_per_mparam)
+                },
                 c.runs,
                 sig3(c.plain_mape),
-                sig3(c.fit_mape)
+                sig3(c.fit_mape),
+                c.cv_plain_mape
+                    .map_or("-".to_string(), |m| format!("{}%", sig3(m))),
+                c.cv_mape
+                    .map_or("-".to_string(), |m| format!("{}%", sig3(m)))
             ));
         }
     }
+    t.push_str(
+        "(update/Mparam: in tensors that fit in cache / in larger ones, measured inside the \
+         training steps; LONO: leave one network out, each predicted by terms fitted on the \
+         other networks; the prior's strength is chosen by it)\n",
+    );
     t
 }
 
