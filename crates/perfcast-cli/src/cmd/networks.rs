@@ -264,6 +264,69 @@ fn save_layers(
     Ok(())
 }
 
+/// Times every distinct layer of `nets` alone at each batch, in both phases, as `profile`
+/// times modules, and appends the rows `dataset` does not hold yet (network-aware profiling:
+/// the module models then know exactly the layers these networks use). Returns the layer
+/// configurations timed.
+pub fn profile_layers(
+    nets: &[NetworkChoice],
+    batches: &[usize],
+    threads: usize,
+    dataset: &Path,
+    ui: &Ui,
+) -> anyhow::Result<usize> {
+    let ds = DatasetDir::open(dataset)?;
+    let timing = perfcast_profile::timer::TimingConfig::default();
+    let phases = [Phase::Inference, Phase::Training];
+    let bar = progress(
+        ui,
+        (nets.len() * batches.len() * phases.len()) as u64,
+        "layers",
+    );
+    let mut timed = 0;
+    for net in nets {
+        for &batch in batches {
+            for phase in phases {
+                bar.set_message(format!("{} batch {batch} {}", net.label, phase.name()));
+                let context = Context {
+                    batch,
+                    phase,
+                    threads,
+                    utilisation: 0.0,
+                };
+                context.validate()?;
+                // Skip layers already stored: a rerun (or a second network sharing layers)
+                // measures only what is new.
+                let mut stored = std::collections::HashMap::new();
+                let mut layers = Vec::new();
+                for l in &net.network.layers {
+                    let kind = l.spec.kind();
+                    if !stored.contains_key(&kind) {
+                        stored.insert(kind, ds.measured_keys(kind)?);
+                    }
+                    let key = measurement_key(&l.spec, &context, Backend::Flex.name());
+                    if !stored[&kind].contains(&key) {
+                        layers.push(l.clone());
+                    }
+                }
+                let fresh = Network {
+                    layers,
+                    ..net.network.clone()
+                };
+                if !fresh.layers.is_empty() {
+                    let t = measure_layers(&fresh, &context, Backend::Flex, &timing)
+                        .map_err(|e| anyhow::anyhow!("measuring `{}`: {e}", net.label))?;
+                    timed += t.len();
+                    save_layers(&ds, &fresh, &context, Backend::Flex, &t)?;
+                }
+                bar.inc(1);
+            }
+        }
+    }
+    bar.finish_and_clear();
+    Ok(timed)
+}
+
 /// `perfcast measure`.
 pub fn run_measure(a: MeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     let nets = choices(&a.network, &a.network_file, a.resolution)?;
@@ -781,7 +844,7 @@ fn write_plot(path: &Path, runs: &[Compared], device: &str) -> anyhow::Result<()
             });
         }
     }
-    let title = format!("whole networks on {device}: predicted vs measured");
+    let title = format!("{device}: networks");
     let chart = plot::Chart {
         title: &title,
         x_label: "measured (ms)",

@@ -4,10 +4,10 @@
 use std::process::ExitCode;
 
 use clap::{Args, Parser};
-use perfcast_core::{Context, Phase, zoo};
-use perfcast_select::Predictor;
+use perfcast_core::{Context, Phase};
+use perfcast_select::{Predictor, RunShape};
 
-use super::{predict, profile, train};
+use super::{networks, predict, profile, train};
 use crate::Ui;
 use crate::output::{emit, fmt_ms};
 
@@ -36,16 +36,28 @@ pub struct QuickstartArgs {
     /// Model families to train and choose from
     #[arg(long, default_value = "ridge,knn,trees,roofline,medn")]
     models: String,
-    /// Zoo networks to predict at the end
+    /// Zoo networks to predict at the end (`name@resolution` for another input size); their
+    /// layers are profiled too, at these batch sizes
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "lenet5,alexnet,resnet18,mobilenetv2,vgg16"
+        default_value = "lenet5,alexnet,resnet18,mobilenetv2,vgg16@112"
     )]
     networks: Vec<String>,
     /// Batch sizes of those predictions
     #[arg(long, value_delimiter = ',', default_value = "1,8")]
     batch: Vec<usize>,
+    /// Networks measured end to end to fit the host-cost terms (other than the predicted ones)
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "vgg11@64,resnet50@64,transformer@64"
+    )]
+    calibration_networks: Vec<String>,
+    /// Skip profiling the networks' own layers and the host-cost calibration (faster; network
+    /// predictions then rest on the random sweep alone)
+    #[arg(long)]
+    fast: bool,
 }
 
 #[derive(Parser)]
@@ -71,7 +83,7 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     ));
     let s = |v: &str| v.to_string();
     ui.info(format!(
-        "1/3 profiling {} configurations over 12 kinds into `{}` (resumable)",
+        "1/4 profiling {} configurations over 12 kinds into `{}` (resumable)",
         KINDS
             .iter()
             .map(|(k, m)| k.split(',').count() * m * a.samples)
@@ -96,9 +108,37 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             return Ok(code);
         }
     }
+    let predicted: Vec<networks::NetworkChoice> = a
+        .networks
+        .iter()
+        .map(|n| networks::zoo_choice(n, None))
+        .collect::<anyhow::Result<_>>()?;
+    let calibration: Vec<networks::NetworkChoice> = a
+        .calibration_networks
+        .iter()
+        .map(|n| networks::zoo_choice(n, None))
+        .collect::<anyhow::Result<_>>()?;
+    let calibration_batch = [1, 4];
+    if a.fast {
+        ui.info("2/4 skipped (--fast): the networks' own layers are not profiled");
+    } else {
+        ui.info(format!(
+            "2/4 profiling the layers of {} (batch {}) and of the calibration networks {}",
+            a.networks.join(", "),
+            a.batch
+                .iter()
+                .map(|b| b.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            a.calibration_networks.join(", ")
+        ));
+        let n = networks::profile_layers(&predicted, &a.batch, 1, &data, ui)?
+            + networks::profile_layers(&calibration, &calibration_batch, 1, &data, ui)?;
+        ui.info(format!("    {n} new layer measurements"));
+    }
     let dir = train::bundle_dir(&a.bundle);
     ui.info(format!(
-        "2/3 training {} on every kind, auto-selecting into `{}`",
+        "3/4 training {} on every kind, auto-selecting into `{}`",
         a.models,
         dir.display()
     ));
@@ -124,14 +164,41 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     if code != ExitCode::SUCCESS {
         return Ok(code);
     }
-    ui.info("3/3 predicting zoo networks");
+    if a.fast {
+        ui.info("4/4 predicting zoo networks (host-cost calibration skipped: --fast)");
+    } else {
+        ui.info(format!(
+            "4/4 measuring {} end to end to fit the host-cost terms, then predicting",
+            a.calibration_networks.join(", ")
+        ));
+        let code = networks::calibrate(
+            parse(&[
+                s("calibrate"),
+                s("--bundle"),
+                dir.display().to_string(),
+                s("--networks"),
+                a.calibration_networks.join(","),
+                s("--batch"),
+                s("1,4"),
+                s("--phase"),
+                s("inference,training"),
+                s("--max-time-s"),
+                s("1"),
+            ])?,
+            ui,
+        )?;
+        if code != ExitCode::SUCCESS {
+            return Ok(code);
+        }
+    }
     let predictor = Predictor::new(predict::load_bundle(&dir)?);
+    let costs = predictor.bundle().manifest.host_costs.clone();
     let mut t = format!(
         "\n{:<14} {:>6} {:>14} {:>14}\n",
         "network", "batch", "inference", "training step"
     );
-    for name in &a.networks {
-        let net = zoo::build(name, None)?;
+    for choice in &predicted {
+        let (name, net) = (&choice.label, &choice.network);
         for &batch in &a.batch {
             let mut cells = Vec::new();
             for phase in [Phase::Inference, Phase::Training] {
@@ -141,7 +208,12 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
                     threads: 1,
                     utilisation: 0.0,
                 };
-                cells.push(fmt_ms(predictor.predict_network(&net, &context)?.total_ms));
+                let sum = predictor.predict_network(net, &context)?.total_ms;
+                let total = costs
+                    .as_ref()
+                    .and_then(|c| c.phase(phase))
+                    .map_or(sum, |c| c.compose(&RunShape::of(net, sum)).total_ms);
+                cells.push(fmt_ms(total));
             }
             t.push_str(&format!(
                 "{:<14} {:>6} {:>14} {:>14}\n",
@@ -150,8 +222,13 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         }
     }
     t.push_str(&format!(
-        "\n(sum of per-layer predictions, 1 thread; `perfcast predict --network resnet18 --batch 8` \
-         shows the layers; bundle: `{}`)\n",
+        "\n({}, 1 thread; `perfcast predict --network resnet18 --batch 8` shows the layers; \
+         `perfcast eval networks` measures and compares; bundle: `{}`)\n",
+        if costs.is_some() {
+            "sum of per-layer predictions with the host-cost terms"
+        } else {
+            "sum of per-layer predictions"
+        },
         dir.display()
     ));
     emit(&t)?;
