@@ -38,3 +38,15 @@ import-all:
 # Train every cheap model on a dataset: just train datasets/neusight/tesla-v100-pcie-32gb models/v100
 train DATA OUT *ARGS:
     cargo run --release -p perfcast-cli -- train --data {{DATA}} --out {{OUT}} {{ARGS}}
+
+# The shipped cross-device GPU bundle checkpoints/gpu from the imported NeuSight and Justus data
+# (`just import-all` first); models/gpu keeps the training report
+gpu-bundle:
+    cargo run --release -p perfcast-cli -- train --data datasets/neusight datasets/justus --models ridge,trees --folds 3 --seed 0 --out models/gpu --force --bundle checkpoints/gpu --max-model-kb 4096 --no-progress
+
+# Leave-one-device-out and anchor-mapping figures of the cross-device models
+eval-devices:
+    cargo run --release -p perfcast-cli -- eval devices --data datasets/neusight --modules linear,matmul --models ridge,knn,trees
+    cargo run --release -p perfcast-cli -- eval devices --data datasets/justus --modules conv2d --models trees --holdout tesla-v100-pcie-16gb
+    cargo run --release -p perfcast-cli -- eval anchor --data datasets/deepbench --modules conv2d --phase training --anchor all --same-kind
+    cargo run --release -p perfcast-cli -- eval anchor --data datasets/deepbench --modules matmul --anchor all --same-kind

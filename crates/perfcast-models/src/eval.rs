@@ -222,6 +222,9 @@ pub enum ModelParams {
     Roofline(RooflineParams),
     /// Multi-task encoder-decoder network (or, with `multi_task = false`, the MLP baseline).
     Medn(MednParams),
+    /// Any other family fitted across devices (`trees-xdev`, ...): see [`crate::device_features`].
+    #[serde(rename = "xdev")]
+    CrossDevice(Box<crate::device_features::CrossDeviceParams>),
 }
 
 impl ModelParams {
@@ -234,6 +237,11 @@ impl ModelParams {
             "roofline" => Ok(ModelParams::Roofline(RooflineParams::default())),
             "medn" => Ok(ModelParams::Medn(MednParams::default())),
             "mlp" => Ok(ModelParams::Medn(MednParams::mlp())),
+            other if other.ends_with("-xdev") => {
+                Ok(crate::device_features::CrossDeviceParams::wrap(
+                    ModelParams::by_name(other.trim_end_matches("-xdev"))?,
+                ))
+            }
             other => Err(Error::UnknownModel(other.to_string())),
         }
     }
@@ -247,13 +255,16 @@ impl ModelParams {
             ModelParams::Roofline(_) => "roofline",
             ModelParams::Medn(p) if !p.multi_task => "mlp",
             ModelParams::Medn(_) => "medn",
+            ModelParams::CrossDevice(p) => p.name(),
         }
     }
 
     /// Hands a progress bar to the families that train for long (MEDN and the MLP).
     pub fn set_progress(&mut self, bar: &indicatif::ProgressBar) {
-        if let ModelParams::Medn(p) = self {
-            p.progress = crate::medn::Progress(Some(bar.clone()));
+        match self {
+            ModelParams::Medn(p) => p.progress = crate::medn::Progress(Some(bar.clone())),
+            ModelParams::CrossDevice(p) => p.inner.set_progress(bar),
+            _ => {}
         }
     }
 
@@ -265,6 +276,7 @@ impl ModelParams {
             ModelParams::Trees(p) => p.validate(),
             ModelParams::Roofline(p) => p.validate(),
             ModelParams::Medn(p) => p.validate(),
+            ModelParams::CrossDevice(p) => p.validate(),
         }
     }
 
@@ -276,6 +288,7 @@ impl ModelParams {
             ModelParams::Trees(p) => Box::new(p.fit(data)?),
             ModelParams::Roofline(p) => Box::new(p.fit(data)?),
             ModelParams::Medn(p) => Box::new(p.fit(data)?),
+            ModelParams::CrossDevice(p) => Box::new(p.fit(data)?),
         })
     }
 }

@@ -304,6 +304,16 @@ pub fn row_into(spec: &ModuleSpec, context: &Context, device: &DeviceSpec, out: 
 /// and the backward shapes.
 pub fn row_in_phase(schema: &FeatureSchema, x: &[f64], phase: Phase) -> Result<Vec<f64>> {
     crate::regressor::check_width(schema, x.len())?;
+    if crate::device_features::is_extended(schema) {
+        // A cross-device model's inner row: the single-device row, then its device block.
+        let base = FeatureSchema::for_kind(schema.kind);
+        // Spec fields after the block do not depend on the phase.
+        let mut out = row_in_phase(&base, &x[..base.len()], phase)?;
+        let head = out.clone();
+        crate::device_features::extend_row(&base, &head, &mut out)?;
+        out.extend_from_slice(&x[out.len()..]);
+        return Ok(out);
+    }
     let at = |name: &str| -> Result<f64> {
         schema
             .index(name)

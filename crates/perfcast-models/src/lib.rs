@@ -12,6 +12,8 @@
 //! efficiencies fitted per kind), [`medn`] (the multi-task encoder-decoder network in burn, and
 //! the single-task MLP baseline, with a fast `f32` inference path).
 
+pub mod anchor;
+pub mod device_features;
 mod error;
 pub mod eval;
 pub mod features;

@@ -117,6 +117,9 @@ pub enum SavedModel {
     Medn(crate::medn::FittedMedn),
     /// Single-task MLP per target (PerfNet-style baseline).
     Mlp(crate::medn::FittedMedn),
+    /// A model of any family fitted across devices (device block, roofline-normalised).
+    #[serde(rename = "crossdevice")]
+    CrossDevice(crate::device_features::SavedCrossDevice),
 }
 
 impl SavedModel {
@@ -128,6 +131,9 @@ impl SavedModel {
             SavedModel::Trees(m) => Box::new(m),
             SavedModel::Roofline(m) => Box::new(m),
             SavedModel::Medn(m) | SavedModel::Mlp(m) => Box::new(m),
+            SavedModel::CrossDevice(m) => {
+                Box::new(crate::device_features::FittedCrossDevice::from_saved(m))
+            }
         }
     }
 }

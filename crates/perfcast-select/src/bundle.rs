@@ -91,6 +91,18 @@ pub struct Manifest {
     /// Network host-cost terms (`perfcast calibrate`); absent until calibrated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_costs: Option<HostCosts>,
+    /// The devices a cross-device bundle was trained on (empty: a single-device bundle, which
+    /// predicts only `device`). A cross-device bundle predicts any device from its spec
+    /// ([`Bundle::load_for_device`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trained_devices: Vec<DeviceSpec>,
+}
+
+impl Manifest {
+    /// Whether the bundle predicts devices from their specs.
+    pub fn cross_device(&self) -> bool {
+        !self.trained_devices.is_empty()
+    }
 }
 
 /// A loaded bundle: the manifest and the chosen model of every kind.
@@ -198,7 +210,37 @@ impl Bundle {
 
     /// Loads a bundle and every model in it.
     pub fn load(dir: &Path) -> Result<Bundle> {
-        let manifest = Bundle::read_manifest(dir)?;
+        Bundle::load_with(dir, None)
+    }
+
+    /// Loads a bundle to predict `device`: a cross-device bundle answers for any valid spec
+    /// (its models learn it, and the spec roofline of kinds it has no model for uses it); a
+    /// single-device bundle only for its own device.
+    pub fn load_for_device(dir: &Path, device: &DeviceSpec) -> Result<Bundle> {
+        device
+            .validate()
+            .map_err(|e| bundle_err(dir, e.to_string()))?;
+        Bundle::load_with(dir, Some(device))
+    }
+
+    fn load_with(dir: &Path, device: Option<&DeviceSpec>) -> Result<Bundle> {
+        let mut manifest = Bundle::read_manifest(dir)?;
+        if let Some(device) = device {
+            let same = device.name == manifest.device.name
+                && device.peak_gflops == manifest.device.peak_gflops
+                && device.mem_bandwidth_gbs == manifest.device.mem_bandwidth_gbs;
+            if !same && !manifest.cross_device() {
+                return Err(bundle_err(
+                    dir,
+                    format!(
+                        "was trained on `{}` only and cannot predict `{}`; train a cross-device \
+                         bundle (`perfcast train --data <datasets of several devices> --bundle ..`)",
+                        manifest.device.name, device.name
+                    ),
+                ));
+            }
+            manifest.device = device.clone();
+        }
         let mut models = BTreeMap::new();
         for (name, entry) in &manifest.kinds {
             let kind: ModuleKind = name.parse().map_err(|_| {
@@ -209,8 +251,11 @@ impl Bundle {
             })?;
             let path = dir.join(&entry.file);
             let bytes = std::fs::read(&path).map_err(|e| bundle_err(&path, e.to_string()))?;
-            let saved: SavedModel = serde_json::from_slice(&bytes)
+            let mut saved: SavedModel = serde_json::from_slice(&bytes)
                 .map_err(|e| bundle_err(&path, format!("corrupt or truncated model: {e}")))?;
+            if let Some(device) = device {
+                saved = saved.with_device(device);
+            }
             let model = saved.into_regressor();
             let expected = FeatureSchema::for_kind(kind);
             let hash = format!("{:016x}", model.schema().hash());

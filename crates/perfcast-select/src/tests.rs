@@ -91,6 +91,7 @@ fn write(dir: &std::path::Path) -> Box<dyn Regressor> {
         budget: Budget::default(),
         kinds,
         host_costs: None,
+        trained_devices: Vec::new(),
     };
     write_bundle(
         dir,

@@ -3,11 +3,13 @@
 pub mod backends;
 pub mod datasets;
 pub mod devices;
+pub mod devices_eval;
 pub mod import;
 pub mod networks;
 pub mod predict;
 pub mod profile;
 pub mod quickstart;
 pub mod scale;
+pub mod target_device;
 pub mod serve;
 pub mod train;

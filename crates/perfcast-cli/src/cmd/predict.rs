@@ -83,6 +83,17 @@ pub struct PredictArgs {
     /// A network from a JSON file (format: `examples/networks/`)
     #[arg(long, conflicts_with = "kind")]
     network_file: Option<PathBuf>,
+    /// Predict for this device: a spec file (perfcast's `device.json` format, or a NeuSight
+    /// `device_configs/*.json`); needs a cross-device bundle unless it is the bundle's device
+    #[arg(long, value_name = "FILE.json", conflicts_with = "device")]
+    device_spec: Option<PathBuf>,
+    /// Predict for a known device by name (`v100`, `a100`, `h100`, `l4`, `t4`, `tesla-p4`, ...;
+    /// `--list-devices` lists them)
+    #[arg(long, value_name = "NAME")]
+    device: Option<String>,
+    /// List the known devices `--device` selects from, and exit
+    #[arg(long)]
+    list_devices: bool,
     /// Output format
     #[arg(long, value_enum, default_value_t)]
     format: Format,
@@ -381,6 +392,10 @@ pub fn load_bundle(dir: &Path) -> anyhow::Result<Bundle> {
 }
 
 pub fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
+    if a.list_devices {
+        emit(&crate::cmd::target_device::devices_table())?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let context = Context {
         batch: a.batch,
         phase: a.phase,
@@ -423,7 +438,25 @@ pub fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
              3x224x224 --out-channels 64 --kernel 7`), `--modules-file`, `--network` or `--network-file`"
         );
     };
-    let predictor = Predictor::new(load_bundle(&a.bundle)?);
+    let target =
+        crate::cmd::target_device::target_device(a.device_spec.as_deref(), a.device.as_deref())?;
+    let bundle = match &target {
+        Some(device) => {
+            let b = Bundle::load_for_device(&a.bundle, device)?;
+            if b.manifest.cross_device() {
+                ui.info(format!(
+                    "predicting for `{}` ({} GFLOP/s, {} GB/s) with a bundle trained on {} devices",
+                    device.name,
+                    sig3(device.peak_gflops),
+                    sig3(device.mem_bandwidth_gbs),
+                    b.manifest.trained_devices.len()
+                ));
+            }
+            b
+        }
+        None => load_bundle(&a.bundle)?,
+    };
+    let predictor = Predictor::new(bundle);
     if let Some(net) = net {
         let p = predictor.predict_network(&net, &context)?;
         let composed = predictor

@@ -21,9 +21,11 @@ use crate::plot;
 /// Arguments of `perfcast train`.
 #[derive(Debug, Args)]
 pub struct TrainArgs {
-    /// Dataset directory (one device: `device.json` + `<module>.parquet`)
-    #[arg(long)]
-    data: PathBuf,
+    /// Dataset directory (one device: `device.json` + `<module>.parquet`); several, or a
+    /// folder of them (`datasets/neusight`), train across devices: every family reads the
+    /// device's spec and learns the roofline-normalised latency (`<family>-xdev`)
+    #[arg(long, required = true, num_args = 1..)]
+    data: Vec<PathBuf>,
     /// Model families, comma-separated: ridge, knn, trees, roofline, medn (multi-task
     /// encoder-decoder network), mlp (single-task MLP of the same size)
     #[arg(
@@ -230,13 +232,14 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         "`{}` already exists\n\nhint: pass `--force` to replace it, or choose another `--out`",
         args.out.display()
     );
-    let dir = DatasetDir::open(&args.data)?;
-    let device = dir.device()?;
-    let present = dir.kinds();
+    let source = crate::cmd::devices_eval::TrainSource::open(&args.data)?;
+    let device = source.device.clone();
+    let params = source.params(params);
+    let present = source.kinds();
     anyhow::ensure!(
         !present.is_empty(),
         "`{}` holds no module tables",
-        args.data.display()
+        source.label()
     );
     let kinds = if args.modules.is_empty() {
         present.clone()
@@ -247,7 +250,7 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         let names: Vec<&str> = present.iter().map(|k| k.name()).collect();
         anyhow::bail!(
             "`{}` has no `{missing}` table (it has: {})",
-            args.data.display(),
+            source.label(),
             names.join(", ")
         );
     }
@@ -279,9 +282,7 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     // figures across kinds).
     let mut fitted_models: BTreeMap<String, (SavedModel, Vec<f64>)> = BTreeMap::new();
     for kind in kinds {
-        let records = dir.read(kind)?;
-        let data = TrainSet::from_records(kind, &records, &device)
-            .with_context(|| format!("`{}`", dir.module_path(kind).display()))?;
+        let data = source.train_set(kind)?;
         // A kind with a handful of rows (e.g. added by `measure --layers-into`) cannot be
         // cross-validated; when kinds were not named, skip it rather than fail the whole run.
         let min_rows = MIN_ROWS_PER_FOLD * args.folds.max(2);
@@ -294,7 +295,7 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             continue;
         }
         let (train_idx, test_idx) = holdout(&data, args.test_share, args.split, args.seed)
-            .with_context(|| format!("splitting `{}`", dir.module_path(kind).display()))?;
+            .with_context(|| format!("splitting `{}`", source.path(kind)))?;
         let train_set = data.select(&train_idx);
         let test_set = data.select(&test_idx);
         std::fs::create_dir_all(staging.path().join(kind.name()))?;
@@ -305,11 +306,7 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             bar.set_message(format!("{kind}: {}", p.name()));
             let cv = cross_validate(p, &train_set, args.folds, args.split, args.seed)
                 .with_context(|| {
-                    format!(
-                        "cross-validating {} on `{}`",
-                        p.name(),
-                        dir.module_path(kind).display()
-                    )
+                    format!("cross-validating {} on `{}`", p.name(), source.path(kind))
                 })?;
             let model = p.fit(&train_set)?;
             let test = score(model.as_ref(), &test_set)?;
@@ -499,7 +496,7 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     }
     bar.finish_and_clear();
     let report = TrainReport {
-        data: args.data.clone(),
+        data: PathBuf::from(source.label()),
         device: device.name.clone(),
         split: args.split,
         folds: args.folds,
@@ -517,7 +514,14 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             &fitted_models,
             &budget,
             &dir,
-            &device,
+            (
+                &device,
+                if source.cross_device() {
+                    &source.devices
+                } else {
+                    &[]
+                },
+            ),
             name,
         )?);
     }
@@ -586,7 +590,7 @@ fn write_selected_bundle(
     fitted: &BTreeMap<String, (SavedModel, Vec<f64>)>,
     budget: &perfcast_select::Budget,
     dir: &Path,
-    device: &perfcast_core::DeviceSpec,
+    (device, trained_devices): (&perfcast_core::DeviceSpec, &[perfcast_core::DeviceSpec]),
     name: &str,
 ) -> anyhow::Result<SelectionReport> {
     use perfcast_select::bundle::{FORMAT, KindEntry, Manifest, feature_ranges, write_bundle};
@@ -644,6 +648,7 @@ fn write_selected_bundle(
         budget: budget.clone(),
         kinds: entries,
         host_costs: None,
+        trained_devices: trained_devices.to_vec(),
     };
     write_bundle(dir, &manifest, &files)?;
 
@@ -807,9 +812,14 @@ pub struct EvalArgs {
     /// Directory written by `perfcast train`
     #[arg(long, required = true)]
     models: Option<PathBuf>,
-    /// Dataset to score the saved models on
-    #[arg(long, required = true)]
-    data: Option<PathBuf>,
+    /// Dataset to score the saved models on (with `--leave-one-device-out`: datasets of
+    /// several devices, or a folder of them)
+    #[arg(long, required = true, num_args = 1..)]
+    data: Vec<PathBuf>,
+    /// Leave one device out instead: `--models` lists model families (`ridge,knn,trees,medn`)
+    /// fitted across the other devices of `--data`; same as `perfcast eval devices`
+    #[arg(long)]
+    leave_one_device_out: bool,
     /// Output format
     #[arg(long, value_enum, default_value_t)]
     format: Format,
@@ -842,9 +852,14 @@ pub fn load_model(path: &Path, kind: ModuleKind) -> anyhow::Result<Box<dyn Regre
     Ok(model)
 }
 
-pub fn eval(args: EvalArgs, _ui: &Ui) -> anyhow::Result<ExitCode> {
-    let (Some(models), Some(data)) = (&args.models, &args.data) else {
-        anyhow::bail!("`perfcast eval` needs `--models <dir>` and `--data <dataset>`");
+pub fn eval(args: EvalArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
+    if args.leave_one_device_out
+        && let Some(models) = &args.models
+    {
+        return crate::cmd::devices_eval::eval_flag_form(models, &args.data, args.format, ui);
+    }
+    let (Some(models), [data]) = (&args.models, args.data.as_slice()) else {
+        anyhow::bail!("`perfcast eval` needs `--models <dir>` and one `--data <dataset>`");
     };
     let report_path = models.join("report.json");
     let report: TrainReport = serde_json::from_slice(

@@ -87,6 +87,7 @@ pub mod csv;
 pub mod deepbench;
 pub mod gpus;
 pub mod justus;
+pub mod known;
 pub mod neusight;
 mod read;
 

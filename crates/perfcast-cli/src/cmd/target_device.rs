@@ -1,0 +1,263 @@
+//! The device `perfcast predict` predicts for: `--device-spec <file.json>` or `--device <name>`
+//! (the table of known GPUs), checked field by field with one-line errors naming the field and
+//! the file.
+
+use std::path::Path;
+
+use anyhow::Context as _;
+use perfcast_core::{Caches, DeviceKind, DeviceSpec, SpecSource};
+use perfcast_data::import::known;
+use serde_json::{Map, Value};
+
+/// A number field: present, a number, finite and above `min` (or at least `min` with
+/// `inclusive`). The error names the field, the value and the file.
+fn number(
+    obj: &Map<String, Value>,
+    field: &str,
+    path: &Path,
+    min: f64,
+    inclusive: bool,
+) -> anyhow::Result<f64> {
+    let v = obj
+        .get(field)
+        .ok_or_else(|| anyhow::anyhow!("`{}`: the device spec has no `{field}`", path.display()))?;
+    let x = v.as_f64().ok_or_else(|| {
+        anyhow::anyhow!("`{}`: `{field}` must be a number, got {v}", path.display())
+    })?;
+    let ok = x.is_finite() && if inclusive { x >= min } else { x > min };
+    anyhow::ensure!(
+        ok,
+        "`{}`: `{field}` must be {} {min}, got {x}",
+        path.display(),
+        if inclusive {
+            "at least"
+        } else {
+            "greater than"
+        }
+    );
+    Ok(x)
+}
+
+/// A whole-number field, at least 1.
+fn count(obj: &Map<String, Value>, field: &str, path: &Path) -> anyhow::Result<u32> {
+    let x = number(obj, field, path, 1.0, true)?;
+    anyhow::ensure!(
+        x.fract() == 0.0 && x <= f64::from(u32::MAX),
+        "`{}`: `{field}` must be a whole number, got {x}",
+        path.display()
+    );
+    Ok(x as u32)
+}
+
+/// Reads a device spec file: perfcast's own format (`perfcast devices --format json`, or a
+/// dataset's `device.json`) or a NeuSight `device_configs/*.json`.
+///
+/// perfcast format: `name`, `peak_gflops`, `mem_bandwidth_gbs`, `cores`, `clock_mhz`,
+/// `memory_gb` required; `kind` (default gpu), `threads` (default `cores`), `cache_mb`
+/// (default 0), `caches`, `source` optional.
+pub fn read_device_spec(path: &Path) -> anyhow::Result<DeviceSpec> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the device spec `{}`", path.display()))?;
+    let value: Value = serde_json::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("`{}` is not JSON: {e}", path.display()))?;
+    let obj = value
+        .as_object()
+        .ok_or_else(|| anyhow::anyhow!("`{}`: a device spec is a JSON object", path.display()))?;
+    let spec = if obj.contains_key("Mem_Bw") || obj.contains_key("Num_Sm") {
+        neusight(obj, path)?
+    } else {
+        perfcast(obj, path)?
+    };
+    spec.validate()
+        .map_err(|e| anyhow::anyhow!("`{}`: {e}", path.display()))?;
+    Ok(spec)
+}
+
+fn perfcast(obj: &Map<String, Value>, path: &Path) -> anyhow::Result<DeviceSpec> {
+    let name = obj
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|s| !s.trim().is_empty())
+        .ok_or_else(|| anyhow::anyhow!("`{}`: the device spec has no `name`", path.display()))?
+        .to_string();
+    let kind = match obj.get("kind").and_then(Value::as_str) {
+        None | Some("gpu") => DeviceKind::Gpu,
+        Some("cpu") => DeviceKind::Cpu,
+        Some(other) => anyhow::bail!(
+            "`{}`: `kind` must be `cpu` or `gpu`, got `{other}`",
+            path.display()
+        ),
+    };
+    let cores = count(obj, "cores", path)?;
+    let threads = if obj.contains_key("threads") {
+        count(obj, "threads", path)?
+    } else {
+        cores
+    };
+    let cache_mb = if obj.contains_key("cache_mb") {
+        number(obj, "cache_mb", path, 0.0, true)?
+    } else {
+        0.0
+    };
+    let caches: Caches = match obj.get("caches") {
+        Some(v) => serde_json::from_value(v.clone())
+            .map_err(|e| anyhow::anyhow!("`{}`: `caches`: {e}", path.display()))?,
+        None => Caches::default(),
+    };
+    let source = match obj.get("source").and_then(Value::as_str) {
+        Some("measured") => SpecSource::Measured,
+        _ => SpecSource::Published,
+    };
+    Ok(DeviceSpec {
+        name,
+        kind,
+        peak_gflops: number(obj, "peak_gflops", path, 0.0, false)?,
+        mem_bandwidth_gbs: number(obj, "mem_bandwidth_gbs", path, 0.0, false)?,
+        cores,
+        threads,
+        clock_mhz: number(obj, "clock_mhz", path, 0.0, false)?,
+        memory_gb: number(obj, "memory_gb", path, 0.0, false)?,
+        cache_mb,
+        caches,
+        source,
+    })
+}
+
+fn neusight(obj: &Map<String, Value>, path: &Path) -> anyhow::Result<DeviceSpec> {
+    let name = obj
+        .get("Device")
+        .and_then(Value::as_str)
+        .filter(|s| !s.trim().is_empty())
+        .ok_or_else(|| anyhow::anyhow!("`{}`: the device spec has no `Device`", path.display()))?
+        .trim()
+        .to_string();
+    let peak_field = if obj.contains_key("SingleFLOPs") {
+        "SingleFLOPs"
+    } else {
+        "SingleFLOPsVEC"
+    };
+    let sms = count(obj, "Num_Sm", path)?;
+    let per_sm = count(obj, "Core_Per_SM", path)?;
+    let l2 = number(obj, "L2Cache", path, 0.0, true)?;
+    Ok(DeviceSpec {
+        name,
+        kind: DeviceKind::Gpu,
+        peak_gflops: number(obj, peak_field, path, 0.0, false)?,
+        mem_bandwidth_gbs: number(obj, "Mem_Bw", path, 0.0, false)?,
+        cores: sms,
+        threads: sms.saturating_mul(per_sm),
+        clock_mhz: number(obj, "Freq", path, 0.0, false)?,
+        memory_gb: number(obj, "Dev_Mem", path, 0.0, false)?,
+        cache_mb: l2,
+        caches: Caches {
+            l1d_kb: None,
+            l2_kb: Some(l2 * 1024.0),
+            l3_kb: None,
+        },
+        source: SpecSource::Published,
+    })
+}
+
+/// The device `--device-spec` or `--device` names, if either is given.
+pub fn target_device(
+    spec_file: Option<&Path>,
+    name: Option<&str>,
+) -> anyhow::Result<Option<DeviceSpec>> {
+    match (spec_file, name) {
+        (Some(path), _) => Ok(Some(read_device_spec(path)?)),
+        (None, Some(name)) => Ok(Some(known::lookup(name).map_err(|e| {
+            anyhow::anyhow!(
+                "{e}\n\nhint: `perfcast predict --list-devices` lists them, or pass \
+                             `--device-spec <file.json>`"
+            )
+        })?)),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The known devices as a table (`perfcast predict --list-devices`).
+pub fn devices_table() -> String {
+    let mut t = format!(
+        "{:<32} {:<30} {:>10} {:>8} {:>6} {:>6}\n",
+        "name", "--device", "GFLOP/s", "GB/s", "SMs", "GB"
+    );
+    for s in known::known() {
+        t.push_str(&format!(
+            "{:<32} {:<30} {:>10} {:>8} {:>6} {:>6}\n",
+            s.name,
+            s.slug(),
+            s.peak_gflops,
+            s.mem_bandwidth_gbs,
+            s.cores,
+            s.memory_gb
+        ));
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, text: &str) -> std::path::PathBuf {
+        let p = dir.join("gpu.json");
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn absurd_and_missing_fields_are_named_with_the_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ok = r#"{"name": "X", "peak_gflops": 10000, "mem_bandwidth_gbs": 500, "cores": 40,
+                     "clock_mhz": 1500, "memory_gb": 16}"#;
+        let spec = read_device_spec(&write(tmp.path(), ok)).unwrap();
+        assert_eq!(
+            (spec.cores, spec.threads, spec.kind),
+            (40, 40, DeviceKind::Gpu)
+        );
+        for (text, expect) in [
+            (
+                ok.replace("500", "0"),
+                "`mem_bandwidth_gbs` must be greater than 0, got 0",
+            ),
+            (
+                ok.replace("\"cores\": 40", "\"cores\": -2"),
+                "`cores` must be at least 1, got -2",
+            ),
+            (
+                ok.replace("\"memory_gb\": 16", "\"x\": 1"),
+                "has no `memory_gb`",
+            ),
+            (
+                ok.replace("10000", "\"fast\""),
+                "`peak_gflops` must be a number",
+            ),
+        ] {
+            let err = format!(
+                "{:#}",
+                read_device_spec(&write(tmp.path(), &text)).unwrap_err()
+            );
+            assert!(err.contains(expect), "{err}");
+            assert!(err.contains("gpu.json"), "{err}");
+            assert!(!err.contains('\n'), "{err}");
+        }
+    }
+
+    #[test]
+    fn neusight_configs_read_as_specs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let text = r#"{"Device":"NVIDIA L4","Dev_Mem":24,"Mem_Bw":300,"Num_Sm":60,
+                       "Core_Per_SM":128,"Freq":2040,"SingleFLOPs":31334,"L2Cache":48}"#;
+        let spec = read_device_spec(&write(tmp.path(), text)).unwrap();
+        assert_eq!(spec, known::lookup("l4").unwrap());
+        let err = format!(
+            "{:#}",
+            read_device_spec(&write(
+                tmp.path(),
+                &text.replace("\"Num_Sm\":60", "\"Num_Sm\":-1")
+            ))
+            .unwrap_err()
+        );
+        assert!(err.contains("`Num_Sm` must be at least 1, got -1"), "{err}");
+    }
+}

@@ -1,0 +1,248 @@
+//! The table of known devices `perfcast predict --device <name>` selects from: every
+//! single-device spec NeuSight publishes in `device_configs/` (MIT; copied here as figures so
+//! the binary needs no data folder), then the Justus and DeepBench devices of [`super::gpus`].
+//!
+//! NeuSight's `*_TP.json` (a tensor-parallel pair of H100s with an FP8 peak) is not one device
+//! and is left out, as the importer leaves it out. The AMD files give a vector and a matrix-core
+//! fp32 peak; the vector one is used, as the importer does.
+
+use perfcast_core::{DeviceKind, DeviceSpec};
+
+use super::gpus::{self, Published};
+
+const fn neusight(
+    name: &'static str,
+    gflops: f64,
+    bandwidth_gbs: f64,
+    sms: u32,
+    per_sm: u32,
+    clock_mhz: f64,
+    memory_gb: f64,
+    l2_mb: f64,
+) -> Published {
+    Published {
+        name,
+        kind: DeviceKind::Gpu,
+        gflops,
+        bandwidth_gbs,
+        cores: sms,
+        threads: sms * per_sm,
+        clock_mhz,
+        memory_gb,
+        l2_mb,
+        note: "NeuSight device_configs (MIT)",
+    }
+}
+
+/// NeuSight's published specs, in file-name order.
+pub const NEUSIGHT: [Published; 12] = [
+    neusight(
+        "AMD Instinct MI100",
+        23100.0,
+        1230.0,
+        120,
+        4,
+        1502.0,
+        32.0,
+        8.0,
+    ),
+    neusight(
+        "AMD Instinct MI210",
+        22600.0,
+        1640.0,
+        104,
+        4,
+        1700.0,
+        64.0,
+        16.0,
+    ),
+    neusight(
+        "AMD Instinct MI250",
+        22600.0,
+        1640.0,
+        104,
+        4,
+        1700.0,
+        64.0,
+        16.0,
+    ),
+    neusight(
+        "NVIDIA A100-PCIE-40GB",
+        19492.0,
+        1555.0,
+        108,
+        64,
+        1410.0,
+        40.0,
+        40.0,
+    ),
+    neusight(
+        "NVIDIA A100-SXM4-40GB",
+        19492.0,
+        1555.0,
+        108,
+        64,
+        1410.0,
+        40.0,
+        40.0,
+    ),
+    neusight(
+        "NVIDIA A100 80GB PCIe",
+        19492.0,
+        1935.0,
+        108,
+        64,
+        1410.0,
+        80.0,
+        40.0,
+    ),
+    neusight(
+        "NVIDIA H100 80GB HBM3",
+        66908.0,
+        3430.0,
+        132,
+        128,
+        1980.0,
+        80.0,
+        50.0,
+    ),
+    neusight("NVIDIA L4", 31334.0, 300.0, 60, 128, 2040.0, 24.0, 48.0),
+    neusight(
+        "Tesla P100-PCIE-16GB",
+        9519.0,
+        732.0,
+        56,
+        64,
+        1380.0,
+        16.0,
+        4.0,
+    ),
+    neusight("Tesla P4", 5699.0, 192.0, 40, 64, 1113.0, 8.0, 2.0),
+    neusight("Tesla T4", 8141.0, 320.0, 40, 64, 1590.0, 15.0, 4.0),
+    neusight(
+        "Tesla V100-PCIE-32GB",
+        14029.0,
+        900.0,
+        80,
+        64,
+        1370.0,
+        32.0,
+        6.0,
+    ),
+];
+
+/// Short names for the common GPUs (first match wins over a substring search).
+const ALIASES: &[(&str, &str)] = &[
+    ("v100", "Tesla V100-PCIE-32GB"),
+    ("v100-sxm2", "Tesla V100-SXM2-16GB"),
+    ("a100", "NVIDIA A100-PCIE-40GB"),
+    ("a100-80gb", "NVIDIA A100 80GB PCIe"),
+    ("h100", "NVIDIA H100 80GB HBM3"),
+    ("l4", "NVIDIA L4"),
+    ("t4", "Tesla T4"),
+    ("p4", "Tesla P4"),
+    ("p100", "Tesla P100-PCIE-16GB"),
+    ("k40", "Tesla K40"),
+    ("k80", "Tesla K80 (one GK210)"),
+    ("m60", "Tesla M60 (one GM204)"),
+    ("m40", "Tesla M40"),
+    ("1080ti", "GeForce GTX 1080 Ti"),
+    ("titan-x", "GeForce GTX TITAN X"),
+    ("titan-x-pascal", "TITAN X (Pascal)"),
+    ("titan-xp", "TITAN Xp"),
+    ("mi25", "Radeon Instinct MI25"),
+    ("vega-fe", "Radeon Vega Frontier Edition"),
+    ("mi100", "AMD Instinct MI100"),
+    ("mi210", "AMD Instinct MI210"),
+    ("mi250", "AMD Instinct MI250"),
+    ("knl", "Intel Xeon Phi 7250F"),
+];
+
+/// Every known device: NeuSight's, then the Justus and DeepBench ones (names unique; for
+/// the P100 and T4, in both tables, NeuSight's figures win).
+pub fn known() -> Vec<DeviceSpec> {
+    let mut out: Vec<DeviceSpec> = NEUSIGHT.iter().map(Published::spec).collect();
+    for p in gpus::all() {
+        if !out.iter().any(|s| s.name == p.name) {
+            out.push(p.spec());
+        }
+    }
+    out
+}
+
+/// The known device a name selects: an alias (`v100`), a full name or its slug
+/// (`tesla-t4`), or a unique part of a slug (`h100`). The error lists the candidates.
+pub fn lookup(query: &str) -> Result<DeviceSpec, String> {
+    let all = known();
+    let q = perfcast_core::slugify(query);
+    if let Some((_, name)) = ALIASES.iter().find(|(a, _)| *a == q) {
+        if let Some(s) = all.iter().find(|s| s.name == *name) {
+            return Ok(s.clone());
+        }
+    }
+    if let Some(s) = all.iter().find(|s| s.slug() == q) {
+        return Ok(s.clone());
+    }
+    let hits: Vec<&DeviceSpec> = all.iter().filter(|s| s.slug().contains(&q)).collect();
+    match hits.as_slice() {
+        [one] => Ok((*one).clone()),
+        [] => Err(format!(
+            "unknown device `{query}` (known: {})",
+            ALIASES
+                .iter()
+                .map(|(a, _)| *a)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        many => Err(format!(
+            "`{query}` names several devices: {}",
+            many.iter()
+                .map(|s| format!("`{}`", s.slug()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_known_device_is_valid_and_named_once() {
+        let all = known();
+        let mut names = std::collections::HashSet::new();
+        for s in &all {
+            s.validate().unwrap();
+            assert!(names.insert(s.name.clone()), "{} twice", s.name);
+        }
+        for (alias, name) in ALIASES {
+            assert_eq!(lookup(alias).unwrap().name, *name, "{alias}");
+        }
+    }
+
+    #[test]
+    fn names_slugs_and_parts_select_devices() {
+        assert_eq!(lookup("Tesla T4").unwrap().peak_gflops, 8141.0);
+        assert_eq!(lookup("nvidia-l4").unwrap().cores, 60);
+        assert!(lookup("a100-sxm4").unwrap().name.contains("SXM4"));
+        assert!(lookup("tesla").unwrap_err().contains("several devices"));
+        assert!(lookup("iphone").unwrap_err().contains("unknown device"));
+    }
+
+    #[test]
+    fn the_table_matches_the_published_configs_when_they_are_here() {
+        // The shared data sits beside the repository in development; skipped elsewhere.
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/data/neusight/device_configs");
+        if !dir.is_dir() {
+            return;
+        }
+        let published = super::super::neusight::load_device_configs(&dir).unwrap();
+        assert_eq!(published.len(), NEUSIGHT.len());
+        for p in published {
+            let ours = NEUSIGHT.iter().find(|n| n.name == p.name).unwrap().spec();
+            assert_eq!(ours, p, "{}", p.name);
+        }
+    }
+}

@@ -1,0 +1,511 @@
+//! PROFET-style anchor mapping: a module's latency measured on an *anchor* device, plus the
+//! published specs of the anchor and a *target* device, predicts the module's latency on the
+//! target.
+//!
+//! The model learns the correction `t_target / (t_anchor * roofline_target / roofline_anchor)`
+//! (gradient-boosted trees on its logarithm) from pairs of
+//! devices that both measured the same configurations (DeepBench measured the same kernels on
+//! every device). Its inputs are the module's own features (configuration, work, GEMM shape; the
+//! single-device row without its device columns), the anchor's measured time and achieved
+//! efficiency, and the two specs side by side: the ratios of peak GFLOP/s, bandwidth, SMs,
+//! shader cores, clock and cache, each device's compute share of its roofline time, and the
+//! ratio of the roofline times. Two spec-only baselines are scored beside it: the anchor's time
+//! scaled by the peak-FLOP/s ratio (`flops-ratio`) and by the roofline-time ratio
+//! (`roofline-ratio`).
+
+use std::collections::{BTreeMap, HashMap};
+
+use perfcast_core::{Context, DeviceKind, DeviceSpec, Metrics, ModuleKind, ModuleSpec};
+use perfcast_data::Record;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::features::{FeatureSchema, TrainSet, row};
+use crate::matrix::Matrix;
+use crate::regressor::{Fit, Regressor};
+use crate::trees::{FittedTrees, TreeParams};
+
+/// The methods [`leave_one_target_out`] scores, in report order.
+pub const METHODS: &[&str] = &["learned", "roofline-ratio", "flops-ratio"];
+
+/// Single-device row columns left out of the pair row: they describe one device.
+const DEVICE_COLUMNS: &[&str] = &["dev_peak_gflops", "dev_bandwidth_gbs", "roofline_ms"];
+
+/// The spec-pair features after the module's own.
+pub const PAIR_FEATURES: &[&str] = &[
+    "anchor_ms",
+    "anchor_efficiency",
+    "peak_ratio",
+    "bandwidth_ratio",
+    "sm_ratio",
+    "shader_ratio",
+    "clock_ratio",
+    "cache_ratio",
+    "roofline_ratio",
+    "anchor_compute_share",
+    "target_compute_share",
+    "same_kind",
+];
+
+/// The feature schema of a pair row of `kind`.
+pub fn pair_schema(kind: ModuleKind) -> FeatureSchema {
+    let base = FeatureSchema::for_kind(kind);
+    let names = base
+        .names
+        .iter()
+        .filter(|n| !DEVICE_COLUMNS.contains(&n.as_str()))
+        .cloned()
+        .chain(PAIR_FEATURES.iter().map(|s| (*s).to_string()))
+        .collect();
+    FeatureSchema { kind, names }
+}
+
+/// A module's roofline time on a device (ms) and the compute part's share of compute + memory.
+fn roofline(row: &[f64], schema: &FeatureSchema) -> (f64, f64) {
+    let at = |n: &str| schema.index(n).map_or(0.0, |i| row[i]);
+    let compute = at("work_flops") / (at("dev_peak_gflops") * 1e6);
+    let memory = at("work_bytes") / (at("dev_bandwidth_gbs") * 1e6);
+    let total = compute + memory;
+    (
+        compute.max(memory).max(1e-9),
+        if total > 0.0 { compute / total } else { 0.0 },
+    )
+}
+
+/// The pair row of a module measured at `anchor_ms` on `anchor`, asked for on `target`.
+pub fn pair_row(
+    spec: &ModuleSpec,
+    context: &Context,
+    anchor: &DeviceSpec,
+    target: &DeviceSpec,
+    anchor_ms: f64,
+) -> Vec<f64> {
+    let base = FeatureSchema::for_kind(spec.kind());
+    let ra = row(spec, context, anchor);
+    let rt = row(spec, context, target);
+    let (roof_a, share_a) = roofline(&ra, &base);
+    let (roof_t, share_t) = roofline(&rt, &base);
+    let ratio = |t: f64, a: f64| if a > 0.0 { t / a } else { 1.0 };
+    let mut out: Vec<f64> = base
+        .names
+        .iter()
+        .zip(&ra)
+        .filter(|(n, _)| !DEVICE_COLUMNS.contains(&n.as_str()))
+        .map(|(_, v)| *v)
+        .collect();
+    out.extend_from_slice(&[
+        anchor_ms,
+        roof_a / anchor_ms.max(1e-12),
+        ratio(target.peak_gflops, anchor.peak_gflops),
+        ratio(target.mem_bandwidth_gbs, anchor.mem_bandwidth_gbs),
+        ratio(f64::from(target.cores), f64::from(anchor.cores)),
+        ratio(f64::from(target.threads), f64::from(anchor.threads)),
+        ratio(target.clock_mhz, anchor.clock_mhz),
+        ratio(target.cache_mb, anchor.cache_mb),
+        roof_t / roof_a,
+        share_a,
+        share_t,
+        f64::from(u8::from(target.kind == anchor.kind)),
+    ]);
+    out
+}
+
+fn roofline_ratio_col(schema: &FeatureSchema) -> usize {
+    schema.len() - PAIR_FEATURES.len()
+        + PAIR_FEATURES
+            .iter()
+            .position(|n| *n == "roofline_ratio")
+            .unwrap_or(0)
+}
+
+/// A fitted anchor mapping of one module kind: the anchor's time scaled by the ratio of the
+/// two devices' roofline times, times a learned correction.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AnchorModel {
+    /// Module kind.
+    pub kind: ModuleKind,
+    trees: FittedTrees,
+}
+
+impl AnchorModel {
+    /// Fits on every ordered pair of distinct devices in `devices` over the configurations both
+    /// measured.
+    pub fn fit(kind: ModuleKind, devices: &[&DeviceRows]) -> Result<AnchorModel> {
+        let schema = pair_schema(kind);
+        let ratio_col = roofline_ratio_col(&schema);
+        let mut x = Matrix::with_cols(schema.len());
+        let (mut y, mut groups) = (Vec::new(), Vec::new());
+        for a in devices {
+            for b in devices {
+                if a.device.name == b.device.name {
+                    continue;
+                }
+                for (key, m) in &a.rows {
+                    let Some(t) = b.rows.get(key) else { continue };
+                    let x_ab = pair_row(&m.spec, &m.context, &a.device, &b.device, m.ms);
+                    y.push(t.ms / (m.ms * x_ab[ratio_col]));
+                    x.push_row(&x_ab);
+                    groups.push(m.group);
+                }
+            }
+        }
+        let data = TrainSet {
+            schema,
+            x,
+            y,
+            groups,
+        };
+        // Small, slow trees: the correction is smooth and the pairs are few.
+        let trees = TreeParams {
+            min_samples_leaf: 20,
+            max_leaves: 15,
+            learning_rate: 0.05,
+            baseline: false,
+            ..TreeParams::default()
+        }
+        .fit(&data)?;
+        Ok(AnchorModel { kind, trees })
+    }
+
+    /// The latency on `target` of a module measured at `anchor_ms` on `anchor`, ms.
+    pub fn predict(
+        &self,
+        spec: &ModuleSpec,
+        context: &Context,
+        anchor: &DeviceSpec,
+        target: &DeviceSpec,
+        anchor_ms: f64,
+    ) -> Result<f64> {
+        if spec.kind() != self.kind {
+            return Err(Error::InvalidData(format!(
+                "an anchor mapping of `{}` cannot map a `{}`",
+                self.kind,
+                spec.kind()
+            )));
+        }
+        if !(anchor_ms.is_finite() && anchor_ms > 0.0) {
+            return Err(Error::InvalidData(format!(
+                "the anchor latency must be positive, got {anchor_ms}"
+            )));
+        }
+        let x = pair_row(spec, context, anchor, target, anchor_ms);
+        let ratio = x[roofline_ratio_col(self.trees.schema())];
+        Ok(anchor_ms * ratio * self.trees.predict_row(&x)?)
+    }
+}
+
+/// One measured configuration.
+#[derive(Clone, Debug)]
+pub struct Measured {
+    /// Module.
+    pub spec: ModuleSpec,
+    /// Context.
+    pub context: Context,
+    /// Latency, ms (the geometric mean of duplicates).
+    pub ms: f64,
+    /// Configuration group (any device, batch or phase).
+    pub group: u64,
+}
+
+/// One device's measurements keyed by configuration and context, so devices pair up.
+#[derive(Clone, Debug)]
+pub struct DeviceRows {
+    /// The device.
+    pub device: DeviceSpec,
+    /// Per (configuration, batch, phase, occurrence).
+    pub rows: HashMap<Key, Measured>,
+}
+
+/// A measurement's identity across devices: configuration, batch, training phase, and which
+/// occurrence of that configuration it is in the device's rows.
+pub type Key = (Vec<i64>, usize, bool, usize);
+
+impl DeviceRows {
+    /// Keys a device's records (failed rows left out). Rows of one configuration and context
+    /// are told apart by their order: DeepBench lists the same kernels in the same order on
+    /// every device, and its GEMMs that differ only in operand transposes (which a module spec
+    /// cannot state, and which change the time up to 5x) pair up by occurrence.
+    pub fn new(device: DeviceSpec, records: &[Record]) -> DeviceRows {
+        let mut seen: HashMap<(Vec<i64>, usize, bool), usize> = HashMap::new();
+        let mut sums: HashMap<Key, (Measured, f64, usize)> = HashMap::new();
+        for r in records {
+            let Some(t) = r.timing() else { continue };
+            if !(t.median_ms.is_finite() && t.median_ms > 0.0) {
+                continue;
+            }
+            let config = r.spec.config();
+            let base = (
+                config.clone(),
+                r.context.batch,
+                r.context.phase == perfcast_core::Phase::Training,
+            );
+            let n = seen.entry(base.clone()).or_insert(0);
+            let key = (base.0, base.1, base.2, *n);
+            *n += 1;
+            let e = sums.entry(key).or_insert_with(|| {
+                (
+                    Measured {
+                        spec: r.spec.clone(),
+                        context: r.context.clone(),
+                        ms: 0.0,
+                        group: group_of(&config),
+                    },
+                    0.0,
+                    0,
+                )
+            });
+            e.1 += t.median_ms.ln();
+            e.2 += 1;
+        }
+        let rows = sums
+            .into_iter()
+            .map(|(k, (mut m, log_sum, n))| {
+                m.ms = (log_sum / n as f64).exp();
+                (k, m)
+            })
+            .collect();
+        DeviceRows { device, rows }
+    }
+}
+
+fn group_of(config: &[i64]) -> u64 {
+    config
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+}
+
+/// Which anchor each held-out target is predicted from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AnchorMode {
+    /// The other device nearest in log peak GFLOP/s and log bandwidth (spec only).
+    Nearest,
+    /// Every other device in turn, all scored together.
+    All,
+    /// This device (by name); a target that is this device uses the nearest instead.
+    Device(String),
+}
+
+/// Distance of two specs in log peak and log bandwidth (plus a step for another device kind).
+fn spec_distance(a: &DeviceSpec, b: &DeviceSpec) -> f64 {
+    (a.peak_gflops / b.peak_gflops).ln().abs()
+        + (a.mem_bandwidth_gbs / b.mem_bandwidth_gbs).ln().abs()
+        + if a.kind == b.kind { 0.0 } else { 10.0 }
+}
+
+/// One held-out target device's scores.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HeldOutTarget {
+    /// The target device, never seen in training.
+    pub device: String,
+    /// The anchors its predictions start from.
+    pub anchors: Vec<String>,
+    /// (anchor, target) configuration pairs scored.
+    pub pairs: usize,
+    /// MAPE per method ([`METHODS`]), percent.
+    pub mape: BTreeMap<String, f64>,
+}
+
+/// Each device in turn is the target and left out of training: the mapping is fitted on the
+/// pairs among the other devices and scored on (anchor, target) pairs. With `same_kind`,
+/// devices of another kind than the target (a CPU among GPUs) are left out too.
+pub fn leave_one_target_out(
+    kind: ModuleKind,
+    devices: &[DeviceRows],
+    mode: &AnchorMode,
+    same_kind: bool,
+) -> Result<Vec<HeldOutTarget>> {
+    let mut out = Vec::new();
+    for target in devices {
+        let others: Vec<&DeviceRows> = devices
+            .iter()
+            .filter(|d| d.device.name != target.device.name)
+            .filter(|d| !same_kind || d.device.kind == target.device.kind)
+            .collect();
+        if others.len() < 2 {
+            continue;
+        }
+        let nearest = || {
+            others
+                .iter()
+                .min_by(|a, b| {
+                    spec_distance(&a.device, &target.device)
+                        .total_cmp(&spec_distance(&b.device, &target.device))
+                })
+                .copied()
+        };
+        let anchors: Vec<&DeviceRows> = match mode {
+            AnchorMode::All => others.clone(),
+            AnchorMode::Nearest => nearest().into_iter().collect(),
+            AnchorMode::Device(name) => match others.iter().find(|d| &d.device.name == name) {
+                Some(d) => vec![*d],
+                None => nearest().into_iter().collect(),
+            },
+        };
+        let model = AnchorModel::fit(kind, &others)?;
+        let mut preds: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+        let mut truth = Vec::new();
+        for a in &anchors {
+            for (key, m) in &a.rows {
+                let Some(t) = target.rows.get(key) else {
+                    continue;
+                };
+                let learned =
+                    model.predict(&m.spec, &m.context, &a.device, &target.device, m.ms)?;
+                let base = FeatureSchema::for_kind(kind);
+                let (roof_a, _) = roofline(&row(&m.spec, &m.context, &a.device), &base);
+                let (roof_t, _) = roofline(&row(&m.spec, &m.context, &target.device), &base);
+                preds.entry("learned").or_default().push(learned);
+                preds
+                    .entry("roofline-ratio")
+                    .or_default()
+                    .push(m.ms * roof_t / roof_a);
+                preds
+                    .entry("flops-ratio")
+                    .or_default()
+                    .push(m.ms * a.device.peak_gflops / target.device.peak_gflops);
+                truth.push(t.ms);
+            }
+        }
+        if truth.is_empty() {
+            continue;
+        }
+        let mape = preds
+            .into_iter()
+            .filter_map(|(k, p)| Metrics::compute(&p, &truth).map(|m| (k.to_string(), m.mape)))
+            .collect();
+        out.push(HeldOutTarget {
+            device: target.device.name.clone(),
+            anchors: anchors.iter().map(|a| a.device.name.clone()).collect(),
+            pairs: truth.len(),
+            mape,
+        });
+    }
+    if out.is_empty() {
+        return Err(Error::InvalidData(format!(
+            "no device has `{kind}` configurations in common with two others"
+        )));
+    }
+    Ok(out)
+}
+
+/// Whether a spec describes a GPU.
+pub fn is_gpu(device: &DeviceSpec) -> bool {
+    device.kind == DeviceKind::Gpu
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use perfcast_core::{Linear, Phase, SpecSource};
+    use perfcast_data::{Outcome, Timing};
+
+    fn gpu(name: &str, peak: f64, bw: f64, sms: u32) -> DeviceSpec {
+        DeviceSpec {
+            name: name.into(),
+            kind: DeviceKind::Gpu,
+            peak_gflops: peak,
+            mem_bandwidth_gbs: bw,
+            cores: sms,
+            threads: sms * 64,
+            clock_mhz: 1400.0,
+            memory_gb: 16.0,
+            cache_mb: 4.0,
+            caches: Default::default(),
+            source: SpecSource::Published,
+        }
+    }
+
+    fn specs() -> Vec<ModuleSpec> {
+        (0..60)
+            .map(|i| {
+                ModuleSpec::Linear(Linear {
+                    tokens: 1 + i % 7,
+                    in_features: 128 + 97 * i,
+                    out_features: 256 + 61 * (i % 13),
+                    bias: true,
+                })
+            })
+            .collect()
+    }
+
+    /// A device whose kernels reach 55% of peak and 70% of bandwidth, plus 6 us.
+    fn measured(device: DeviceSpec) -> DeviceRows {
+        let records: Vec<Record> = specs()
+            .into_iter()
+            .map(|spec| {
+                let context = Context {
+                    batch: 8,
+                    phase: Phase::Training,
+                    threads: 1,
+                    utilisation: 0.0,
+                };
+                let d = perfcast_core::features::derive(&spec, 8);
+                let ms = (d.train_flops / (0.55 * device.peak_gflops * 1e6)).max(
+                    3.0 * (d.bytes_read + d.bytes_written) / (0.7 * device.mem_bandwidth_gbs * 1e6),
+                ) + 0.006;
+                Record {
+                    spec,
+                    context,
+                    backend: "test".into(),
+                    perfcast_version: "0".into(),
+                    timestamp: 0,
+                    outcome: Outcome::Ok(Timing::median_only(ms)),
+                }
+            })
+            .collect();
+        DeviceRows::new(device, &records)
+    }
+
+    #[test]
+    fn the_pair_row_matches_its_schema_and_the_ratios_are_target_over_anchor() {
+        let a = gpu("a", 10_000.0, 500.0, 40);
+        let b = gpu("b", 20_000.0, 1_000.0, 80);
+        let spec = specs().remove(3);
+        let ctx = Context {
+            batch: 2,
+            phase: Phase::Inference,
+            threads: 1,
+            utilisation: 0.0,
+        };
+        let x = pair_row(&spec, &ctx, &a, &b, 0.5);
+        let s = pair_schema(ModuleKind::Linear);
+        assert_eq!(x.len(), s.len());
+        assert_eq!(x[s.index("anchor_ms").unwrap()], 0.5);
+        assert_eq!(x[s.index("peak_ratio").unwrap()], 2.0);
+        assert_eq!(x[s.index("sm_ratio").unwrap()], 2.0);
+        assert!((x[s.index("roofline_ratio").unwrap()] - 0.5).abs() < 1e-12);
+        assert!(s.index("dev_peak_gflops").is_none());
+    }
+
+    #[test]
+    fn a_held_out_target_is_mapped_from_its_anchor() {
+        let devices: Vec<DeviceRows> = [
+            gpu("k", 4_300.0, 288.0, 15),
+            gpu("m", 6_800.0, 288.0, 24),
+            gpu("p", 9_300.0, 732.0, 56),
+            gpu("x", 11_000.0, 480.0, 28),
+            gpu("v", 15_700.0, 900.0, 80),
+        ]
+        .into_iter()
+        .map(measured)
+        .collect();
+        let scores =
+            leave_one_target_out(ModuleKind::Linear, &devices, &AnchorMode::Nearest, true).unwrap();
+        assert_eq!(scores.len(), 5);
+        for s in &scores {
+            assert_eq!(s.anchors.len(), 1);
+            assert_eq!(s.pairs, 60);
+            // Same efficiencies everywhere, but compute and memory reach different shares of
+            // their peaks, so the plain FLOP/s ratio misses where a module changes regime.
+            assert!(s.mape["learned"] < 15.0, "{s:?}");
+        }
+        let mean = |m: &str| scores.iter().map(|s| s.mape[m]).sum::<f64>() / 5.0;
+        assert!(mean("learned") < mean("flops-ratio"));
+        let all =
+            leave_one_target_out(ModuleKind::Linear, &devices, &AnchorMode::All, true).unwrap();
+        assert_eq!(all[0].pairs, 4 * 60);
+    }
+}

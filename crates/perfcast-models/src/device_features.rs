@@ -1,0 +1,788 @@
+//! Cross-device mode: one model learns from the measurements of several devices and predicts
+//! devices it never measured from their published specs (PerfNetV2's setting).
+//!
+//! A cross-device model reads the same feature rows as any other model (the single-device
+//! [`FeatureSchema::for_kind`] schema, whose hash stays unchanged): every row already carries its
+//! device's peak GFLOP/s, bandwidth and roofline time. Inside, the row is extended with a device
+//! block derived from those columns ([`DEVICE_BLOCK`]: the module's compute time and memory time
+//! on that device, the device's ridge point and which side of it the module sits), and the inner
+//! model (ridge, k-NN, trees, MEDN) learns the latency *normalised by the roofline estimate on that
+//! device*, `ms / roofline_ms`: the inverse of the achieved efficiency. Plain latencies differ by
+//! the devices' speed, which a model cannot interpolate from four or five devices; efficiencies
+//! transfer (see `../shared/FINDINGS.md`: 48% -> 32% MAPE on a held-out P4).
+//!
+//! Why only peak and bandwidth: the prediction path builds rows from the bundle's device spec
+//! without knowing which models it serves, so anything a cross-device model reads must be in the
+//! row. With four to six training devices, more device fields (SMs, clock, memory, cache) give
+//! trees more ways to tell the training devices apart than to generalise, and the published
+//! scratch runs found them to overfit.
+//!
+//! ```
+//! use perfcast_models::device_features::CrossDeviceParams;
+//! use perfcast_models::eval::ModelParams;
+//!
+//! let params = CrossDeviceParams::wrap(ModelParams::by_name("trees")?);
+//! assert_eq!(params.name(), "trees-xdev");
+//! # Ok::<(), perfcast_models::Error>(())
+//! ```
+
+use perfcast_core::{DeviceSpec, Metrics};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::eval::ModelParams;
+use crate::features::{FeatureSchema, TrainSet};
+use crate::matrix::Matrix;
+use crate::regressor::{self, Regressor, SavedModel, check_width};
+
+/// Names of the device block appended to a row inside a cross-device model.
+pub const DEVICE_BLOCK: &[&str] = &[
+    "xd_compute_ms",
+    "xd_memory_ms",
+    "xd_ridge_flop_per_byte",
+    "xd_compute_share",
+];
+
+/// Spec fields a cross-device model may read besides peak and bandwidth (`--device-fields`),
+/// each appended as one feature after [`DEVICE_BLOCK`]. `waves` adds how many waves of
+/// 128x128 GEMM tiles the module runs on the device's SMs, and the last wave's occupancy.
+pub const SPEC_FIELDS: &[&str] = &["sms", "shaders", "clock", "memory", "cache", "waves"];
+
+/// Widest extended row [`FittedCrossDevice::predict_row`] builds on the stack.
+const MAX_EXTENDED: usize = 96;
+
+/// Where the device-dependent columns of a kind's row sit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Cols {
+    work_flops: usize,
+    work_bytes: usize,
+    peak: usize,
+    bandwidth: usize,
+    roofline: usize,
+    gemm_m: usize,
+    gemm_n: usize,
+}
+
+impl Cols {
+    fn of(schema: &FeatureSchema) -> Result<Cols> {
+        let at = |name: &str| {
+            schema.index(name).ok_or_else(|| {
+                Error::InvalidData(format!(
+                    "cross-device models need feature `{name}`, the `{}` schema has none",
+                    schema.kind
+                ))
+            })
+        };
+        Ok(Cols {
+            work_flops: at("work_flops")?,
+            work_bytes: at("work_bytes")?,
+            peak: at("dev_peak_gflops")?,
+            bandwidth: at("dev_bandwidth_gbs")?,
+            roofline: at("roofline_ms")?,
+            gemm_m: at("gemm_m")?,
+            gemm_n: at("gemm_n")?,
+        })
+    }
+
+    /// The device block of a row, [`DEVICE_BLOCK`] order.
+    fn block(&self, x: &[f64]) -> [f64; 4] {
+        let peak = x[self.peak].max(f64::MIN_POSITIVE);
+        let bandwidth = x[self.bandwidth].max(f64::MIN_POSITIVE);
+        let compute_ms = x[self.work_flops] / (peak * 1e6);
+        let memory_ms = x[self.work_bytes] / (bandwidth * 1e6);
+        let total = compute_ms + memory_ms;
+        [
+            compute_ms,
+            memory_ms,
+            peak / bandwidth,
+            if total > 0.0 { compute_ms / total } else { 0.0 },
+        ]
+    }
+
+    /// The time a row's latency is normalised by, ms (never zero): the roofline time plus a
+    /// fixed per-call floor.
+    fn scale(&self, x: &[f64], floor_ms: f64) -> f64 {
+        (x[self.roofline] + floor_ms).max(1e-9)
+    }
+
+    /// Appends the values of `fields` for a row on `device`.
+    fn spec_values(
+        &self,
+        fields: &[String],
+        x: &[f64],
+        device: &DeviceSpec,
+        out: &mut [f64],
+    ) -> usize {
+        let mut n = 0;
+        for f in fields {
+            match f.as_str() {
+                "sms" => out[n] = f64::from(device.cores),
+                "shaders" => out[n] = f64::from(device.threads),
+                "clock" => out[n] = device.clock_mhz,
+                "memory" => out[n] = device.memory_gb,
+                "cache" => out[n] = device.cache_mb,
+                "waves" => {
+                    let tiles = (x[self.gemm_m] / 128.0).ceil() * (x[self.gemm_n] / 128.0).ceil();
+                    let sms = f64::from(device.cores.max(1));
+                    let waves = tiles / sms;
+                    out[n] = waves;
+                    n += 1;
+                    out[n] = if tiles > 0.0 {
+                        waves / waves.ceil()
+                    } else {
+                        0.0
+                    };
+                }
+                _ => out[n] = 0.0,
+            }
+            n += 1;
+        }
+        n
+    }
+}
+
+/// Feature names of `fields` ([`SPEC_FIELDS`]), in order.
+fn field_names(fields: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in fields {
+        if f == "waves" {
+            out.push("xd_waves".to_string());
+            out.push("xd_last_wave_occupancy".to_string());
+        } else {
+            out.push(format!("xd_{f}"));
+        }
+    }
+    out
+}
+
+/// Checks spec field names, naming an unknown one.
+pub fn check_fields(fields: &[String]) -> Result<()> {
+    for f in fields {
+        if !SPEC_FIELDS.contains(&f.as_str()) {
+            return Err(Error::InvalidParams {
+                model: "xdev",
+                message: format!(
+                    "unknown device field `{f}` (known: {})",
+                    SPEC_FIELDS.join(", ")
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The schema a cross-device model's inner model is fitted on: the kind's single-device
+/// schema, [`DEVICE_BLOCK`], then the spec `fields`.
+pub fn extended_schema(kind: perfcast_core::ModuleKind, fields: &[String]) -> FeatureSchema {
+    let mut schema = FeatureSchema::for_kind(kind);
+    schema
+        .names
+        .extend(DEVICE_BLOCK.iter().map(|s| (*s).to_string()));
+    schema.names.extend(field_names(fields));
+    schema
+}
+
+/// Whether `schema` is an [`extended_schema`] (of any spec fields).
+pub fn is_extended(schema: &FeatureSchema) -> bool {
+    let base = extended_schema(schema.kind, &[]);
+    schema.len() >= base.len()
+        && schema.names[..base.len()] == base.names[..]
+        && schema.names[base.len()..].iter().all(|n| {
+            SPEC_FIELDS
+                .iter()
+                .any(|f| n == &format!("xd_{f}") || n == "xd_last_wave_occupancy")
+        })
+}
+
+/// Appends the device block of a single-device row (`base` schema) to `out`.
+pub fn extend_row(base: &FeatureSchema, x: &[f64], out: &mut Vec<f64>) -> Result<()> {
+    check_width(base, x.len())?;
+    out.extend_from_slice(&Cols::of(base)?.block(x));
+    Ok(())
+}
+
+/// The device of a row among `devices`, found by its peak and bandwidth columns.
+fn lookup<'a>(devices: &'a [DeviceSpec], cols: &Cols, x: &[f64]) -> Result<&'a DeviceSpec> {
+    let (peak, bw) = (x[cols.peak], x[cols.bandwidth]);
+    devices
+        .iter()
+        .rev()
+        .find(|d| d.peak_gflops == peak && d.mem_bandwidth_gbs == bw)
+        .ok_or_else(|| {
+            Error::InvalidData(format!(
+                "no device with {peak} GFLOP/s and {bw} GB/s in the cross-device model's device \
+                 table (its spec fields are needed)"
+            ))
+        })
+}
+
+/// A training set of single-device rows (any mix of devices) as the inner model sees it:
+/// extended rows, latencies divided by each row's roofline time. Rows' devices are looked up
+/// in `devices` when `fields` asks for spec fields.
+pub fn extend_set(
+    data: &TrainSet,
+    fields: &[String],
+    devices: &[DeviceSpec],
+    floor_ms: f64,
+) -> Result<TrainSet> {
+    let base = FeatureSchema::for_kind(data.schema.kind);
+    if data.schema != base {
+        return Err(Error::InvalidData(format!(
+            "cross-device models read the `{}` single-device schema",
+            data.schema.kind
+        )));
+    }
+    let cols = Cols::of(&base)?;
+    let schema = extended_schema(base.kind, fields);
+    let mut x = Matrix::with_cols(schema.len());
+    let mut row = Vec::with_capacity(schema.len());
+    let mut spec = [0.0; 16];
+    let mut y = Vec::with_capacity(data.len());
+    for (r, &t) in data.x.iter_rows().zip(&data.y) {
+        row.clear();
+        row.extend_from_slice(r);
+        row.extend_from_slice(&cols.block(r));
+        if !fields.is_empty() {
+            let n = cols.spec_values(fields, r, lookup(devices, &cols, r)?, &mut spec);
+            row.extend_from_slice(&spec[..n]);
+        }
+        x.push_row(&row);
+        y.push(t / cols.scale(r, floor_ms));
+    }
+    Ok(TrainSet {
+        schema,
+        x,
+        y,
+        groups: data.groups.clone(),
+    })
+}
+
+/// Hyper-parameters of a cross-device model: the inner family and its own parameters.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CrossDeviceParams {
+    /// The model fitted on extended rows and normalised latencies.
+    pub inner: ModelParams,
+    /// Spec fields read besides peak and bandwidth ([`SPEC_FIELDS`]); default none.
+    #[serde(default)]
+    pub fields: Vec<String>,
+    /// Specs of the devices whose rows the model may see (needed with `fields`: rows carry
+    /// only peak and bandwidth).
+    #[serde(default)]
+    pub devices: Vec<DeviceSpec>,
+    /// Per-call floor added to the roofline time that latencies are normalised by, ms; default
+    /// 0.01 (a kernel launch): tiny modules then normalise to about 1 on every device.
+    #[serde(default = "default_floor_ms")]
+    pub floor_ms: f64,
+}
+
+fn default_floor_ms() -> f64 {
+    DEFAULT_FLOOR_MS
+}
+
+/// Default [`CrossDeviceParams::floor_ms`].
+pub const DEFAULT_FLOOR_MS: f64 = 0.01;
+
+impl CrossDeviceParams {
+    /// Wraps a family. The roofline model reads peak and bandwidth itself and stays as it is;
+    /// an already wrapped family is returned unchanged.
+    pub fn wrap(params: ModelParams) -> ModelParams {
+        match params {
+            ModelParams::Roofline(_) | ModelParams::CrossDevice(_) => params,
+            inner => ModelParams::CrossDevice(Box::new(CrossDeviceParams {
+                inner,
+                fields: Vec::new(),
+                devices: Vec::new(),
+                floor_ms: DEFAULT_FLOOR_MS,
+            })),
+        }
+    }
+
+    /// [`CrossDeviceParams::wrap`] reading spec `fields` of `devices` too.
+    pub fn wrap_with(
+        params: ModelParams,
+        fields: &[String],
+        devices: &[DeviceSpec],
+    ) -> ModelParams {
+        match CrossDeviceParams::wrap(params) {
+            ModelParams::CrossDevice(mut p) => {
+                p.fields = fields.to_vec();
+                p.devices = devices.to_vec();
+                ModelParams::CrossDevice(p)
+            }
+            other => other,
+        }
+    }
+
+    /// Family name: the inner one with `-xdev`.
+    pub fn name(&self) -> &'static str {
+        xdev_name(self.inner.name())
+    }
+
+    /// Checks the inner parameters and the spec fields.
+    pub fn validate(&self) -> Result<()> {
+        if matches!(
+            self.inner,
+            ModelParams::CrossDevice(_) | ModelParams::Roofline(_)
+        ) {
+            return Err(Error::InvalidParams {
+                model: "xdev",
+                message: format!("`{}` cannot be wrapped", self.inner.name()),
+            });
+        }
+        check_fields(&self.fields)?;
+        if !(self.floor_ms.is_finite() && self.floor_ms >= 0.0) {
+            return Err(Error::InvalidParams {
+                model: "xdev",
+                message: format!("floor_ms must be finite and >= 0, got {}", self.floor_ms),
+            });
+        }
+        self.inner.validate()
+    }
+
+    /// Fits on single-device rows of any mix of devices.
+    pub fn fit(&self, data: &TrainSet) -> Result<FittedCrossDevice> {
+        self.validate()?;
+        regressor::check_train_set(data, 2)?;
+        let extended = extend_set(data, &self.fields, &self.devices, self.floor_ms)?;
+        let inner = self.inner.fit(&extended)?;
+        FittedCrossDevice::new(SavedCrossDevice {
+            schema: data.schema.clone(),
+            inner: Box::new(inner.to_saved()),
+            fields: self.fields.clone(),
+            devices: self.devices.clone(),
+            floor_ms: self.floor_ms,
+        })
+    }
+}
+
+fn xdev_name(inner: &str) -> &'static str {
+    match inner {
+        "ridge" => "ridge-xdev",
+        "knn" => "knn-xdev",
+        "trees" => "trees-xdev",
+        "medn" => "medn-xdev",
+        "mlp" => "mlp-xdev",
+        _ => "xdev",
+    }
+}
+
+/// The saved form of a [`FittedCrossDevice`]. Checked when read: the outer schema is this
+/// build's single-device schema of the kind and the inner model reads its extended schema.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(try_from = "UncheckedCrossDevice")]
+pub struct SavedCrossDevice {
+    /// The single-device schema the model reads.
+    pub schema: FeatureSchema,
+    /// The inner model, fitted on [`extended_schema`] rows.
+    pub inner: Box<SavedModel>,
+    /// Spec fields read besides peak and bandwidth.
+    #[serde(default)]
+    pub fields: Vec<String>,
+    /// Devices whose spec fields the model knows (those trained on, and any added with
+    /// [`SavedModel::with_device`]).
+    #[serde(default)]
+    pub devices: Vec<DeviceSpec>,
+    /// Per-call floor of the normalisation, ms.
+    #[serde(default)]
+    pub floor_ms: f64,
+}
+
+#[derive(Deserialize)]
+struct UncheckedCrossDevice {
+    schema: FeatureSchema,
+    inner: Box<SavedModel>,
+    #[serde(default)]
+    fields: Vec<String>,
+    #[serde(default)]
+    devices: Vec<DeviceSpec>,
+    #[serde(default)]
+    floor_ms: f64,
+}
+
+impl TryFrom<UncheckedCrossDevice> for SavedCrossDevice {
+    type Error = Error;
+    fn try_from(u: UncheckedCrossDevice) -> Result<SavedCrossDevice> {
+        let saved = SavedCrossDevice {
+            schema: u.schema,
+            inner: u.inner,
+            fields: u.fields,
+            devices: u.devices,
+            floor_ms: u.floor_ms,
+        };
+        check(&saved, saved.inner.clone().into_regressor().schema())?;
+        Ok(saved)
+    }
+}
+
+fn check(saved: &SavedCrossDevice, inner: &FeatureSchema) -> Result<Cols> {
+    let outer = &saved.schema;
+    check_fields(&saved.fields)?;
+    if *outer != FeatureSchema::for_kind(outer.kind)
+        || *inner != extended_schema(outer.kind, &saved.fields)
+    {
+        return Err(Error::InvalidData(format!(
+            "cross-device `{}` model: its feature schemas are not this perfcast's",
+            outer.kind
+        )));
+    }
+    Cols::of(outer)
+}
+
+impl SavedModel {
+    /// Adds `device` to a cross-device model's device table, so rows of that device (which
+    /// carry only its peak and bandwidth) find its other spec fields; other models are returned
+    /// unchanged.
+    pub fn with_device(self, device: &DeviceSpec) -> SavedModel {
+        match self {
+            SavedModel::CrossDevice(mut s) => {
+                s.devices.push(device.clone());
+                SavedModel::CrossDevice(s)
+            }
+            other => other,
+        }
+    }
+}
+
+/// A fitted cross-device model: predicts `inner(row + device block) * roofline_ms`.
+#[derive(Debug)]
+pub struct FittedCrossDevice {
+    schema: FeatureSchema,
+    cols: Cols,
+    inner: Box<dyn Regressor>,
+    fields: Vec<String>,
+    devices: Vec<DeviceSpec>,
+    floor_ms: f64,
+}
+
+impl FittedCrossDevice {
+    fn new(saved: SavedCrossDevice) -> Result<FittedCrossDevice> {
+        let inner = saved.inner.clone().into_regressor();
+        let cols = check(&saved, inner.schema())?;
+        Ok(FittedCrossDevice {
+            schema: saved.schema,
+            cols,
+            inner,
+            fields: saved.fields,
+            devices: saved.devices,
+            floor_ms: saved.floor_ms,
+        })
+    }
+
+    /// The model behind a checked saved form ([`SavedCrossDevice`] checks itself when read
+    /// and when fitted, so this cannot fail on one).
+    pub(crate) fn from_saved(saved: SavedCrossDevice) -> FittedCrossDevice {
+        let cols = Cols::of(&saved.schema).unwrap_or(Cols {
+            work_flops: 0,
+            work_bytes: 0,
+            peak: 0,
+            bandwidth: 0,
+            roofline: 0,
+            gemm_m: 0,
+            gemm_n: 0,
+        });
+        FittedCrossDevice {
+            schema: saved.schema,
+            cols,
+            inner: saved.inner.into_regressor(),
+            fields: saved.fields,
+            devices: saved.devices,
+            floor_ms: saved.floor_ms,
+        }
+    }
+
+    /// The model fitted on extended rows.
+    pub fn inner(&self) -> &dyn Regressor {
+        self.inner.as_ref()
+    }
+
+    /// Spec fields read besides peak and bandwidth.
+    pub fn fields(&self) -> &[String] {
+        &self.fields
+    }
+}
+
+impl Regressor for FittedCrossDevice {
+    fn name(&self) -> &'static str {
+        xdev_name(self.inner.name())
+    }
+
+    fn schema(&self) -> &FeatureSchema {
+        &self.schema
+    }
+
+    fn predict_row(&self, x: &[f64]) -> Result<f64> {
+        check_width(&self.schema, x.len())?;
+        let mut buf = [0.0; MAX_EXTENDED];
+        let head = x.len() + DEVICE_BLOCK.len();
+        if head + 2 * self.fields.len() > MAX_EXTENDED {
+            return Err(Error::FeatureWidth {
+                expected: MAX_EXTENDED - DEVICE_BLOCK.len(),
+                got: x.len(),
+            });
+        }
+        buf[..x.len()].copy_from_slice(x);
+        buf[x.len()..head].copy_from_slice(&self.cols.block(x));
+        let mut width = head;
+        if !self.fields.is_empty() {
+            let device = lookup(&self.devices, &self.cols, x)?;
+            width += self
+                .cols
+                .spec_values(&self.fields, x, device, &mut buf[head..]);
+        }
+        Ok(self.inner.predict_row(&buf[..width])? * self.cols.scale(x, self.floor_ms))
+    }
+
+    fn size_bytes(&self) -> usize {
+        self.inner.size_bytes()
+    }
+
+    fn to_saved(&self) -> SavedModel {
+        SavedModel::CrossDevice(SavedCrossDevice {
+            schema: self.schema.clone(),
+            inner: Box::new(self.inner.to_saved()),
+            fields: self.fields.clone(),
+            devices: self.devices.clone(),
+            floor_ms: self.floor_ms,
+        })
+    }
+}
+
+/// Rows of several devices stacked into one training set (same kind and schema).
+pub fn concat(sets: &[&TrainSet]) -> Result<TrainSet> {
+    let first = sets
+        .first()
+        .ok_or_else(|| Error::InvalidData("no training sets to stack".into()))?;
+    let mut x = Matrix::with_cols(first.schema.len());
+    let (mut y, mut groups) = (Vec::new(), Vec::new());
+    for s in sets {
+        if s.schema != first.schema {
+            return Err(Error::InvalidData(format!(
+                "cannot stack `{}` rows with `{}` rows",
+                s.schema.kind, first.schema.kind
+            )));
+        }
+        for r in s.x.iter_rows() {
+            x.push_row(r);
+        }
+        y.extend_from_slice(&s.y);
+        groups.extend_from_slice(&s.groups);
+    }
+    Ok(TrainSet {
+        schema: first.schema.clone(),
+        x,
+        y,
+        groups,
+    })
+}
+
+/// Every `step`-th row (at least one), for bounded experiments on large sets.
+pub fn thin(data: &TrainSet, max_rows: usize) -> TrainSet {
+    if max_rows == 0 || data.len() <= max_rows {
+        return data.clone();
+    }
+    let idx: Vec<usize> = (0..max_rows).map(|i| i * data.len() / max_rows).collect();
+    data.select(&idx)
+}
+
+/// One held-out device's score in a leave-one-device-out evaluation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HeldOutDevice {
+    /// The device left out.
+    pub device: String,
+    /// Training rows (the other devices).
+    pub train_rows: usize,
+    /// Accuracy on every row of the held-out device.
+    pub metrics: Metrics,
+}
+
+/// Leave-one-device-out: for each device in turn, fit `params` on the other devices' rows and
+/// score it on every row of the one left out. `sets` holds one (device name, rows) per device.
+pub fn leave_one_device_out(
+    params: &ModelParams,
+    sets: &[(String, TrainSet)],
+) -> Result<Vec<HeldOutDevice>> {
+    if sets.len() < 2 {
+        return Err(Error::InvalidData(format!(
+            "leave-one-device-out needs at least 2 devices, got {}",
+            sets.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(sets.len());
+    for (i, (device, test)) in sets.iter().enumerate() {
+        if test.is_empty() {
+            continue;
+        }
+        let others: Vec<&TrainSet> = sets
+            .iter()
+            .enumerate()
+            .filter(|(j, (_, s))| *j != i && !s.is_empty())
+            .map(|(_, (_, s))| s)
+            .collect();
+        out.push(held_out(params, device, &concat(&others)?, test)?);
+    }
+    Ok(out)
+}
+
+/// Fits `params` on `train` (other devices) and scores it on every row of `device`'s `test`.
+pub fn held_out(
+    params: &ModelParams,
+    device: &str,
+    train: &TrainSet,
+    test: &TrainSet,
+) -> Result<HeldOutDevice> {
+    let model = params.fit(train)?;
+    let pred = model.predict(&test.x)?;
+    let metrics = Metrics::compute(&pred, &test.y)
+        .ok_or_else(|| Error::InvalidData(format!("no rows of `{device}` to score")))?;
+    Ok(HeldOutDevice {
+        device: device.to_string(),
+        train_rows: train.len(),
+        metrics,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::features::row;
+    use crate::trees::TreeParams;
+    use perfcast_core::{Context, DeviceKind, DeviceSpec, Linear, ModuleKind, ModuleSpec, Phase};
+
+    fn gpu(name: &str, peak: f64, bw: f64) -> DeviceSpec {
+        DeviceSpec {
+            name: name.into(),
+            kind: DeviceKind::Gpu,
+            peak_gflops: peak,
+            mem_bandwidth_gbs: bw,
+            cores: 40,
+            threads: 2560,
+            clock_mhz: 1500.0,
+            memory_gb: 16.0,
+            cache_mb: 4.0,
+            caches: Default::default(),
+            source: perfcast_core::SpecSource::Published,
+        }
+    }
+
+    /// Linear layers on a device whose achieved efficiency is the same everywhere: 60% of peak
+    /// for compute, 70% of bandwidth for memory, plus 5 us per call.
+    fn set(device: &DeviceSpec, n: usize) -> TrainSet {
+        let schema = FeatureSchema::for_kind(ModuleKind::Linear);
+        let mut x = Matrix::with_cols(schema.len());
+        let (mut y, mut groups) = (Vec::new(), Vec::new());
+        for i in 0..n {
+            let spec = ModuleSpec::Linear(Linear {
+                tokens: 1 + (i * 7) % 64,
+                in_features: 64 + (i * 131) % 4000,
+                out_features: 64 + (i * 257) % 4000,
+                bias: true,
+            });
+            let ctx = Context {
+                batch: 1 << (i % 6),
+                phase: Phase::Inference,
+                threads: 1,
+                utilisation: 0.0,
+            };
+            let r = row(&spec, &ctx, device);
+            let d = perfcast_core::features::derive(&spec, ctx.batch);
+            let ms = (d.flops / (0.6 * device.peak_gflops * 1e6))
+                .max((d.bytes_read + d.bytes_written) / (0.7 * device.mem_bandwidth_gbs * 1e6))
+                + 0.005;
+            x.push_row(&r);
+            y.push(ms);
+            groups.push(i as u64);
+        }
+        TrainSet {
+            schema,
+            x,
+            y,
+            groups,
+        }
+    }
+
+    #[test]
+    fn the_single_device_schema_is_untouched_and_the_block_is_appended() {
+        let base = FeatureSchema::for_kind(ModuleKind::Linear);
+        let ext = extended_schema(ModuleKind::Linear, &[]);
+        assert_eq!(ext.names[..base.len()], base.names[..]);
+        assert_eq!(ext.len(), base.len() + DEVICE_BLOCK.len());
+        assert_ne!(ext.hash(), base.hash());
+        assert!(is_extended(&ext) && !is_extended(&base));
+    }
+
+    #[test]
+    fn the_block_is_compute_and_memory_time_on_the_rows_device() {
+        let d = gpu("a", 10_000.0, 500.0);
+        let data = set(&d, 3);
+        let mut out = Vec::new();
+        extend_row(&data.schema, data.x.row(0), &mut out).unwrap();
+        let s = &data.schema;
+        let r = data.x.row(0);
+        let flops = r[s.index("work_flops").unwrap()];
+        // GFLOP/s x 1e6 is FLOP per millisecond.
+        assert!((out[0] - flops / 1e10).abs() <= 1e-12 * out[0].abs());
+        assert_eq!(out[2], 20.0);
+        assert!((0.0..=1.0).contains(&out[3]));
+    }
+
+    #[test]
+    fn a_device_never_seen_is_predicted_from_its_spec() {
+        // Same efficiencies on every device: a model of efficiency transfers exactly, while
+        // the held-out device is faster than any training one.
+        let devices = [
+            gpu("slow", 4_000.0, 200.0),
+            gpu("mid", 8_000.0, 320.0),
+            gpu("fast", 14_000.0, 900.0),
+            gpu("new", 19_500.0, 1_555.0),
+        ];
+        let sets: Vec<(String, TrainSet)> = devices
+            .iter()
+            .map(|d| (d.name.clone(), set(d, 150)))
+            .collect();
+        let trees = ModelParams::Trees(TreeParams::default());
+        let wrapped = CrossDeviceParams::wrap(trees.clone());
+        let xdev = leave_one_device_out(&wrapped, &sets).unwrap();
+        let plain = leave_one_device_out(&trees, &sets).unwrap();
+        let new = |v: &[HeldOutDevice]| v.iter().find(|h| h.device == "new").unwrap().metrics.mape;
+        assert!(new(&xdev) < 5.0, "cross-device {}", new(&xdev));
+        assert!(
+            new(&xdev) < new(&plain),
+            "{} vs {}",
+            new(&xdev),
+            new(&plain)
+        );
+        assert_eq!(xdev.len(), 4);
+        assert_eq!(xdev[0].train_rows, 450);
+    }
+
+    #[test]
+    fn saved_models_predict_the_same_after_a_round_trip() {
+        let d = gpu("a", 10_000.0, 500.0);
+        let data = set(&d, 80);
+        let wrapped = CrossDeviceParams::wrap(ModelParams::by_name("ridge").unwrap());
+        let model = wrapped.fit(&data).unwrap();
+        assert_eq!(model.name(), "ridge-xdev");
+        assert_eq!(
+            model.schema().hash(),
+            FeatureSchema::for_kind(ModuleKind::Linear).hash()
+        );
+        let json = serde_json::to_string(&model.to_saved()).unwrap();
+        let back: SavedModel = serde_json::from_str(&json).unwrap();
+        let back = back.into_regressor();
+        for r in data.x.iter_rows() {
+            assert_eq!(model.predict_row(r).unwrap(), back.predict_row(r).unwrap());
+        }
+        assert!(model.predict_row(&[1.0]).is_err());
+    }
+
+    #[test]
+    fn leave_one_device_out_needs_two_devices() {
+        let d = gpu("a", 10_000.0, 500.0);
+        let err = leave_one_device_out(
+            &ModelParams::by_name("ridge").unwrap(),
+            &[("a".into(), set(&d, 10))],
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("at least 2 devices"), "{err}");
+    }
+}
