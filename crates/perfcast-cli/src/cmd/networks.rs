@@ -301,11 +301,14 @@ pub fn profile_layers(
                 let mut layers = Vec::new();
                 for l in &net.network.layers {
                     let kind = l.spec.kind();
-                    if !stored.contains_key(&kind) {
-                        stored.insert(kind, ds.measured_keys(kind)?);
-                    }
+                    let keys = match stored.entry(kind) {
+                        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                        std::collections::hash_map::Entry::Vacant(e) => {
+                            e.insert(ds.measured_keys(kind)?)
+                        }
+                    };
                     let key = measurement_key(&l.spec, &context, Backend::Flex.name());
-                    if !stored[&kind].contains(&key) {
+                    if !keys.contains(&key) {
                         layers.push(l.clone());
                     }
                 }
