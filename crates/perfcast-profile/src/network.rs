@@ -351,6 +351,52 @@ pub fn measure_layers(
     Ok(out)
 }
 
+/// Wall time of `steps` training steps (forward, backward, SGD update) of `network` at
+/// `batch`, measured `repeats` times, on `backend` with exactly `threads` compute threads:
+/// what `perfcast scale measure` records as one run of `steps * batch` samples.
+///
+/// The network is built once and one untimed warm-up step runs first (first-touch
+/// allocation, the backend's caches); every step is synchronised with the device. Errors (a
+/// backend panic included) come back as text.
+pub fn time_training(
+    network: &Network,
+    backend: Backend,
+    batch: usize,
+    threads: usize,
+    steps: usize,
+    repeats: usize,
+) -> Result<Vec<std::time::Duration>, String> {
+    if batch == 0 || threads == 0 || steps == 0 || repeats == 0 {
+        return Err(format!(
+            "batch, threads, steps and repeats must be at least 1, got {batch}, {threads}, \
+             {steps} and {repeats}"
+        ));
+    }
+    let device = backend.device().map_err(|e| e.to_string())?;
+    let context = Context {
+        batch,
+        phase: Phase::Training,
+        threads,
+        utilisation: 0.0,
+    };
+    with_threads(threads, || {
+        catch(|| -> Result<_, String> {
+            let mut run = NetworkRun::new(network, &context, &device)?;
+            run.step()?;
+            (0..repeats)
+                .map(|_| {
+                    let start = std::time::Instant::now();
+                    for _ in 0..steps {
+                        run.step()?;
+                    }
+                    Ok(start.elapsed())
+                })
+                .collect()
+        })
+        .and_then(|r| r)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

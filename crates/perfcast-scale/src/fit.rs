@@ -20,9 +20,16 @@
 //! practical purpose. A term whose factor is zero on every run (e.g. `sync` when every run
 //! has `p = 1`) cannot be fitted: its constant is 0 and it is listed in `unfitted`.
 //!
+//! A fixed cost per run is fitted only where the runs show it: when every run has the same
+//! `n`, `startup` and the per-sample terms explain the times equally well, any split between
+//! them would be the penalty's choice, and a large fixed cost predicts runs of other lengths
+//! badly; `startup` is then set to 0 and listed in `undetermined`.
+//!
 //! Each constant is reported with a relative standard error from the linearised model
-//! (`sigma^2 (X'X)^-1`, `X` the terms' shares of each run's time): large values mean the
-//! runs do not tell that term apart from the others.
+//! (`sigma^2 (X'X)^+`, `X` the terms' shares of each run's time, `+` the pseudo-inverse):
+//! large values mean the runs hardly tell that term apart from the others, and an infinite
+//! one that they cannot (runs at one `n` cannot split `startup` from the per-sample terms;
+//! runs at two values of `p` cannot split `compute`, `serial` and `contention`).
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -79,6 +86,11 @@ pub struct FittedExpression {
     pub constants: Vec<Constant>,
     /// Terms whose factor was zero on every run: constant 0, not fitted.
     pub unfitted: Vec<Term>,
+    /// Terms the runs cannot tell apart from the others, set to 0 rather than fitted:
+    /// `startup` when it is (every run fitted has the same `n`, so a fixed cost per run and
+    /// per-sample work explain the times equally well).
+    #[serde(default)]
+    pub undetermined: Vec<Term>,
     /// The regularised cost at the optimum.
     pub cost: f64,
     /// MAPE on the runs fitted, percent.
@@ -190,6 +202,20 @@ pub fn fit(expression: &Expression, runs: &[Run], config: &FitConfig) -> Result<
             ),
         ));
     }
+    // A fixed cost per run is believed only where the runs show it: at one `n`, `startup`
+    // and the per-sample terms explain the times equally well, any split between them is the
+    // penalty's choice, and a large fixed cost predicts runs of other lengths badly (it
+    // does not grow with `n`). Such a `startup` is set to 0.
+    let mut free = free;
+    let mut undetermined = Vec::new();
+    if let Some(slot) = free
+        .iter()
+        .position(|&i| expression.terms[i] == Term::Startup)
+        .filter(|&slot| free.len() > 1 && indistinct(&a, &free)[slot])
+    {
+        undetermined.push(Term::Startup);
+        free.remove(slot);
+    }
     let lambda = config.lambda;
     let n = runs.len() as f64;
     let mut c = vec![0.0; k];
@@ -240,6 +266,7 @@ pub fn fit(expression: &Expression, runs: &[Run], config: &FitConfig) -> Result<
         expression: expression.clone(),
         constants,
         unfitted,
+        undetermined,
         cost: found.cost,
         fit_mape: 0.0,
         runs: runs.len(),
@@ -251,9 +278,12 @@ pub fn fit(expression: &Expression, runs: &[Run], config: &FitConfig) -> Result<
     Ok(fitted)
 }
 
-/// Relative standard errors `sqrt(sigma2 (X'X)^-1_ii)` of the free constants, `X` the terms'
-/// shares of each run's time; infinite for a term the others explain (a singular `X'X`) and
-/// for unfitted terms.
+/// Relative standard errors `sqrt(sigma2 (X'X)^+_ii)` of the free constants, `X` the terms'
+/// shares of each run's time, `+` the pseudo-inverse; infinite for unfitted terms and for
+/// every term the runs cannot tell apart from others (its unit vector has a part in the null
+/// space of `X'X`: e.g. `compute`, `serial` and `contention` when the runs have only two
+/// values of `p`, or a term pushed to zero). The others keep their finite errors: one
+/// undetermined term does not blank them all.
 fn standard_errors(shares: &[Vec<f64>], free: &[usize], sigma2: f64) -> Vec<f64> {
     let k = shares.first().map_or(0, Vec::len);
     let m = free.len();
@@ -266,53 +296,114 @@ fn standard_errors(shares: &[Vec<f64>], free: &[usize], sigma2: f64) -> Vec<f64>
         }
     }
     let mut out = vec![f64::INFINITY; k];
-    if let Some(inv) = invert(g) {
-        for (r, &i) in free.iter().enumerate() {
-            let v = sigma2 * inv[r][r];
-            if v.is_finite() && v >= 0.0 {
-                out[i] = v.sqrt();
-            }
+    let (values, vectors) = symmetric_eigen(g);
+    let top = values.iter().copied().fold(0.0, f64::max);
+    if !(top > 0.0 && top.is_finite()) {
+        return out;
+    }
+    // Eigenvalues this far below the largest are rounding noise: their directions are the
+    // combinations of constants the runs do not determine.
+    let null = |v: f64| v <= NULL_EIGENVALUE * top;
+    for (r, &i) in free.iter().enumerate() {
+        let in_null: f64 = (0..m)
+            .filter(|&j| null(values[j]))
+            .map(|j| vectors[r][j].powi(2))
+            .sum();
+        if in_null > 1e-6 {
+            continue;
+        }
+        let v: f64 = sigma2
+            * (0..m)
+                .filter(|&j| !null(values[j]))
+                .map(|j| vectors[r][j].powi(2) / values[j])
+                .sum::<f64>();
+        if v.is_finite() && v >= 0.0 {
+            out[i] = v.sqrt();
         }
     }
     out
 }
 
-/// Gauss-Jordan inverse with partial pivoting of a small symmetric positive semi-definite
-/// matrix; `None` when a pivot is negligible against the diagonal's scale.
-fn invert(mut m: Vec<Vec<f64>>) -> Option<Vec<Vec<f64>>> {
-    let n = m.len();
-    let scale = (0..n).map(|i| m[i][i].abs()).fold(0.0, f64::max);
-    if scale == 0.0 {
-        return None;
+/// Which of the `free` columns of `a` the others (nearly) reproduce: the runs cannot tell
+/// those terms apart. Judged on the columns scaled to unit length, so the constants' units
+/// do not matter.
+fn indistinct(a: &[Vec<f64>], free: &[usize]) -> Vec<bool> {
+    let norms: Vec<f64> = free
+        .iter()
+        .map(|&i| a.iter().map(|row| row[i] * row[i]).sum::<f64>().sqrt())
+        .collect();
+    let m = free.len();
+    let mut g = vec![vec![0.0; m]; m];
+    for row in a {
+        for (r, &i) in free.iter().enumerate() {
+            for (c, &j) in free.iter().enumerate() {
+                g[r][c] += row[i] / norms[r] * row[j] / norms[c];
+            }
+        }
     }
-    let mut inv: Vec<Vec<f64>> = (0..n)
+    let (values, vectors) = symmetric_eigen(g);
+    let top = values.iter().copied().fold(0.0, f64::max);
+    (0..m)
+        .map(|r| {
+            (0..m)
+                .filter(|&j| values[j] <= NULL_EIGENVALUE * top)
+                .map(|j| vectors[r][j].powi(2))
+                .sum::<f64>()
+                > 1e-6
+        })
+        .collect()
+}
+
+/// Eigenvalues below this share of the largest count as zero (an undetermined direction).
+const NULL_EIGENVALUE: f64 = 1e-10;
+
+/// Eigen-decomposition of a small symmetric matrix by cyclic Jacobi rotations: the
+/// eigenvalues, and the eigenvectors as columns (`vectors[i][j]` is component `i` of
+/// eigenvector `j`).
+fn symmetric_eigen(mut a: Vec<Vec<f64>>) -> (Vec<f64>, Vec<Vec<f64>>) {
+    let n = a.len();
+    let mut v: Vec<Vec<f64>> = (0..n)
         .map(|i| (0..n).map(|j| if i == j { 1.0 } else { 0.0 }).collect())
         .collect();
-    for col in 0..n {
-        let pivot = (col..n).max_by(|&a, &b| m[a][col].abs().total_cmp(&m[b][col].abs()))?;
-        if m[pivot][col].abs() <= 1e-13 * scale {
-            return None;
+    for _sweep in 0..64 {
+        let off: f64 = (0..n)
+            .flat_map(|i| (i + 1..n).map(move |j| (i, j)))
+            .map(|(i, j)| a[i][j] * a[i][j])
+            .sum();
+        let diag: f64 = (0..n).map(|i| a[i][i] * a[i][i]).sum();
+        if off <= 1e-32 * diag || off == 0.0 {
+            break;
         }
-        m.swap(col, pivot);
-        inv.swap(col, pivot);
-        let d = m[col][col];
-        for j in 0..n {
-            m[col][j] /= d;
-            inv[col][j] /= d;
-        }
-        for r in 0..n {
-            if r != col {
-                let f = m[r][col];
-                if f != 0.0 {
-                    for j in 0..n {
-                        m[r][j] -= f * m[col][j];
-                        inv[r][j] -= f * inv[col][j];
-                    }
+        for p in 0..n {
+            for q in p + 1..n {
+                if a[p][q] == 0.0 {
+                    continue;
+                }
+                // The rotation that zeroes a[p][q] (Numerical Recipes, section 11.1).
+                let theta = (a[q][q] - a[p][p]) / (2.0 * a[p][q]);
+                let t = theta.signum() / (theta.abs() + (theta * theta + 1.0).sqrt());
+                let c = 1.0 / (t * t + 1.0).sqrt();
+                let s = t * c;
+                for row in a.iter_mut() {
+                    let (kp, kq) = (row[p], row[q]);
+                    row[p] = c * kp - s * kq;
+                    row[q] = s * kp + c * kq;
+                }
+                let (head, tail) = a.split_at_mut(q);
+                for (x, y) in head[p].iter_mut().zip(tail[0].iter_mut()) {
+                    let (pk, qk) = (*x, *y);
+                    *x = c * pk - s * qk;
+                    *y = s * pk + c * qk;
+                }
+                for row in v.iter_mut() {
+                    let (kp, kq) = (row[p], row[q]);
+                    row[p] = c * kp - s * kq;
+                    row[q] = s * kp + c * kq;
                 }
             }
         }
     }
-    Some(inv)
+    ((0..n).map(|i| a[i][i]).collect(), v)
 }
 
 /// A comparison on a run's factor, e.g. `p>=4`: which runs to hold out.
@@ -636,6 +727,33 @@ mod tests {
     }
 
     #[test]
+    fn a_startup_runs_of_one_length_cannot_show_is_zero() {
+        // Every run processes 512 samples: a fixed cost per run and per-sample work explain
+        // the times equally well. Measured steps have no start-up: the fit takes none, and
+        // runs 16 times shorter or longer follow.
+        let expression = Expression::default();
+        let mut truth = TRUTH;
+        truth[0] = 0.0;
+        let runs = synthetic(&expression, &truth, (&P, &B, &[512.0]), 0.0, 0);
+        let fitted = fit(&expression, &runs, &FitConfig::default()).unwrap();
+        assert_eq!(fitted.undetermined, vec![Term::Startup]);
+        assert_eq!(fitted.constants[0].value, 0.0);
+        assert!(fitted.unfitted.is_empty());
+        for n in [32.0, 8192.0] {
+            for (p, b) in [(1.0, 1.0), (4.0, 32.0), (16.0, 256.0)] {
+                let x = Point { p, b, n };
+                let (got, want) = (fitted.predict(x), expression.eval(&truth, x));
+                assert!((got / want - 1.0).abs() < 0.01, "{x:?}: {got} vs {want}");
+            }
+        }
+        // Two lengths show a start-up: it is fitted.
+        let runs = synthetic(&expression, &TRUTH, (&P, &B, &[128.0, 2048.0]), 0.0, 0);
+        let fitted = fit(&expression, &runs, &FitConfig::default()).unwrap();
+        assert!(fitted.undetermined.is_empty());
+        assert!((fitted.constants[0].value / TRUTH[0] - 1.0).abs() < 0.01);
+    }
+
+    #[test]
     fn too_few_runs_and_bad_holdouts_are_refused() {
         let expression = Expression::default();
         let runs = synthetic(&expression, &TRUTH, (&[1.0, 2.0], &[8.0], &[64.0]), 0.0, 0);
@@ -664,12 +782,44 @@ mod tests {
     }
 
     #[test]
-    fn small_inverse_is_exact() {
-        let inv = invert(vec![vec![4.0, 2.0], vec![2.0, 3.0]]).unwrap();
-        // [[3, -2], [-2, 4]] / 8
-        for (got, want) in inv.concat().iter().zip([0.375, -0.25, -0.25, 0.5]) {
-            assert!((got - want).abs() < 1e-15);
+    fn symmetric_eigen_reconstructs_the_matrix() {
+        let m = vec![
+            vec![4.0, 2.0, 0.5],
+            vec![2.0, 3.0, -1.0],
+            vec![0.5, -1.0, 2.0],
+        ];
+        let (values, vectors) = symmetric_eigen(m.clone());
+        for i in 0..3 {
+            for j in 0..3 {
+                let back: f64 = (0..3)
+                    .map(|e| vectors[i][e] * values[e] * vectors[j][e])
+                    .sum();
+                assert!((back - m[i][j]).abs() < 1e-12, "{i},{j}: {back}");
+                let dot: f64 = (0..3).map(|e| vectors[e][i] * vectors[e][j]).sum();
+                assert!((dot - f64::from(u8::from(i == j))).abs() < 1e-12);
+            }
         }
-        assert!(invert(vec![vec![1.0, 1.0], vec![1.0, 1.0]]).is_none());
+        // [[2, 1], [1, 2]]: eigenvalues 1 and 3.
+        let (mut values, _) = symmetric_eigen(vec![vec![2.0, 1.0], vec![1.0, 2.0]]);
+        values.sort_by(f64::total_cmp);
+        assert!((values[0] - 1.0).abs() < 1e-14 && (values[1] - 3.0).abs() < 1e-14);
+    }
+
+    #[test]
+    fn standard_errors_blank_only_the_terms_the_runs_cannot_separate() {
+        // Columns 0 and 1 are the same factor; column 2 is independent; column 3 is unfitted.
+        let shares: Vec<Vec<f64>> = (0..8)
+            .map(|j| {
+                let x = f64::from(j) / 8.0;
+                vec![0.3 * x, 0.3 * x, 0.7 - 0.4 * x, 0.0]
+            })
+            .collect();
+        let se = standard_errors(&shares, &[0, 1, 2], 1e-4);
+        assert!(se[0].is_infinite() && se[1].is_infinite() && se[3].is_infinite());
+        assert!(se[2].is_finite() && se[2] > 0.0, "{se:?}");
+        // Without the duplicate, the first is determined too; `(X'X)^-1` of a diagonal.
+        let diagonal = vec![vec![1.0, 0.0], vec![0.0, 2.0], vec![0.0, 2.0]];
+        let se = standard_errors(&diagonal, &[0, 1], 0.01);
+        assert!((se[0] - 0.1).abs() < 1e-12 && (se[1] - 0.05 / 2f64.sqrt()).abs() < 1e-12);
     }
 }

@@ -232,3 +232,123 @@ fn scale_predict_with_a_measured_compute_time_needs_no_bundle() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("perfcast quickstart"), "{}", stderr(&o));
 }
+
+#[test]
+fn scale_measure_writes_runs_that_scale_fit_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("runs.csv");
+    let o = run(&[
+        "scale",
+        "measure",
+        "--network",
+        "lenet5",
+        "--threads",
+        "1",
+        "--batch",
+        "2,4",
+        "--samples",
+        "8",
+        "--repeats",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["network"], "lenet5");
+    let runs = r["runs"].as_array().unwrap();
+    let got: Vec<(u64, u64, u64, u64)> = runs
+        .iter()
+        .map(|x| {
+            let v = |k: &str| x[k].as_u64().unwrap();
+            (v("p"), v("b"), v("n"), v("steps"))
+        })
+        .collect();
+    assert_eq!(got, [(1, 2, 8, 4), (1, 4, 8, 2)]);
+    for x in runs {
+        let (t, lo, hi) = (
+            x["time_s"].as_f64().unwrap(),
+            x["min_s"].as_f64().unwrap(),
+            x["max_s"].as_f64().unwrap(),
+        );
+        assert!(t > 0.0 && lo <= t && t <= hi, "{x}");
+    }
+
+    // The file: a provenance comment, the header, one line per run, and what `scale fit`
+    // reads.
+    let text = std::fs::read_to_string(&out).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("# perfcast scale measure: lenet5"),
+        "{text}"
+    );
+    assert_eq!(
+        lines[1],
+        "network,resolution,backend,p,b,n,steps,repeats,time_s,min_s,max_s"
+    );
+    assert_eq!(lines.len(), 4, "{text}");
+    assert!(lines[2].starts_with("lenet5,,flex,1,2,8,4,1,"), "{text}");
+    let o = run(&[
+        "scale",
+        "fit",
+        "--runs",
+        out.to_str().unwrap(),
+        "--terms",
+        "compute,step",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let fit: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(fit["runs"], 2);
+    assert!(fit["fit_mape"].as_f64().unwrap().is_finite());
+
+    // n is rounded up to whole batches, and says so.
+    let o = run(&[
+        "scale",
+        "measure",
+        "--network",
+        "lenet5",
+        "--threads",
+        "1",
+        "--batch",
+        "4",
+        "--samples",
+        "6",
+        "--repeats",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("n=6 is not a whole number of batches of 4: 2 steps, recorded as n=8"),
+        "{}",
+        stderr(&o)
+    );
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.contains("\nlenet5,,flex,1,4,8,2,1,"), "{text}");
+}
+
+#[test]
+fn scale_measure_refuses_bad_values_before_measuring() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("runs.csv");
+    for (args, message) in [
+        (
+            ["--threads", "0"],
+            "`--threads` values must be at least 1, got 0",
+        ),
+        (["--repeats", "0"], "`--repeats` must be at least 1, got 0"),
+        (["--network", "lenet5@x"], "the resolution after `@`"),
+    ] {
+        let mut all = vec!["scale", "measure", "--out", out.to_str().unwrap()];
+        all.extend(args);
+        let o = run(&all);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&o).contains(message), "{args:?}: {}", stderr(&o));
+    }
+    assert!(!out.exists());
+}

@@ -3,21 +3,26 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand, ValueEnum};
-use perfcast_core::{Context, DeviceSpec, Network, Phase, slugify, zoo};
+use perfcast_core::{Context, CpuTopology, DeviceSpec, Network, Phase, slugify, zoo};
+use perfcast_profile::Backend;
+use perfcast_profile::network::time_training;
 use perfcast_scale::analytic::{layer_params, layers_from_measurement};
 use perfcast_scale::fit::{Filter, fit_with_holdout};
 use perfcast_scale::{
     DataParallelModel, DeConfig, Expression, FitConfig, FittedExpression, Holdout, InterNode,
     IterationEstimate, LayerCost, Link, Optimizer, Overlap, Parallelism, Point, Run, Strategy,
+    Term,
 };
 use perfcast_select::Predictor;
 use serde::Serialize;
 
 use crate::Ui;
-use crate::output::{Format, emit, emit_json, fmt_ms, sig3};
+use crate::cmd::networks::zoo_choice;
+use crate::output::{Format, emit, emit_json, fmt_ms, progress, sig3};
 use crate::plot;
 
 /// `perfcast scale ...`.
@@ -38,8 +43,17 @@ pub enum ScaleCommand {
     /// its meaning, the fit's MAPE, the MAPE on runs held out (`--holdout`,
     /// `--holdout-runs`) and predictions at other points (`--predict`).
     Fit(FitArgs),
-    // `perfcast scale measure` (runs from real burn training steps on this machine) belongs
-    // here; it comes with the whole-network runner.
+    /// Measure training runs on this machine for `scale fit`: real burn training steps over
+    /// threads, batch sizes and sample counts
+    ///
+    /// For every (p threads, b batch, n samples): one untimed warm-up step, then ceil(n / b)
+    /// training steps (forward, backward, SGD update) of the network on the CPU backend in a
+    /// pool of exactly p threads; time_s is the median wall time over `--repeats`. n is
+    /// rounded up to a whole number of batches (steps * b, recorded as such). The repeats are
+    /// rounds over every run in a shuffled order, so load that drifts while measuring does not
+    /// bias the runs measured last. Writes the runs CSV `scale fit --runs` reads. Threads
+    /// beyond the cores oversubscribe them: contention, measured as it is.
+    Measure(MeasureArgs),
 }
 
 /// Gradient exchange, on the command line.
@@ -224,10 +238,44 @@ pub struct FitArgs {
     plot: Option<PathBuf>,
 }
 
+/// Arguments of `perfcast scale measure`.
+#[derive(Debug, Args)]
+pub struct MeasureArgs {
+    /// A network from the built-in zoo, optionally `@resolution` (e.g. `lenet5`,
+    /// `mobilenetv2@32`); the default grid takes about 2 minutes of resnet18@32 on 2 cores
+    #[arg(long, default_value = "resnet18@32", conflicts_with = "network_file")]
+    network: String,
+    /// A network from a JSON file (format: `examples/networks/`)
+    #[arg(long)]
+    network_file: Option<PathBuf>,
+    /// Thread counts p, comma-separated
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    threads: Vec<usize>,
+    /// Batch sizes b, comma-separated
+    #[arg(long, value_delimiter = ',', default_value = "4,8,16,32")]
+    batch: Vec<usize>,
+    /// Samples n per run, comma-separated: ceil(n / b) training steps
+    #[arg(long, value_delimiter = ',', default_value = "64,256")]
+    samples: Vec<usize>,
+    /// Timed repetitions per run; time_s is their median
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// Backend to run on (a CPU backend: the threads are its compute threads)
+    #[arg(long, default_value = "flex")]
+    backend: Backend,
+    /// Runs CSV to write (replaced atomically): columns p, b, n, time_s and provenance
+    #[arg(long)]
+    out: PathBuf,
+    /// Output format of the summary on stdout
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
 pub fn run(c: ScaleCommand, ui: &Ui) -> anyhow::Result<ExitCode> {
     match c {
         ScaleCommand::Predict(a) => predict(a, ui),
         ScaleCommand::Fit(a) => fit(a, ui),
+        ScaleCommand::Measure(a) => measure(a, ui),
     }
 }
 
@@ -702,6 +750,8 @@ struct FitReport {
     formula: String,
     constants: Vec<ConstantRow>,
     unfitted: Vec<String>,
+    /// Terms the runs cannot tell from the others, set to 0 (`startup` at one `n`).
+    undetermined: Vec<String>,
     fitted_runs: usize,
     fit_mape: f64,
     holdout: Option<HoldoutSummary>,
@@ -789,6 +839,32 @@ fn fit(a: FitArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             t.formula()
         ));
     }
+    if fitted.undetermined.contains(&Term::Startup) {
+        ui.info(
+            "note: every run fitted has the same n: a fixed cost per run (`startup`) cannot be \
+             told from per-sample work; taken as 0",
+        );
+    }
+    let blind: Vec<String> = fitted
+        .constants
+        .iter()
+        .filter(|c| {
+            !c.rel_se.is_finite()
+                && !fitted.unfitted.contains(&c.term)
+                && !fitted.undetermined.contains(&c.term)
+        })
+        .map(|c| format!("`{}`", c.term.name()))
+        .collect();
+    if !blind.is_empty() {
+        ui.info(format!(
+            "note: no standard error for {}: the runs cannot separate {} from the others (or \
+             push {} to zero); predictions far outside the runs depend on how the fit split \
+             them\n\nhint: runs at more values of p, b and n separate the terms",
+            blind.join(", "),
+            if blind.len() == 1 { "it" } else { "them" },
+            if blind.len() == 1 { "it" } else { "them" }
+        ));
+    }
     let report = FitReport {
         runs_file: a.runs.clone(),
         runs: runs.len(),
@@ -807,6 +883,11 @@ fn fit(a: FitArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             })
             .collect(),
         unfitted: fitted.unfitted.iter().map(|t| t.name().into()).collect(),
+        undetermined: fitted
+            .undetermined
+            .iter()
+            .map(|t| t.name().into())
+            .collect(),
         fitted_runs: fitted.runs,
         fit_mape: fitted.fit_mape,
         holdout: held,
@@ -980,4 +1061,371 @@ fn plot_fit(path: &Path, fitted: &FittedExpression, runs: &[Run]) -> anyhow::Res
             diagonal: true,
         },
     )
+}
+
+/// One measured run, as written to the runs CSV.
+#[derive(Debug, Clone, Serialize)]
+struct MeasuredRun {
+    p: usize,
+    b: usize,
+    /// Samples processed: `steps * b`.
+    n: usize,
+    steps: usize,
+    /// Median over the repeats, seconds.
+    time_s: f64,
+    /// Fastest and slowest repeat, seconds.
+    min_s: f64,
+    max_s: f64,
+}
+
+/// A configuration that could not be measured.
+#[derive(Debug, Serialize)]
+struct FailedRun {
+    p: usize,
+    b: usize,
+    n: usize,
+    error: String,
+}
+
+/// What `scale measure` prints.
+#[derive(Debug, Serialize)]
+struct MeasureReport {
+    out: PathBuf,
+    network: String,
+    resolution: Option<usize>,
+    backend: String,
+    cpu: String,
+    cores: u32,
+    repeats: usize,
+    /// One-minute load average before and after measuring (Linux), for the record.
+    load_start: Option<f64>,
+    load_end: Option<f64>,
+    runs: Vec<MeasuredRun>,
+    failed: Vec<FailedRun>,
+}
+
+/// The one-minute load average, where the system publishes it.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// A CSV field, quoted when it holds a comma, a quote or spaces at its ends.
+fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n']) || text.trim() != text {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_string()
+    }
+}
+
+/// The runs CSV: a `#` provenance line (skipped by the reader), the header, one line per run.
+fn runs_csv(r: &MeasureReport) -> String {
+    let load = |l: Option<f64>| l.map_or_else(|| "unknown".to_string(), |v| format!("{v:.2}"));
+    let mut t = format!(
+        "# perfcast scale measure: {} training steps (forward, backward, SGD update) on {}, \
+         {} ({} cores); time_s is the median of {} repeats (rounds over every run in shuffled \
+         order), each after one untimed warm-up step; 1-minute load average {} before, {} \
+         after\n",
+        r.network.replace('\n', " "),
+        r.backend,
+        r.cpu.replace('\n', " "),
+        r.cores,
+        r.repeats,
+        load(r.load_start),
+        load(r.load_end)
+    );
+    t.push_str("network,resolution,backend,p,b,n,steps,repeats,time_s,min_s,max_s\n");
+    let network = csv_field(&r.network);
+    let resolution = r.resolution.map(|v| v.to_string()).unwrap_or_default();
+    for run in &r.runs {
+        t.push_str(&format!(
+            "{network},{resolution},{},{},{},{},{},{},{:.6},{:.6},{:.6}\n",
+            r.backend, run.p, run.b, run.n, run.steps, r.repeats, run.time_s, run.min_s, run.max_s
+        ));
+    }
+    t
+}
+
+/// `0..len` in an order shuffled by `seed` (Fisher-Yates on SplitMix64): the same on every
+/// machine, different for every seed.
+fn shuffled(len: usize, seed: u64) -> Vec<usize> {
+    let mut state = seed;
+    let mut next = move || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let mut order: Vec<usize> = (0..len).collect();
+    for i in (1..len).rev() {
+        order.swap(i, (next() % (i as u64 + 1)) as usize);
+    }
+    order
+}
+
+/// Median of a non-empty slice, which it sorts.
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let m = values.len() / 2;
+    if values.len() % 2 == 1 {
+        values[m]
+    } else {
+        0.5 * (values[m - 1] + values[m])
+    }
+}
+
+fn measure(a: MeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
+    for (flag, values) in [
+        ("--threads", &a.threads),
+        ("--batch", &a.batch),
+        ("--samples", &a.samples),
+    ] {
+        anyhow::ensure!(!values.is_empty(), "`{flag}` needs at least one value");
+        anyhow::ensure!(
+            values.iter().all(|&v| v >= 1),
+            "`{flag}` values must be at least 1, got {}",
+            values
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+    }
+    anyhow::ensure!(
+        a.repeats >= 1,
+        "`--repeats` must be at least 1, got {}",
+        a.repeats
+    );
+    anyhow::ensure!(
+        a.backend.is_cpu(),
+        "`--backend {}`: `scale measure` varies the compute threads of a CPU backend \
+         (flex or ndarray)",
+        a.backend
+    );
+    a.backend.device()?;
+    let (label, network, resolution) = match &a.network_file {
+        Some(path) => {
+            let network = Network::from_json_file(path)?;
+            (network.name.clone(), network, None)
+        }
+        None => {
+            let c = zoo_choice(&a.network, None)?;
+            (c.label, c.network, c.resolution)
+        }
+    };
+    network.check()?;
+    let cpu = CpuTopology::detect();
+    if let Some(&p) = a.threads.iter().find(|&&p| p > cpu.threads as usize) {
+        ui.info(format!(
+            "note: {p} threads on {} logical CPUs oversubscribe them: the runs measure the \
+             contention",
+            cpu.threads
+        ));
+    }
+    // The (b, n) pairs, each measured at every thread count.
+    let mut pairs: Vec<(usize, usize)> = Vec::new();
+    for &n in &a.samples {
+        for &b in &a.batch {
+            let steps = n.div_ceil(b);
+            if steps * b != n {
+                ui.info(format!(
+                    "note: n={n} is not a whole number of batches of {b}: {steps} steps, \
+                     recorded as n={}",
+                    steps * b
+                ));
+            }
+            pairs.push((b, steps));
+        }
+    }
+    let threads = &a.threads;
+    let load_start = load_average();
+    if let Some(load) = load_start.filter(|&l| l >= 0.5) {
+        ui.info(format!(
+            "note: the machine is busy (1-minute load average {load:.2} on {} logical CPUs): \
+             the runs share it, those with more threads most",
+            cpu.threads
+        ));
+    }
+    // Every repeat is a round over all runs: the (b, n) pairs in a fresh shuffled order, the
+    // thread counts of a pair one after the other. Load that drifts while measuring (other
+    // work starting or stopping) then spreads over the repeats of every run alike instead of
+    // biasing the runs measured last, and the thread counts of a pair see the same load.
+    // Each repeat builds the network anew and runs one untimed warm-up step.
+    // Progress in samples (warm-up included): a run's time grows with its samples, so the
+    // ETA holds across runs of very different sizes.
+    let cost = |b: usize, steps: usize| ((steps + 1) * b) as u64;
+    let per_round: u64 =
+        pairs.iter().map(|&(b, steps)| cost(b, steps)).sum::<u64>() * threads.len() as u64;
+    let bar = progress(ui, per_round * a.repeats as u64, "measure");
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); pairs.len() * threads.len()];
+    let mut errors: Vec<Option<String>> = vec![None; times.len()];
+    for round in 0..a.repeats {
+        for pair in shuffled(pairs.len(), round as u64) {
+            let (b, steps) = pairs[pair];
+            for (t, &p) in threads.iter().enumerate() {
+                let i = pair * threads.len() + t;
+                if errors[i].is_none() {
+                    bar.set_message(format!(
+                        "{label}: repeat {}/{}, p={p} b={b} n={} ({steps} steps)",
+                        round + 1,
+                        a.repeats,
+                        steps * b
+                    ));
+                    match time_training(&network, a.backend, b, p, steps, 1) {
+                        Ok(d) => times[i].extend(d.iter().map(Duration::as_secs_f64)),
+                        Err(error) => {
+                            bar.suspend(|| {
+                                ui.info(format!(
+                                    "error: `{label}` at p={p} b={b} n={}: {error}",
+                                    steps * b
+                                ))
+                            });
+                            errors[i] = Some(error);
+                        }
+                    }
+                }
+                bar.inc(cost(b, steps));
+            }
+        }
+    }
+    let mut runs = Vec::with_capacity(times.len());
+    let mut failed = Vec::new();
+    for (i, (mut s, error)) in times.into_iter().zip(errors).enumerate() {
+        let (b, steps) = pairs[i / threads.len()];
+        let p = threads[i % threads.len()];
+        let n = steps * b;
+        match error {
+            Some(error) => failed.push(FailedRun { p, b, n, error }),
+            None => {
+                let time_s = median(&mut s);
+                runs.push(MeasuredRun {
+                    p,
+                    b,
+                    n,
+                    steps,
+                    time_s,
+                    min_s: s[0],
+                    max_s: s[s.len() - 1],
+                });
+            }
+        }
+    }
+    bar.finish_and_clear();
+    anyhow::ensure!(
+        !runs.is_empty(),
+        "no run could be measured (the first error: {})",
+        failed.first().map_or("none", |f| f.error.as_str())
+    );
+    let report = MeasureReport {
+        out: a.out.clone(),
+        network: label,
+        resolution,
+        backend: a.backend.name().into(),
+        cpu: cpu.model,
+        cores: cpu.cores,
+        repeats: a.repeats,
+        load_start,
+        load_end: load_average(),
+        runs,
+        failed,
+    };
+    perfcast_data::write_atomic(&a.out, runs_csv(&report).as_bytes())
+        .with_context(|| format!("writing the runs `{}`", a.out.display()))?;
+    ui.info(format!(
+        "wrote {} runs to `{}`; fit them with `perfcast scale fit --runs {} --holdout 0.25`",
+        report.runs.len(),
+        a.out.display(),
+        a.out.display()
+    ));
+    match a.format {
+        Format::Json => emit_json(&report)?,
+        Format::Text => emit(&render_measure(&report))?,
+    }
+    if !report.failed.is_empty() {
+        ui.info(format!(
+            "error: {} of {} runs failed; the file holds the others",
+            report.failed.len(),
+            report.failed.len() + report.runs.len()
+        ));
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn render_measure(r: &MeasureReport) -> String {
+    let load = |l: Option<f64>| l.map_or_else(|| "-".to_string(), sig3);
+    let mut t = format!(
+        "{}: training steps on {}, {} ({} cores), median of {} repeats; load average {} \
+         before, {} after\n\n",
+        r.network,
+        r.backend,
+        r.cpu,
+        r.cores,
+        r.repeats,
+        load(r.load_start),
+        load(r.load_end)
+    );
+    t.push_str(&format!(
+        "{:>3} {:>5} {:>7} {:>6} {:>10} {:>7} {:>10} {:>8}\n",
+        "p", "b", "n", "steps", "time", "spread", "samples/s", "speedup"
+    ));
+    for run in &r.runs {
+        let one = r
+            .runs
+            .iter()
+            .find(|o| o.p == 1 && o.b == run.b && o.n == run.n)
+            .map(|o| o.time_s);
+        t.push_str(&format!(
+            "{:>3} {:>5} {:>7} {:>6} {:>10} {:>6}% {:>10} {:>8}\n",
+            run.p,
+            run.b,
+            run.n,
+            run.steps,
+            fmt_ms(run.time_s * 1e3),
+            sig3(100.0 * (run.max_s - run.min_s) / run.time_s),
+            sig3(run.n as f64 / run.time_s),
+            one.map_or_else(|| "-".into(), |o| sig3(o / run.time_s))
+        ));
+    }
+    for f in &r.failed {
+        t.push_str(&format!(
+            "{:>3} {:>5} {:>7} failed: {}\n",
+            f.p, f.b, f.n, f.error
+        ));
+    }
+    t.push_str("\nspread: slowest minus fastest repeat, relative to the median\n");
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shuffled_orders_are_permutations_fixed_by_the_seed() {
+        for seed in 0..4 {
+            let mut order = shuffled(10, seed);
+            assert_eq!(order, shuffled(10, seed));
+            order.sort_unstable();
+            assert_eq!(order, (0..10).collect::<Vec<_>>());
+        }
+        assert_ne!(shuffled(10, 0), shuffled(10, 1));
+        assert!(shuffled(0, 3).is_empty());
+        assert_eq!(shuffled(1, 3), [0]);
+    }
+
+    #[test]
+    fn medians_and_csv_fields() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(csv_field("lenet5"), "lenet5");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+    }
 }
