@@ -40,9 +40,9 @@ train DATA OUT *ARGS:
     cargo run --release -p perfcast-cli -- train --data {{DATA}} --out {{OUT}} {{ARGS}}
 
 # The shipped cross-device GPU bundle checkpoints/gpu from the imported NeuSight and Justus data
-# (`just import-all` first); models/gpu keeps the training report
+# (`just import-all` first); target/models-gpu keeps the training report
 gpu-bundle:
-    cargo run --release -p perfcast-cli -- train --data datasets/neusight datasets/justus --models ridge,trees --folds 3 --seed 0 --out models/gpu --force --bundle checkpoints/gpu --max-model-kb 4096 --no-progress
+    cargo run --release -p perfcast-cli -- train --data datasets/neusight datasets/justus --models ridge,trees --folds 3 --seed 0 --out target/models-gpu --force --bundle checkpoints/gpu --max-model-kb 4096 --cost-weight 0 --no-progress
 
 # Leave-one-device-out and anchor-mapping figures of the cross-device models
 eval-devices:
