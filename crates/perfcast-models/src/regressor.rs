@@ -31,6 +31,25 @@ pub trait Regressor: Send + Sync + std::fmt::Debug {
         x.iter_rows().map(|r| self.predict_row(r)).collect()
     }
 
+    /// Predicted latencies (ms) of rows held one after another in `rows` (schema order) into
+    /// `out`, one per row: the batch entry of the prediction path. The default predicts row
+    /// by row; a model whose single row is latency-bound (trees walk one node after another)
+    /// interleaves rows. Results equal [`Regressor::predict_row`]'s.
+    fn predict_rows(&self, rows: &[f64], out: &mut [f64]) -> Result<()> {
+        let width = self.schema().len();
+        if rows.len() != width * out.len() {
+            return Err(Error::InvalidData(format!(
+                "{} values for {} rows of {width} features",
+                rows.len(),
+                out.len()
+            )));
+        }
+        for (x, o) in rows.chunks_exact(width).zip(out.iter_mut()) {
+            *o = self.predict_row(x)?;
+        }
+        Ok(())
+    }
+
     /// Whether the model reads every query in its training-phase form and picks its output by
     /// phase, so [`Regressor::predict_tasks`] is its fast path (multi-task MEDN). Default false.
     fn multi_task(&self) -> bool {

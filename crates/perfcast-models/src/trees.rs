@@ -296,6 +296,73 @@ pub struct FittedTrees {
     /// The smooth model the trees correct, when fitted with a baseline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     baseline: Option<FittedRidge>,
+    /// The trees in the branch-free form batches walk (derived from `nodes`, not saved).
+    #[serde(skip)]
+    walk: Walk,
+}
+
+/// A node as batches walk it: a leaf sends every row back to itself, so all rows of a batch
+/// step a tree its full depth in lockstep with no test for having arrived.
+#[derive(Clone, Copy, Debug)]
+struct Step {
+    /// Feature compared (0 for a leaf).
+    feature: u32,
+    /// Left child (the node itself for a leaf).
+    left: u32,
+    /// 1 when the right child is `left + 1`, 0 for a leaf.
+    step: u32,
+    /// Threshold (infinite for a leaf: only NaN compares past it, and `step` is 0).
+    value: f64,
+}
+
+/// Every tree in [`Step`] form, and each tree's depth.
+#[derive(Clone, Debug, Default)]
+struct Walk {
+    steps: Vec<Step>,
+    depths: Vec<u32>,
+}
+
+impl Walk {
+    fn of(nodes: &[Node], roots: &[u32]) -> Walk {
+        let steps = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                if n.is_leaf() {
+                    Step {
+                        feature: 0,
+                        left: i as u32,
+                        step: 0,
+                        value: f64::INFINITY,
+                    }
+                } else {
+                    Step {
+                        feature: n.feature,
+                        left: n.left,
+                        step: 1,
+                        value: n.value,
+                    }
+                }
+            })
+            .collect();
+        let depths = roots
+            .iter()
+            .map(|&root| {
+                let (mut deepest, mut stack) = (0, vec![(root as usize, 0u32)]);
+                while let Some((i, d)) = stack.pop() {
+                    let n = nodes[i];
+                    if n.is_leaf() {
+                        deepest = deepest.max(d);
+                    } else {
+                        stack.push((n.left as usize, d + 1));
+                        stack.push((n.left as usize + 1, d + 1));
+                    }
+                }
+                deepest
+            })
+            .collect();
+        Walk { steps, depths }
+    }
 }
 
 /// The saved form before its structure is checked.
@@ -347,6 +414,7 @@ impl TryFrom<UncheckedTrees> for FittedTrees {
             }
         }
         Ok(FittedTrees {
+            walk: Walk::of(&t.nodes, &t.roots),
             schema: t.schema,
             base,
             roots: t.roots,
@@ -367,6 +435,12 @@ impl FittedTrees {
         self.nodes.len()
     }
 }
+
+/// Rows [`FittedTrees`] walks through its trees together in a batch.
+const WALK_ROWS: usize = 8;
+/// Widest row the batched walk holds in a fixed array (a power of two); wider rows are
+/// predicted one at a time.
+const WALK_WIDTH: usize = 64;
 
 /// The leaf value one tree gives a raw row (of checked width).
 #[inline]
@@ -403,6 +477,66 @@ impl Regressor for FittedTrees {
             log_ms += tree_value(&self.nodes, root, x);
         }
         Ok(log_ms.exp())
+    }
+
+    /// Rows walk each tree together, [`WALK_ROWS`] at a time and branch-free, the tree's
+    /// full depth (a leaf keeps a row in place): one row's walk is a chain of dependent
+    /// loads, several rows' walks overlap. Each row still adds its trees' leaves in tree
+    /// order, so results equal [`Regressor::predict_row`]'s.
+    fn predict_rows(&self, rows: &[f64], out: &mut [f64]) -> Result<()> {
+        let width = self.schema.len();
+        if rows.len() != width * out.len() {
+            return Err(Error::InvalidData(format!(
+                "{} values for {} rows of {width} features",
+                rows.len(),
+                out.len()
+            )));
+        }
+        if width > WALK_WIDTH {
+            for (x, o) in rows.chunks_exact(width).zip(out.iter_mut()) {
+                *o = self.predict_row(x)?;
+            }
+            return Ok(());
+        }
+        for (block, outs) in rows
+            .chunks(width * WALK_ROWS)
+            .zip(out.chunks_mut(WALK_ROWS))
+        {
+            let mut log_ms = [0.0f64; WALK_ROWS];
+            let xs: Vec<&[f64]> = block.chunks_exact(width).collect();
+            // Rows in fixed-width arrays: a masked index needs no bounds check, and every
+            // split feature is below the width (checked on load).
+            let mut fixed = [[0.0f64; WALK_WIDTH]; WALK_ROWS];
+            for (f, x) in fixed.iter_mut().zip(&xs) {
+                f[..width].copy_from_slice(x);
+            }
+            for (l, x) in log_ms.iter_mut().zip(&xs) {
+                *l = match &self.baseline {
+                    Some(b) => b.predict_row(x)?.ln(),
+                    None => self.base,
+                };
+            }
+            for (&root, &depth) in self.roots.iter().zip(&self.walk.depths) {
+                let mut at = [root as usize; WALK_ROWS];
+                for _ in 0..depth {
+                    for (i, x) in at.iter_mut().zip(&fixed[..xs.len()]) {
+                        let n = self.walk.steps[*i];
+                        // `!(x <= t)` sends NaN right, as `tree_value` does.
+                        #[allow(clippy::neg_cmp_op_on_partial_ord)]
+                        let right =
+                            u32::from(!(x[n.feature as usize & (WALK_WIDTH - 1)] <= n.value));
+                        *i = n.left.wrapping_add(right & n.step) as usize;
+                    }
+                }
+                for (l, i) in log_ms.iter_mut().zip(&at[..xs.len()]) {
+                    *l += self.nodes[*i].value;
+                }
+            }
+            for (o, l) in outs.iter_mut().zip(&log_ms) {
+                *o = l.exp();
+            }
+        }
+        Ok(())
     }
 
     fn size_bytes(&self) -> usize {
@@ -944,6 +1078,7 @@ fn boost(params: &TreeParams, data: &TrainSet, baseline: Option<FittedRidge>) ->
     }
     nodes.shrink_to_fit();
     FittedTrees {
+        walk: Walk::of(&nodes, &roots),
         schema: data.schema.clone(),
         base,
         roots,
@@ -1110,6 +1245,27 @@ mod tests {
         // Far outside the training range the walk ends in an edge leaf, still positive.
         assert!(m.predict_row(&[1e9, 1e9, 1e30, 1e30, 0.0, -5.0]).unwrap() > 0.0);
         assert!(m.predict_row(&[0.0; 6]).unwrap() > 0.0);
+    }
+
+    #[test]
+    fn batched_walks_match_single_rows_exactly() {
+        let data = latency_like(300, 3);
+        let fitted = TreeParams::default().fit(&data).unwrap();
+        // Saved and loaded: the walking form is rebuilt on load.
+        let json = serde_json::to_string(&fitted.to_saved()).unwrap();
+        let loaded: SavedModel = serde_json::from_str(&json).unwrap();
+        let mut rows: Vec<f64> = data.x.iter_rows().take(21).flatten().copied().collect();
+        rows.extend([1e9, f64::NAN, 1e30, -1.0, 0.0, f64::INFINITY]);
+        for m in [
+            Box::new(fitted) as Box<dyn Regressor>,
+            loaded.into_regressor(),
+        ] {
+            let mut out = vec![0.0; rows.len() / 6];
+            m.predict_rows(&rows, &mut out).unwrap();
+            for (x, o) in rows.chunks_exact(6).zip(&out) {
+                assert_eq!(o.to_bits(), m.predict_row(x).unwrap().to_bits(), "{x:?}");
+            }
+        }
     }
 
     #[test]

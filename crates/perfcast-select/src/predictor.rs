@@ -247,7 +247,7 @@ impl Predictor {
     /// Many validated queries on the fast path, in their order: grouped by kind, each kind's
     /// rows built into one buffer and predicted together (multi-task models run their rows
     /// through the network in blocks, in the training-phase form they read, so no row is
-    /// rewritten into another phase). A query outside the trained ranges gets its warnings
+    /// rewritten into another phase; trees walk several rows at once). A query outside the trained ranges gets its warnings
     /// and is predicted at its nearest trained configuration in the same batch, scaled as the
     /// reference path scales it; kinds without a model get the spec roofline. Results are
     /// identical to [`Predictor::predict_module_reference`]'s.
@@ -306,18 +306,17 @@ impl Predictor {
                         warnings[i].push(EXTRAPOLATED.into());
                     }
                 }
-                if multi {
-                    phases.push(context.phase);
-                    index.push(i);
-                } else {
-                    ms[i] = model.predict_row(&rows[start..])?;
-                    rows.truncate(start);
-                }
+                phases.push(context.phase);
+                index.push(i);
             }
             if !index.is_empty() {
                 out.clear();
                 out.resize(index.len(), 0.0);
-                model.predict_tasks(&rows, &phases, &mut out)?;
+                if multi {
+                    model.predict_tasks(&rows, &phases, &mut out)?;
+                } else {
+                    model.predict_rows(&rows, &mut out)?;
+                }
                 for (&i, v) in index.iter().zip(&out) {
                     ms[i] = *v;
                 }

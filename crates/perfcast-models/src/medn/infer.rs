@@ -422,29 +422,52 @@ impl FastNet {
                 *v = v.max(0.0);
             }
         }
-        // Heads are small and may differ between the rows: one row at a time.
-        for r in 0..R {
-            let task = tasks[r];
-            let (hidden, head_out) = &self.heads[task];
-            let mut th = [[0.0f32; W]; 1];
-            hidden.apply_block::<1, W, 32>([&u[r][..]], &mut th);
-            for v in &mut th[0][..hidden.d_out] {
+        // Heads may differ between the rows. The hidden layer runs row by row (its outputs
+        // are independent chains already); the 1-wide output and the skip column are one
+        // chain of adds per row, so the rows' chains are interleaved.
+        let mut th = [[0.0f32; W]; R];
+        for (r, tr) in th.iter_mut().enumerate() {
+            let hidden = &self.heads[tasks[r]].0;
+            let mut one = [[0.0f32; W]; 1];
+            hidden.apply_block::<1, W, 32>([&u[r][..]], &mut one);
+            for v in &mut one[0][..hidden.d_out] {
                 *v = v.max(0.0);
             }
-            let mut o = [[0.0f32; W]; 1];
-            head_out.apply_block::<1, W, 32>([&th[0][..]], &mut o);
-            out[r] = match &self.skip {
-                // Column `task` of the skip layer: the whole layer would waste the other heads'
-                // work.
-                Some(s) => {
-                    let mut acc = s.b[task];
-                    for (xi, row) in x[r][..s.d_in].iter().zip(s.w.chunks_exact(s.d_out)) {
-                        acc += xi * row[task];
-                    }
-                    o[0][0] + acc
+            *tr = one[0];
+        }
+        let outs: [&Dense; R] = std::array::from_fn(|r| &self.heads[tasks[r]].1);
+        let mut o = [0.0f32; R];
+        if outs.iter().all(|d| d.d_out == 1 && d.d_in == outs[0].d_in) {
+            for (or, d) in o.iter_mut().zip(&outs) {
+                *or = d.b[0];
+            }
+            for i in 0..outs[0].d_in {
+                for ((or, d), tr) in o.iter_mut().zip(&outs).zip(&th) {
+                    *or += tr[i] * d.w[i];
                 }
-                None => o[0][0],
-            };
+            }
+        } else {
+            for ((or, d), tr) in o.iter_mut().zip(&outs).zip(&th) {
+                let mut one = [[0.0f32; W]; 1];
+                d.apply_block::<1, W, 32>([&tr[..]], &mut one);
+                *or = one[0][0];
+            }
+        }
+        match &self.skip {
+            // Column `task` of the skip layer: the whole layer would waste the other heads'
+            // work.
+            Some(s) => {
+                let mut acc: [f32; R] = std::array::from_fn(|r| s.b[tasks[r]]);
+                for (i, row) in s.w.chunks_exact(s.d_out).take(s.d_in).enumerate() {
+                    for ((a, xr), t) in acc.iter_mut().zip(&x).zip(&tasks) {
+                        *a += xr[i] * row[*t];
+                    }
+                }
+                for ((dst, or), a) in out.iter_mut().zip(&o).zip(&acc) {
+                    *dst = or + a;
+                }
+            }
+            None => *out = o,
         }
     }
 
