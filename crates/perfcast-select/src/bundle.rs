@@ -171,8 +171,7 @@ pub fn write_bundle(
 pub fn rewrite_manifest(dir: &Path, manifest: &Manifest) -> Result<()> {
     Bundle::read_manifest(dir)?;
     let path = dir.join("manifest.json");
-    let json =
-        serde_json::to_vec_pretty(manifest).map_err(|e| bundle_err(&path, e.to_string()))?;
+    let json = serde_json::to_vec_pretty(manifest).map_err(|e| bundle_err(&path, e.to_string()))?;
     perfcast_data::write_atomic(&path, &json).map_err(|e| bundle_err(&path, e.to_string()))?;
     Ok(())
 }

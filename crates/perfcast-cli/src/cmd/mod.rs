@@ -10,6 +10,6 @@ pub mod predict;
 pub mod profile;
 pub mod quickstart;
 pub mod scale;
-pub mod target_device;
 pub mod serve;
+pub mod target_device;
 pub mod train;
