@@ -434,11 +434,28 @@ impl TrainSet {
 /// `ln(1 + max(v, 0))`: the transform for non-negative count-like features.
 ///
 /// Zero (flags, absent columns of a shared input) skips the logarithm: half of some rows.
-/// NaN maps to 0, as `max` did.
+/// NaN maps to 0, as `max` did. Small whole numbers (channels, sizes, kernels, batch, threads,
+/// alignments: most of a row) are looked up in a table `ln_1p` itself filled, so the result
+/// is bit-identical and the prediction path skips most logarithms.
 #[inline]
 pub fn log1p_pos(v: f64) -> f64 {
-    if v > 0.0 { v.ln_1p() } else { 0.0 }
+    if v > 0.0 {
+        let k = v as u32;
+        if (k as usize) < LOG1P_TABLE && f64::from(k) == v {
+            return LOG1P_SMALL[k as usize];
+        }
+        v.ln_1p()
+    } else {
+        0.0
+    }
 }
+
+/// Whole numbers below this have their `ln(1 + k)` in [`LOG1P_SMALL`].
+const LOG1P_TABLE: usize = 4096;
+
+/// `ln(1 + k)` for `k` in `0..LOG1P_TABLE`, computed by `ln_1p` once.
+static LOG1P_SMALL: std::sync::LazyLock<Vec<f64>> =
+    std::sync::LazyLock::new(|| (0..LOG1P_TABLE).map(|k| (k as f64).ln_1p()).collect());
 
 #[cfg(test)]
 mod tests {
@@ -569,6 +586,20 @@ mod tests {
             let forth = row_in_phase(&schema, &inference, Phase::Training).unwrap();
             assert_eq!(forth, training, "{}", spec.kind());
         }
+    }
+
+    #[test]
+    fn log1p_table_is_bit_identical_to_ln_1p() {
+        for k in 0..LOG1P_TABLE + 3 {
+            let v = k as f64;
+            let want = if v > 0.0 { v.ln_1p() } else { 0.0 };
+            assert_eq!(log1p_pos(v).to_bits(), want.to_bits(), "{k}");
+            let frac = v + 0.37;
+            assert_eq!(log1p_pos(frac).to_bits(), frac.ln_1p().to_bits());
+        }
+        assert_eq!(log1p_pos(f64::NAN), 0.0);
+        assert_eq!(log1p_pos(-3.0), 0.0);
+        assert_eq!(log1p_pos(1e300).to_bits(), 1e300f64.ln_1p().to_bits());
     }
 
     #[test]
