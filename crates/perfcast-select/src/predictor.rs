@@ -519,16 +519,19 @@ impl Predictor {
     pub fn prepare(&self, network: &Network) -> Result<PreparedNetwork> {
         network.check()?;
         let mut unique: Vec<ModuleSpec> = Vec::new();
+        // Described once per distinct module: formatting is most of a preparation's cost.
+        let mut described: Vec<String> = Vec::new();
         let mut layers = Vec::new();
         for (name, spec) in network.modules() {
             let index = match unique.iter().position(|u| u == spec) {
                 Some(i) => i,
                 None => {
                     unique.push(spec.clone());
+                    described.push(spec.describe());
                     unique.len() - 1
                 }
             };
-            layers.push((name.to_string(), spec.describe(), index));
+            layers.push((name.to_string(), described[index].clone(), index));
         }
         Ok(PreparedNetwork {
             name: network.name.clone(),
