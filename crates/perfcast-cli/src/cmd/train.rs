@@ -285,7 +285,8 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         let data = source.train_set(kind)?;
         // A kind with a handful of rows (e.g. added by `measure --layers-into`) cannot be
         // cross-validated; when kinds were not named, skip it rather than fail the whole run.
-        let min_rows = MIN_ROWS_PER_FOLD * args.folds.max(2);
+        // (Too few rows for many requested folds stays an error: the user asked for them.)
+        let min_rows = MIN_ROWS_PER_FOLD * 2;
         if args.modules.is_empty() && data.y.len() < min_rows {
             ui.info(format!(
                 "warning: skipping `{kind}`: {} rows, training needs at least {min_rows}",
@@ -416,6 +417,11 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         });
         splits.push((train_set, test_set));
     }
+    anyhow::ensure!(
+        !reports.is_empty(),
+        "every module kind of the data has fewer than {} rows; nothing to train",
+        MIN_ROWS_PER_FOLD * 2
+    );
     // One network shared by every kind: cross-validated on the same folds as the per-kind
     // models, so it competes in selection as `<family>-shared`.
     let mut shared = Vec::new();
@@ -801,7 +807,8 @@ fn render(report: &TrainReport, out: &Path) -> String {
     t
 }
 
-/// Fewest rows per cross-validation fold for a kind to be trained when kinds are not named.
+/// Fewest rows per fold of a 2-fold cross-validation for a kind to be trained when kinds are
+/// not named.
 const MIN_ROWS_PER_FOLD: usize = 5;
 
 /// Arguments of `perfcast eval`.
