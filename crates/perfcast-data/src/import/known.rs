@@ -10,6 +10,8 @@ use perfcast_core::{DeviceKind, DeviceSpec};
 
 use super::gpus::{self, Published};
 
+// One row of a published spec table: the columns are the spec's fields, in the table's order.
+#[allow(clippy::too_many_arguments)]
 const fn neusight(
     name: &'static str,
     gflops: f64,
@@ -175,10 +177,10 @@ pub fn known() -> Vec<DeviceSpec> {
 pub fn lookup(query: &str) -> Result<DeviceSpec, String> {
     let all = known();
     let q = perfcast_core::slugify(query);
-    if let Some((_, name)) = ALIASES.iter().find(|(a, _)| *a == q) {
-        if let Some(s) = all.iter().find(|s| s.name == *name) {
-            return Ok(s.clone());
-        }
+    if let Some((_, name)) = ALIASES.iter().find(|(a, _)| *a == q)
+        && let Some(s) = all.iter().find(|s| s.name == *name)
+    {
+        return Ok(s.clone());
     }
     if let Some(s) = all.iter().find(|s| s.slug() == q) {
         return Ok(s.clone());
