@@ -1,6 +1,6 @@
 //! `measure`, `calibrate` and `eval networks` end to end (issue 6).
 
-use crate::train::small_dataset;
+use crate::train::{small_dataset, train_bundle};
 use crate::{run, stderr};
 
 fn examples() -> std::path::PathBuf {
@@ -53,21 +53,7 @@ fn measure_calibrate_and_eval_networks_from_saved_runs() {
     assert!(data.join("conv2d.parquet").is_file());
     assert!(data.join("maxpool2d.parquet").is_file());
 
-    let bundle = tmp.path().join("bundle");
-    let o = run(&[
-        "train",
-        "--data",
-        data.to_str().unwrap(),
-        "--out",
-        tmp.path().join("models").to_str().unwrap(),
-        "--models",
-        "knn,ridge",
-        "--folds",
-        "3",
-        "--bundle",
-        bundle.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let bundle = train_bundle(tmp.path(), &data, "knn,ridge");
 
     // Before calibration: the plain sum only.
     let eval = |extra: &[&str]| {

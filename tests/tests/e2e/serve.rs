@@ -6,7 +6,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use crate::train::small_dataset;
+use crate::train::{small_dataset, train_bundle};
 use crate::{perfcast, run, stderr};
 
 /// One request on a fresh connection: status and body.
@@ -50,21 +50,7 @@ impl Drop for Server {
 fn serve_answers_valid_and_invalid_requests_and_stops_on_sigterm() {
     let tmp = tempfile::tempdir().unwrap();
     let data = small_dataset(tmp.path(), "24");
-    let bundle = tmp.path().join("bundle");
-    let o = run(&[
-        "train",
-        "--data",
-        data.to_str().unwrap(),
-        "--out",
-        tmp.path().join("models").to_str().unwrap(),
-        "--models",
-        "ridge,trees",
-        "--folds",
-        "3",
-        "--bundle",
-        bundle.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let bundle = train_bundle(tmp.path(), &data, "ridge,trees");
 
     let mut child = perfcast()
         .args([

@@ -39,6 +39,31 @@ pub(crate) fn small_dataset(dir: &std::path::Path, samples: &str) -> std::path::
     out
 }
 
+/// Trains `models` (comma-separated) on `data` with 3 folds into a bundle at `<dir>/bundle`,
+/// asserting success; returns the bundle's path.
+pub(crate) fn train_bundle(
+    dir: &std::path::Path,
+    data: &std::path::Path,
+    models: &str,
+) -> std::path::PathBuf {
+    let bundle = dir.join("bundle");
+    let o = run(&[
+        "train",
+        "--data",
+        data.to_str().unwrap(),
+        "--out",
+        dir.join("models").to_str().unwrap(),
+        "--models",
+        models,
+        "--folds",
+        "3",
+        "--bundle",
+        bundle.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    bundle
+}
+
 #[test]
 fn train_saves_every_model_and_eval_reloads_them() {
     let tmp = tempfile::tempdir().unwrap();
