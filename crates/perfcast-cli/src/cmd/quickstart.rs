@@ -47,11 +47,12 @@ pub struct QuickstartArgs {
     /// Batch sizes of those predictions
     #[arg(long, value_delimiter = ',', default_value = "1,8")]
     batch: Vec<usize>,
-    /// Networks measured end to end to fit the host-cost terms (other than the predicted ones)
+    /// Networks measured end to end to fit the host-cost terms (other than the predicted ones;
+    /// a small one among them pins the per-run cost, which large ones cannot tell apart)
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "vgg11@64,resnet50@64,transformer@64"
+        default_value = "vgg11@64,resnet50@64,transformer@64,lenet5@28"
     )]
     calibration_networks: Vec<String>,
     /// Skip profiling the networks' own layers and the host-cost calibration (faster; network
