@@ -276,7 +276,14 @@ pub fn profile_layers(
     ui: &Ui,
 ) -> anyhow::Result<usize> {
     let ds = DatasetDir::open(dataset)?;
-    let timing = perfcast_profile::timer::TimingConfig::default();
+    // Shorter than `profile`'s rules (0.6 s cap, 7 samples): a network's layers are many and
+    // mostly large, where 5 samples already agree within about 1%; this keeps the quickstart
+    // within minutes.
+    let timing = perfcast_profile::timer::TimingConfig {
+        min_samples: 5,
+        max_time_s: 0.3,
+        ..perfcast_profile::timer::TimingConfig::default()
+    };
     let phases = [Phase::Inference, Phase::Training];
     let bar = progress(
         ui,
