@@ -128,6 +128,52 @@ pub fn local_cpu(backend: Backend) -> Result<(DeviceSpec, Peaks)> {
     Ok((spec, peaks))
 }
 
+/// Busy jiffies and total jiffies of the whole machine, from `/proc/stat`'s first line.
+fn parse_proc_stat(text: &str) -> Option<(u64, u64)> {
+    let line = text.lines().next()?;
+    let mut fields = line.split_whitespace();
+    if fields.next()? != "cpu" {
+        return None;
+    }
+    let v: Vec<u64> = fields.map(|f| f.parse().ok()).collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal ...: idle and iowait are not busy.
+    if v.len() < 5 {
+        return None;
+    }
+    let total: u64 = v.iter().take(8).sum();
+    Some((total - v[3] - v[4], total))
+}
+
+/// This process's own user + system jiffies, from `/proc/self/stat`.
+fn parse_self_stat(text: &str) -> Option<u64> {
+    // The command name (field 2) may hold spaces: fields are counted after its closing `)`.
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After `)`: state is field 3, so utime (14) and stime (15) are at 11 and 12.
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// How many cores other processes kept busy over `window`, measured now (Linux; `None`
+/// elsewhere). Timings taken while other work runs come out inflated (30-70% for large
+/// layers on this project's 2-core machine), so `profile` and `quickstart` warn on it.
+pub fn busy_cores_elsewhere(window: std::time::Duration) -> Option<f64> {
+    let read = || -> Option<(u64, u64, u64)> {
+        let (busy, total) = parse_proc_stat(&std::fs::read_to_string("/proc/stat").ok()?)?;
+        let mine = parse_self_stat(&std::fs::read_to_string("/proc/self/stat").ok()?)?;
+        Some((busy, total, mine))
+    };
+    let (b0, t0, m0) = read()?;
+    std::thread::sleep(window);
+    let (b1, t1, m1) = read()?;
+    let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
+    let total = t1.saturating_sub(t0);
+    if total == 0 {
+        return None;
+    }
+    let others = b1.saturating_sub(b0).saturating_sub(m1.saturating_sub(m0));
+    Some(others as f64 / total as f64 * cores)
+}
+
 fn round3(v: f64) -> f64 {
     if v == 0.0 {
         return 0.0;
@@ -139,6 +185,29 @@ fn round3(v: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proc_stat_busy_excludes_idle_and_iowait() {
+        let text = "cpu  100 5 50 800 40 3 2 0 0 0\ncpu0 1 2 3 4 5 6 7 8\n";
+        assert_eq!(parse_proc_stat(text), Some((160, 1000)));
+        assert_eq!(parse_proc_stat("intr 1 2 3\n"), None);
+        assert_eq!(parse_proc_stat("cpu 1 x 3 4 5\n"), None);
+    }
+
+    #[test]
+    fn self_stat_reads_utime_and_stime_past_a_spaced_name() {
+        let text = "42 (my prog) R 1 42 42 0 -1 4194304 100 0 0 0 250 37 0 0 20 0 1 0";
+        assert_eq!(parse_self_stat(text), Some(287));
+        assert_eq!(parse_self_stat("42 (x) R 1"), None);
+    }
+
+    #[test]
+    fn busy_cores_elsewhere_is_a_share_of_the_machine() {
+        if let Some(c) = busy_cores_elsewhere(std::time::Duration::from_millis(50)) {
+            let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
+            assert!((0.0..=cores + 1e-9).contains(&c), "{c} of {cores}");
+        }
+    }
 
     #[test]
     fn round_to_three_significant_digits() {

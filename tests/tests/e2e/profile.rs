@@ -153,6 +153,29 @@ fn malformed_sweep_is_a_one_line_error_naming_the_file() {
 }
 
 #[test]
+fn bad_time_cap_is_named_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    for bad in ["-1", "0", "NaN"] {
+        let cap = format!("--max-time-s={bad}");
+        let o = run(&[
+            "profile",
+            "--modules",
+            "relu",
+            "--samples",
+            "2",
+            &cap,
+            "--out",
+            tmp.path().join("ds").to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains("timing.max_time_s"), "{bad}: {err}");
+        assert!(!tmp.path().join("ds").exists(), "nothing written for {bad}");
+    }
+}
+
+#[test]
 fn impossible_shapes_are_named() {
     let tmp = tempfile::tempdir().unwrap();
     let sweep = tmp.path().join("conv.toml");

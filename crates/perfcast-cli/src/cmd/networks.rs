@@ -159,6 +159,7 @@ fn measure_all(
         o.backend.device()?; // the backend's own error says how to get it
     }
     let timing = network_timing(o.max_time_s);
+    super::profile::warn_if_busy(ui);
     let module_timing = perfcast_profile::timer::TimingConfig::default();
     let dataset = match &o.layers_into {
         Some(dir) => Some(DatasetDir::open(dir)?),
@@ -276,12 +277,14 @@ pub fn profile_layers(
     ui: &Ui,
 ) -> anyhow::Result<usize> {
     let ds = DatasetDir::open(dataset)?;
+    super::profile::warn_if_busy(ui);
     // Shorter than `profile`'s rules (0.6 s cap, 7 samples): a network's layers are many and
-    // mostly large, where 5 samples already agree within about 1%; this keeps the quickstart
-    // within minutes.
+    // mostly large, where a median of 3 samples already agrees within 1-3% (the spread of big
+    // ops here); this keeps the quickstart within its 10 minutes.
     let timing = perfcast_profile::timer::TimingConfig {
-        min_samples: 5,
-        max_time_s: 0.3,
+        min_samples: 3,
+        max_time_s: 0.2,
+        warmup_s: 0.02,
         ..perfcast_profile::timer::TimingConfig::default()
     };
     let phases = [Phase::Inference, Phase::Training];

@@ -52,6 +52,10 @@ pub struct ProfileArgs {
     /// Background utilisation shares in [0, 1) to draw from, comma-separated
     #[arg(long, value_delimiter = ',')]
     utilisation: Vec<f64>,
+    /// Cap on the timed samples of one configuration, seconds (the sweep's
+    /// `timing.max_time_s`, default 0.6); lower is faster and noisier for small ops
+    #[arg(long)]
+    max_time_s: Option<f64>,
     /// Output format of the summary
     #[arg(long, value_enum, default_value_t)]
     format: Format,
@@ -91,6 +95,9 @@ fn build_sweep(args: &ProfileArgs) -> anyhow::Result<Sweep> {
     if !args.utilisation.is_empty() {
         sweep.utilisation = choice(&args.utilisation);
     }
+    if let Some(t) = args.max_time_s {
+        sweep.timing.max_time_s = t;
+    }
     sweep
         .validate()
         .map_err(|message| perfcast_profile::Error::Sweep {
@@ -101,6 +108,19 @@ fn build_sweep(args: &ProfileArgs) -> anyhow::Result<Sweep> {
             message: format!("after command-line overrides: {message}"),
         })?;
     Ok(sweep)
+}
+
+/// Warns when other processes keep cores busy: every timing taken now would come out inflated.
+pub fn warn_if_busy(ui: &Ui) {
+    if let Some(busy) = probe::busy_cores_elsewhere(std::time::Duration::from_millis(300))
+        && busy > 0.25
+    {
+        ui.info(format!(
+            "warning: other processes are keeping {busy:.1} core(s) busy; timings taken now \
+             come out inflated (by 30-70% for large layers on a 2-core machine); stop them \
+             or measure later"
+        ));
+    }
 }
 
 pub fn run(args: ProfileArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
@@ -119,6 +139,7 @@ pub fn run(args: ProfileArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         out.join("device.json").display()
     ));
     let (device, _) = probe::local_cpu(Backend::Flex)?;
+    warn_if_busy(ui);
     let memory = device.memory_gb * 1e9;
     let options = RunOptions {
         backend: args.backend,
