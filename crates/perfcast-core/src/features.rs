@@ -183,6 +183,8 @@ mod tests {
             m: 3,
             k: 4,
             n: 5,
+            trans_a: false,
+            trans_b: false,
         });
         let d = derive(&spec, 1);
         assert_eq!(d.flops, 2.0 * 3.0 * 5.0 * 2.0 * 4.0);

@@ -123,6 +123,21 @@ impl ModuleKind {
         }
     }
 
+    /// Columns a dataset stores beside [`ModuleKind::config_columns`] for how a module's
+    /// operands are laid out (a matmul's `trans_a` and `trans_b`, 0 or 1), in order.
+    ///
+    /// They change the time but neither the shapes nor the work, and they are not part of the
+    /// configuration: the feature rows of the single-device and cross-device models (and so the
+    /// schema hash every saved model checks) stay those of the configuration, and a dataset
+    /// written before they existed reads as the default layout (all 0). The anchor mapping
+    /// reads them, since DeepBench measured the same GEMM shapes in several layouts.
+    pub fn layout_columns(self) -> &'static [&'static str] {
+        match self {
+            ModuleKind::Matmul => &["trans_a", "trans_b"],
+            _ => &[],
+        }
+    }
+
     /// Whether the kind has trainable parameters (its training step computes weight gradients).
     pub fn has_parameters(self) -> bool {
         matches!(
@@ -211,6 +226,12 @@ pub struct Linear {
 }
 
 /// Batched matmul: `[heads, m, k] @ [heads, k, n] -> [heads, m, n]` per sample.
+///
+/// `trans_a` / `trans_b` say how the operands are stored, as BLAS's `transa` / `transb` do: a
+/// transposed left operand is stored `[k, m]` and read transposed. Shapes and work stay the
+/// same, but the kernel a library runs does not (DeepBench's cuBLAS GEMMs differ up to 5x
+/// between `N,N` and `T,N`), so a dataset stores them beside the configuration
+/// ([`ModuleKind::layout_columns`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Matmul {
@@ -223,6 +244,12 @@ pub struct Matmul {
     pub k: usize,
     /// Columns of the right operand.
     pub n: usize,
+    /// Whether the left operand is stored transposed (`[k, m]`); default false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub trans_a: bool,
+    /// Whether the right operand is stored transposed (`[n, k]`); default false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub trans_b: bool,
 }
 
 /// 2-D pooling (max or average). Input `[channels, in_h, in_w]` per sample.
@@ -320,6 +347,9 @@ fn ones() -> [usize; 2] {
 }
 fn yes() -> bool {
     true
+}
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 #[derive(Deserialize)]
@@ -637,6 +667,53 @@ impl ModuleSpec {
         }
     }
 
+    /// The layout values, one per [`ModuleKind::layout_columns`] entry (empty for kinds
+    /// without any).
+    pub fn layout(&self) -> Vec<i64> {
+        match self {
+            ModuleSpec::Matmul(m) => vec![i64::from(m.trans_a), i64::from(m.trans_b)],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether the layout is the default one (no operand transposed).
+    pub fn default_layout(&self) -> bool {
+        self.layout().iter().all(|&v| v == 0)
+    }
+
+    /// The spec with its layout set from values in [`ModuleKind::layout_columns`] order (the
+    /// inverse of [`layout`]); each must be 0 or 1, and the error names the column.
+    ///
+    /// [`layout`]: ModuleSpec::layout
+    pub fn with_layout(mut self, values: &[i64]) -> Result<Self> {
+        let kind = self.kind();
+        let columns = kind.layout_columns();
+        if values.len() != columns.len() {
+            return Err(invalid(
+                kind,
+                format!(
+                    "expected {} layout values ({}), got {}",
+                    columns.len(),
+                    columns.join(", "),
+                    values.len()
+                ),
+            ));
+        }
+        let flag = |i: usize| match values[i] {
+            0 => Ok(false),
+            1 => Ok(true),
+            other => Err(invalid(
+                kind,
+                format!("`{}` must be 0 or 1, got {other}", columns[i]),
+            )),
+        };
+        if let ModuleSpec::Matmul(m) = &mut self {
+            m.trans_a = flag(0)?;
+            m.trans_b = flag(1)?;
+        }
+        Ok(self)
+    }
+
     /// Rebuilds and validates a spec from its flat configuration (the inverse of [`config`]).
     ///
     /// [`config`]: ModuleSpec::config
@@ -696,6 +773,8 @@ impl ModuleSpec {
                 m: v[1],
                 k: v[2],
                 n: v[3],
+                trans_a: false,
+                trans_b: false,
             }),
             ModuleKind::MaxPool2d | ModuleKind::AvgPool2d => {
                 let p = Pool2d {
@@ -770,7 +849,17 @@ impl ModuleSpec {
                 l.in_features, l.out_features, l.tokens
             ),
             ModuleSpec::Matmul(m) => {
-                format!("matmul {}x[{}x{}]@[{}x{}]", m.heads, m.m, m.k, m.k, m.n)
+                let t = |on: bool| if on { "^T" } else { "" };
+                format!(
+                    "matmul {}x[{}x{}]{}@[{}x{}]{}",
+                    m.heads,
+                    m.m,
+                    m.k,
+                    t(m.trans_a),
+                    m.k,
+                    m.n,
+                    t(m.trans_b)
+                )
             }
             ModuleSpec::MaxPool2d(p) | ModuleSpec::AvgPool2d(p) => format!(
                 "{} k{} s{} p{} {}@{}x{}",
@@ -944,6 +1033,25 @@ mod tests {
             assert_eq!(back.config(), config);
             assert_eq!(back.output_shape().unwrap(), spec.output_shape().unwrap());
         }
+    }
+
+    #[test]
+    fn matmul_transposes_are_optional_in_json_and_kept_apart_from_the_config() {
+        let plain = ModuleSpec::from_json(r#"{"kind":"matmul","m":4,"k":8,"n":6}"#).unwrap();
+        // Untransposed specs serialise as before the fields existed.
+        assert!(!serde_json::to_string(&plain).unwrap().contains("trans"));
+        assert!(plain.default_layout());
+        let json = r#"{"kind":"matmul","m":4,"k":8,"n":6,"trans_a":true}"#;
+        let t = ModuleSpec::from_json(json).unwrap();
+        assert_eq!(t.layout(), vec![1, 0]);
+        assert_ne!(t, plain);
+        // Same shape and work, so the configuration (and every feature row) is the same.
+        assert_eq!(t.config(), plain.config());
+        assert_eq!(t.describe(), "matmul 1x[4x8]^T@[8x6]");
+        assert_eq!(plain.clone().with_layout(&[1, 0]).unwrap(), t);
+        let err = plain.with_layout(&[0, 2]).unwrap_err().to_string();
+        assert!(err.contains("`trans_b` must be 0 or 1, got 2"), "{err}");
+        assert!(ModuleKind::Linear.layout_columns().is_empty());
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub fn one_of_each_kind() -> Vec<ModuleSpec> {
             m: 4,
             k: 8,
             n: 6,
+            trans_a: false,
+            trans_b: true,
         }),
         ModuleSpec::MaxPool2d(pool.clone()),
         ModuleSpec::AvgPool2d(pool),

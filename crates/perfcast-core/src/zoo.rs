@@ -521,6 +521,8 @@ fn transformer(tokens: usize) -> Result<Network> {
         m: tokens,
         k: dh,
         n: tokens,
+        trans_a: false,
+        trans_b: false,
     });
     b.push(
         Layer::new("attn.scores", scores)
@@ -535,6 +537,8 @@ fn transformer(tokens: usize) -> Result<Network> {
         m: tokens,
         k: tokens,
         n: dh,
+        trans_a: false,
+        trans_b: false,
     });
     b.push(
         Layer::new("attn.context", context)

@@ -87,7 +87,15 @@ impl Record {
 
 /// See [`Record::key`].
 pub fn measurement_key(spec: &ModuleSpec, context: &Context, backend: &str) -> String {
-    let config: Vec<String> = spec.config().iter().map(i64::to_string).collect();
+    let mut config: Vec<String> = spec.config().iter().map(i64::to_string).collect();
+    // A non-default layout (a transposed matmul operand) is another measurement; the keys of
+    // default layouts stay what they were before layouts existed.
+    if !spec.default_layout() {
+        let names = spec.kind().layout_columns();
+        for (name, v) in names.iter().zip(spec.layout()) {
+            config.push(format!("{name}={v}"));
+        }
+    }
     format!(
         "{}|{}|b{}|{}|t{}|u{:.3}|{}",
         spec.kind(),

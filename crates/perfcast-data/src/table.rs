@@ -39,6 +39,10 @@ pub fn to_frame(kind: ModuleKind, records: &[Record]) -> PolarsResult<DataFrame>
         let values: Vec<i64> = records.iter().map(|r| r.spec.config()[i]).collect();
         columns.push(Column::new((*name).into(), values));
     }
+    for (i, name) in kind.layout_columns().iter().enumerate() {
+        let values: Vec<i64> = records.iter().map(|r| r.spec.layout()[i]).collect();
+        columns.push(Column::new((*name).into(), values));
+    }
     let ctx = |f: &dyn Fn(&Context) -> i64| -> Vec<i64> {
         records.iter().map(|r| f(&r.context)).collect()
     };
@@ -233,6 +237,19 @@ pub fn from_frame(kind: ModuleKind, df: &DataFrame, path: &Path) -> Result<Vec<R
         .iter()
         .map(|c| cols.i64s(c))
         .collect::<Result<_>>()?;
+    // Layout columns came later than the configuration: a file without them holds the default
+    // layout.
+    let layout: Vec<Option<Vec<Option<i64>>>> = kind
+        .layout_columns()
+        .iter()
+        .map(|c| {
+            if df.column(c).is_ok() {
+                cols.i64s(c).map(Some)
+            } else {
+                Ok(None)
+            }
+        })
+        .collect::<Result<_>>()?;
     let batch = cols.i64s("batch")?;
     let phase = cols.strs("phase")?;
     let threads = cols.i64s("threads")?;
@@ -257,7 +274,17 @@ pub fn from_frame(kind: ModuleKind, df: &DataFrame, path: &Path) -> Result<Vec<R
             .zip(&config)
             .map(|(name, col)| required(path, name, row, col[row]))
             .collect::<Result<_>>()?;
+        let layout_values: Vec<i64> = kind
+            .layout_columns()
+            .iter()
+            .zip(&layout)
+            .map(|(name, col)| match col {
+                Some(col) => required(path, name, row, col[row]),
+                None => Ok(0),
+            })
+            .collect::<Result<_>>()?;
         let spec = ModuleSpec::from_config(kind, &values)
+            .and_then(|s| s.with_layout(&layout_values))
             .map_err(|e| Error::schema(path, format!("row {row}: {e}")))?;
         let phase_name = required(path, "phase", row, phase[row].clone())?;
         let context = Context {

@@ -621,6 +621,8 @@ fn build_sample(
             m: num(v, "m")?,
             k: num(v, "k")?,
             n: num(v, "n")?,
+            trans_a: false,
+            trans_b: false,
         }),
         ModuleKind::MaxPool2d | ModuleKind::AvgPool2d => {
             let kernel = num(v, "kernel")?.max(1);

@@ -230,6 +230,8 @@ mod small {
                 m: 16 + (i * 13) % 256,
                 k: 16 + (i * 7) % 128,
                 n: 16 + (i * 17) % 256,
+                trans_a: false,
+                trans_b: false,
             }),
             ModuleKind::MaxPool2d => ModuleSpec::MaxPool2d(pool),
             ModuleKind::AvgPool2d => ModuleSpec::AvgPool2d(pool),

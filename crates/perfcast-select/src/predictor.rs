@@ -683,6 +683,8 @@ mod tests {
                 m: 4 + (i * 13) % 100,
                 k: 4 + (i * 7) % 64,
                 n: 4 + (i * 17) % 100,
+                trans_a: false,
+                trans_b: false,
             }),
             ModuleKind::MaxPool2d => ModuleSpec::MaxPool2d(Pool2d {
                 channels: c,

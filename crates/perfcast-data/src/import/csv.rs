@@ -30,7 +30,8 @@
 //! ```
 //!
 //! Every configuration column of the kind ([`ModuleKind::config_columns`]) and `batch` must
-//! come from `[columns]` or `[defaults]`; pair names (`input_hw`, `kernel`, `stride`,
+//! come from `[columns]` or `[defaults]`; layout columns ([`ModuleKind::layout_columns`]: a
+//! matmul's `trans_a` and `trans_b`, 0/1 or true/false) may, and are 0 otherwise; pair names (`input_hw`, `kernel`, `stride`,
 //! `padding`, `dilation`) set the `_h` and `_w` columns at once. `threads` (default 1 on a GPU;
 //! required for a CPU device) and `utilisation` (default 0) may come from either too. Unknown
 //! keys, a key given twice, a missing CSV column, and an empty, NaN, negative or non-numeric
@@ -94,8 +95,8 @@ pub struct Mapping {
     pub unit: Unit,
     /// The phase of every row, when constant (otherwise `fields["phase"]` names a column).
     pub phase: Option<Phase>,
-    /// perfcast name -> source, for the config columns, `batch`, `threads`, `utilisation`,
-    /// `median_ms`, `min_ms` and `phase`.
+    /// perfcast name -> source, for the config and layout columns, `batch`, `threads`,
+    /// `utilisation`, `median_ms`, `min_ms` and `phase`.
     pub fields: BTreeMap<String, Field>,
 }
 
@@ -205,7 +206,9 @@ impl Mapping {
         };
 
         let config = kind.config_columns();
-        let known = |key: &str| config.contains(&key) || CONTEXT.contains(&key);
+        let layout = kind.layout_columns();
+        let known =
+            |key: &str| config.contains(&key) || layout.contains(&key) || CONTEXT.contains(&key);
         let mut fields: BTreeMap<String, Field> = BTreeMap::new();
         let mut given_as: BTreeMap<String, String> = BTreeMap::new();
         let mut set = |name: &str, field: Field, as_key: String| -> Result<()> {
@@ -220,6 +223,7 @@ impl Mapping {
         };
         let expected = |table: &str| -> String {
             let mut names: Vec<&str> = config.to_vec();
+            names.extend(layout);
             names.extend(
                 ["input_hw", "kernel", "stride", "padding", "dilation"]
                     .into_iter()
@@ -256,13 +260,15 @@ impl Mapping {
             let as_key = format!("defaults.{key}");
             let number = match value {
                 toml::Value::Integer(i) => *i as f64,
-                toml::Value::Boolean(b) if key == "bias" => f64::from(u8::from(*b)),
+                toml::Value::Boolean(b) if key == "bias" || layout.contains(&key.as_str()) => {
+                    f64::from(u8::from(*b))
+                }
                 toml::Value::Float(f) if key == "utilisation" && f.is_finite() => *f,
                 other => {
                     return Err(fail(format!(
                         "`{as_key}` must be {}, got {other}",
                         match key.as_str() {
-                            "bias" => "true, false, 0 or 1",
+                            k if k == "bias" || layout.contains(&k) => "true, false, 0 or 1",
                             "utilisation" => "a number",
                             _ => "an integer",
                         }
@@ -349,6 +355,13 @@ impl Mapping {
     }
 }
 
+/// Whether `name` is a layout column of any kind (a 0/1 flag, like `bias`).
+fn is_layout(name: &str) -> bool {
+    ModuleKind::ALL
+        .iter()
+        .any(|k| k.layout_columns().contains(&name))
+}
+
 /// One value source resolved against a CSV.
 enum Value<'a> {
     Column(Col<'a>),
@@ -359,7 +372,7 @@ impl Value<'_> {
     fn integer(&self, row: usize, name: &str) -> Result<i64> {
         match self {
             Value::Constant(v) => Ok(*v as i64),
-            Value::Column(col) if name == "bias" => {
+            Value::Column(col) if name == "bias" || is_layout(name) => {
                 col.flag(row).map(i64::from).or_else(|_| col.integer(row))
             }
             Value::Column(col) => col.integer(row),
@@ -398,6 +411,12 @@ pub fn import(csv_path: &Path, mapping: &Mapping) -> Result<Import> {
         .iter()
         .map(|c| Ok((*c, require(c)?)))
         .collect::<Result<_>>()?;
+    let layout: Vec<(&str, Option<Value<'_>>)> = mapping
+        .kind
+        .layout_columns()
+        .iter()
+        .map(|c| Ok((*c, resolve(c)?)))
+        .collect::<Result<_>>()?;
     let batch = require("batch")?;
     let threads = require("threads")?;
     let utilisation = require("utilisation")?;
@@ -429,8 +448,13 @@ pub fn import(csv_path: &Path, mapping: &Mapping) -> Result<Import> {
             .iter()
             .map(|(name, v)| v.integer(row, name))
             .collect::<Result<_>>()?;
-        let spec =
-            ModuleSpec::from_config(mapping.kind, &values).map_err(|e| fail(row, e.to_string()))?;
+        let layout_values: Vec<i64> = layout
+            .iter()
+            .map(|(name, v)| v.as_ref().map_or(Ok(0), |v| v.integer(row, name)))
+            .collect::<Result<_>>()?;
+        let spec = ModuleSpec::from_config(mapping.kind, &values)
+            .and_then(|s| s.with_layout(&layout_values))
+            .map_err(|e| fail(row, e.to_string()))?;
         let phase = match (&phase_col, mapping.phase) {
             (Some(col), _) => {
                 let s = col.text(row)?;

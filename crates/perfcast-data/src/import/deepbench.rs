@@ -150,12 +150,21 @@ fn read_file(path: &Path, kind: ModuleKind, devices: &mut Devices) -> Result<()>
                     Timing::median_only(fwd_ms),
                 ));
             }
-            Shape::Gemm { m, n, k, time } => {
+            Shape::Gemm {
+                m,
+                n,
+                k,
+                a_t,
+                b_t,
+                time,
+            } => {
                 let spec = ModuleSpec::Matmul(Matmul {
                     heads: 1,
                     m: m.count(row)?,
                     k: k.count(row)?,
                     n: n.count(row)?,
+                    trans_a: a_t.transposed(row)?,
+                    trans_b: b_t.transposed(row)?,
                 });
                 let Some(ms) = optional_time(time, row)? else {
                     rows.skip(kind, not_published(time, row));
@@ -191,6 +200,9 @@ enum Shape<'a> {
         m: Col<'a>,
         n: Col<'a>,
         k: Col<'a>,
+        /// `A_T` / `B_T`: `N` or `T` per operand.
+        a_t: Col<'a>,
+        b_t: Col<'a>,
         time: Col<'a>,
     },
 }
@@ -232,6 +244,8 @@ impl<'a> Shape<'a> {
                 m: csv.column("M")?,
                 n: csv.column("N")?,
                 k: csv.column("K")?,
+                a_t: csv.column("A_T")?,
+                b_t: csv.column("B_T")?,
                 time: csv.column("time_ms")?,
             },
         })

@@ -74,9 +74,10 @@
 //!   with fwd_ms. An inference-mode row gives `Phase::Inference` with fwd_ms. The published
 //!   output sizes `P_out_w` / `Q_out_h` are outputs, not inputs, and are ignored.
 //! - `gemm.csv`: `matmul` with batch 1, heads 1, m M, k K, n N, `Phase::Inference` whatever the
-//!   mode (a row times one GEMM, which is a matmul's forward pass). `A_T` / `B_T` (operand
-//!   transposes) cannot be stated in a spec and are dropped, so the same (M, N, K) can appear
-//!   several times with different times; the summary counts such duplicates.
+//!   mode (a row times one GEMM, which is a matmul's forward pass; every fp32 GEMM row is in
+//!   the training sheets). `A_T` / `B_T` (`N` or `T`) become `trans_a` / `trans_b`: DeepBench
+//!   times the same (M, N, K) as `N,N` and `T,N` (and a few as `N,T`), up to 5x apart, and the
+//!   layout keeps them distinct rows (see [`perfcast_core::ModuleKind::layout_columns`]).
 //!
 //! # Users' CSVs
 //!

@@ -237,6 +237,8 @@ fn read_file(
                     m: m.count(row)?,
                     k: n.count(row)?,
                     n: k.count(row)?,
+                    trans_a: false,
+                    trans_b: false,
                 }))
             })
         }

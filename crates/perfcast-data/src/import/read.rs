@@ -162,6 +162,16 @@ impl<'a> Col<'a> {
         usize::try_from(v).map_err(|_| self.fail(row, format!("`{v}` is too large")))
     }
 
+    /// A BLAS operand flag: `T` (transposed) or `N` (as stored), any case.
+    pub(crate) fn transposed(&self, row: usize) -> Result<bool> {
+        let s = self.text(row)?;
+        match s.to_ascii_uppercase().as_str() {
+            "T" => Ok(true),
+            "N" => Ok(false),
+            _ => Err(self.fail(row, format!("`{s}` is neither `N` nor `T`"))),
+        }
+    }
+
     /// `True`/`False`/`1`/`0` in any case.
     pub(crate) fn flag(&self, row: usize) -> Result<bool> {
         let s = self.text(row)?;

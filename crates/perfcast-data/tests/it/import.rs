@@ -95,7 +95,9 @@ fn neusight_sample_maps_every_kind() {
             heads: 1,
             m: 27,
             k: 15,
-            n: 29
+            n: 29,
+            trans_a: false,
+            trans_b: false,
         })
     );
     assert_eq!(r.context.batch, 13);
@@ -366,17 +368,36 @@ fn deepbench_keeps_fp32_rows_only() {
     // gemm: M 1760, N 16, K 1760 -> m 1760, k 1760, n 16, batch 1, one GEMM = a forward pass.
     let gemm = rows(v100, ModuleKind::Matmul);
     assert_eq!(gemm.len(), 10);
-    assert_eq!(
-        gemm[0].spec,
-        ModuleSpec::Matmul(Matmul {
-            heads: 1,
-            m: 1760,
-            k: 1760,
-            n: 16
-        })
-    );
+    let nn = ModuleSpec::Matmul(Matmul {
+        heads: 1,
+        m: 1760,
+        k: 1760,
+        n: 16,
+        trans_a: false,
+        trans_b: false,
+    });
+    assert_eq!(gemm[0].spec, nn);
     assert_eq!(gemm[0].context.batch, 1);
     assert_eq!(gemm[0].context.phase, Phase::Inference);
+    assert_eq!(gemm[0].timing(), Some(&Timing::median_only(0.038)));
+    // Issue 7: `A_T` T is `trans_a`, so the T,N row of the same shape is its own configuration
+    // (and no row repeats another).
+    let tn = ModuleSpec::Matmul(Matmul {
+        heads: 1,
+        m: 1760,
+        k: 1760,
+        n: 16,
+        trans_a: true,
+        trans_b: false,
+    });
+    let same: Vec<&Record> = gemm.iter().filter(|r| r.spec == tn).collect();
+    assert_eq!(same.len(), 1);
+    assert_eq!(same[0].timing(), Some(&Timing::median_only(0.037)));
+    assert_eq!(gemm.iter().filter(|r| !r.spec.default_layout()).count(), 4);
+    let tmp = tempfile::tempdir().unwrap();
+    let summary = import.write(&tmp.path().join("out"), false).unwrap();
+    let v100_summary = summary.devices.iter().find(|d| d.id == "NV_V100").unwrap();
+    assert!(v100_summary.kinds.iter().all(|k| k.duplicates == 0));
     assert_eq!(
         skipped(
             v100,
@@ -471,6 +492,25 @@ fn bad_cells_are_errors_naming_file_line_column_and_value() {
         "{err}"
     );
 
+    // A transpose flag that is neither N nor T names the file, line, column and value.
+    let dir = tmp.path().join("bad-transpose");
+    copy_dir(&data("deepbench"), &dir);
+    edit_line(
+        &dir.join("gemm.csv"),
+        4,
+        ",1760,16,1760,N,N,",
+        ",1760,16,1760,X,N,",
+    );
+    let err = import::deepbench::import(&dir).unwrap_err().to_string();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("gemm.csv")
+            && err.contains("line 4")
+            && err.contains("column `A_T`")
+            && err.contains("`X` is neither `N` nor `T`"),
+        "{err}"
+    );
+
     // A missing folder or file names the path.
     let err = import::justus::import(&tmp.path().join("nowhere"))
         .unwrap_err()
@@ -550,13 +590,14 @@ fn user_csv_maps_columns_units_and_phase() {
     assert_eq!(dir.device().unwrap().name, "Lab GPU");
 
     let mm_csv = tmp.path().join("mm.csv");
-    std::fs::write(&mm_csv, "m,k,n,t\n64,64,64,0.5\n").unwrap();
+    // The operand layout may come from a column (`trans_a`) or a default (`trans_b`).
+    std::fs::write(&mm_csv, "m,k,n,ta,t\n64,64,64,true,0.5\n64,64,64,0,0.7\n").unwrap();
     let mm_map = tmp.path().join("mm.toml");
     std::fs::write(
         &mm_map,
         "kind = \"bmm\"\nbackend = \"lab-torch\"\nunit = \"ms\"\nphase = \"inference\"\n\
          device = \"ds/device.json\"\n[columns]\nm = \"m\"\nk = \"k\"\nn = \"n\"\nmedian_ms = \"t\"\n\
-         [defaults]\nheads = 4\nbatch = 2\n",
+         trans_a = \"ta\"\n[defaults]\nheads = 4\nbatch = 2\ntrans_b = true\n",
     )
     .unwrap();
     let mm = import::csv::Mapping::from_file(&mm_map).unwrap();
@@ -571,7 +612,13 @@ fn user_csv_maps_columns_units_and_phase() {
         "{err}"
     );
     import::csv::write(&mm_rows, &out, true).unwrap();
-    assert_eq!(dir.read(ModuleKind::Matmul).unwrap().len(), 1);
+    let layouts: Vec<Vec<i64>> = dir
+        .read(ModuleKind::Matmul)
+        .unwrap()
+        .iter()
+        .map(|r| r.spec.layout())
+        .collect();
+    assert_eq!(layouts, [vec![1, 1], vec![0, 1]]);
 }
 
 #[test]

@@ -141,6 +141,42 @@ fn missing_column_is_named() {
     assert!(err.contains("missing column `in_features`"), "{err}");
 }
 
+/// Issue 7: a matmul's operand transposes survive a dataset, a table written before they
+/// existed reads as untransposed, and a bad flag is named with its row.
+#[test]
+fn matmul_layout_columns_round_trip_and_default_to_untransposed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = DatasetDir::create_or_open(tmp.path(), &device("cpu a")).unwrap();
+    let spec = testing::one_of_each_kind().remove(2);
+    let kind = spec.kind();
+    assert_eq!(spec.layout(), vec![0, 1]);
+    let plain = spec.clone().with_layout(&[0, 0]).unwrap();
+    let rows = vec![record(spec.clone(), 1, 1.0), record(plain.clone(), 1, 3.0)];
+    dir.append(kind, &rows).unwrap();
+    assert_eq!(dir.read(kind).unwrap(), rows);
+    // Same configuration and context, another layout: another measurement.
+    assert_ne!(rows[0].key(), rows[1].key());
+
+    let df = table::to_frame(kind, &rows).unwrap();
+    write_frame(
+        &dir,
+        kind,
+        df.drop("trans_a").unwrap().drop("trans_b").unwrap(),
+    );
+    let old = dir.read(kind).unwrap();
+    assert!(old.iter().all(|r| r.spec == plain), "{old:?}");
+
+    let mut df = table::to_frame(kind, &rows).unwrap();
+    df.replace("trans_b", Column::new("trans_b".into(), [1i64, 2]))
+        .unwrap();
+    write_frame(&dir, kind, df);
+    let err = dir.read(kind).unwrap_err().to_string();
+    assert!(
+        err.contains("row 1: ") && err.contains("`trans_b` must be 0 or 1, got 2"),
+        "{err}"
+    );
+}
+
 #[test]
 fn nan_and_negative_latencies_are_named_with_the_row() {
     let tmp = tempfile::tempdir().unwrap();
