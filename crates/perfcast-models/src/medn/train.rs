@@ -1,5 +1,6 @@
 //! MEDN's training loop: masked multi-task loss in standardised log space, Adam with a cosine
-//! learning-rate schedule, early stopping on a validation split, deterministic under a seed.
+//! learning-rate schedule, a running average of the weights, early stopping on a validation
+//! split, deterministic under a seed.
 
 use burn::module::Module;
 use burn::optim::decay::WeightDecayConfig;
@@ -12,6 +13,7 @@ use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 
 use super::config::MednConfig;
+use super::infer::{Dense, FastNet, Norm};
 use super::model::MednNet;
 use super::{Loss, TargetScaler};
 use crate::error::{Error, Result};
@@ -92,6 +94,9 @@ pub struct TrainHistory {
     /// Samples early stopping watched (0: the training samples were watched).
     #[serde(default)]
     pub val_samples: usize,
+    /// Whether the kept weights are the running average rather than one epoch's.
+    #[serde(default)]
+    pub averaged: bool,
     /// Wall-clock seconds of the loop (what `bench/medn_torch.py` compares with PyTorch).
     #[serde(default)]
     pub seconds: f64,
@@ -109,6 +114,7 @@ pub(crate) struct TrainOptions<'a> {
     pub patience: usize,
     pub task_weights: &'a [f64],
     pub loss: Loss,
+    pub weight_average: f64,
     pub seed: u64,
     pub scaler: &'a TargetScaler,
     pub progress: super::Progress,
@@ -171,6 +177,9 @@ pub(crate) fn train(
     let mut best: Option<MednNet> = None;
     let mut since_best = 0;
     let mut step = 0usize;
+    // Running average of the end-of-epoch weights: averages out the last epochs' noise (what
+    // an ensemble of snapshots would, at one network's prediction cost).
+    let mut average: Option<FastNet> = None;
     for epoch in 0..epochs {
         order.shuffle(&mut rng);
         let mut epoch_loss = 0.0;
@@ -211,12 +220,41 @@ pub(crate) fn train(
         }
         let valid = net.valid();
         let pred = valid.forward(check_x.clone());
-        let mape = mape_ms(&pred.into_data(), check, opts.scaler)?;
+        let mut mape = mape_ms(&pred.into_data(), check, opts.scaler)?;
         history.epochs = epoch + 1;
+        let mut improved = false;
         if mape < history.best_val_mape {
             history.best_val_mape = mape;
             history.best_epoch = epoch + 1;
-            best = Some(valid);
+            history.averaged = false;
+            best = Some(valid.clone());
+            improved = true;
+        }
+        if opts.weight_average > 0.0 {
+            let current = FastNet::from_burn(&valid)?;
+            let avg = match &mut average {
+                Some(avg) => {
+                    blend(avg, &current, opts.weight_average as f32);
+                    avg
+                }
+                None => average.insert(current),
+            };
+            let avg_net = avg.to_burn(opts.config, &plain)?;
+            let avg_mape = mape_ms(
+                &avg_net.forward(check_x.clone()).into_data(),
+                check,
+                opts.scaler,
+            )?;
+            mape = mape.min(avg_mape);
+            if avg_mape < history.best_val_mape {
+                history.best_val_mape = avg_mape;
+                history.best_epoch = epoch + 1;
+                history.averaged = true;
+                best = Some(avg_net);
+                improved = true;
+            }
+        }
+        if improved {
             since_best = 0;
         } else {
             since_best += 1;
@@ -234,6 +272,37 @@ pub(crate) fn train(
     history.seconds = started.elapsed().as_secs_f64();
     let best = best.ok_or_else(|| Error::InvalidData("MEDN ran no epoch".into()))?;
     Ok((best, history))
+}
+
+/// `avg = decay * avg + (1 - decay) * cur`, weight by weight.
+fn blend(avg: &mut FastNet, cur: &FastNet, decay: f32) {
+    let mix = |a: &mut Vec<f32>, c: &Vec<f32>| {
+        for (a, c) in a.iter_mut().zip(c) {
+            *a = decay * *a + (1.0 - decay) * c;
+        }
+    };
+    let dense = |a: &mut Dense, c: &Dense| {
+        mix(&mut a.w, &c.w);
+        mix(&mut a.b, &c.b);
+    };
+    let norm = |a: &mut Norm, c: &Norm| {
+        mix(&mut a.gamma, &c.gamma);
+        mix(&mut a.beta, &c.beta);
+    };
+    dense(&mut avg.input, &cur.input);
+    for ((an, ad), (cn, cd)) in avg.blocks.iter_mut().zip(&cur.blocks) {
+        norm(an, cn);
+        dense(ad, cd);
+    }
+    norm(&mut avg.out_norm, &cur.out_norm);
+    dense(&mut avg.latent, &cur.latent);
+    for ((ah, ao), (ch, co)) in avg.heads.iter_mut().zip(&cur.heads) {
+        dense(ah, ch);
+        dense(ao, co);
+    }
+    if let (Some(a), Some(c)) = (&mut avg.skip, &cur.skip) {
+        dense(a, c);
+    }
 }
 
 /// MAPE (percent) of standardised predictions against the masked targets, in milliseconds.
@@ -256,4 +325,33 @@ fn mape_ms(pred: &TensorData, s: &Samples, scaler: &TargetScaler) -> Result<f64>
     } else {
         100.0 * sum / count as f64
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blend_mixes_every_weight() {
+        let device = Device::flex();
+        let config = MednConfig::new(3, 2)
+            .with_width(4)
+            .with_latent(4)
+            .with_head_width(4);
+        let a = FastNet::from_burn(&config.init(&device)).unwrap();
+        let b = FastNet::from_burn(&config.init(&device)).unwrap();
+        let mut avg = a.clone();
+        blend(&mut avg, &b, 0.75);
+        let mix = |x: &[f32], y: &[f32], z: &[f32]| {
+            x.iter()
+                .zip(y)
+                .zip(z)
+                .all(|((x, y), z)| (0.75 * x + 0.25 * y - z).abs() < 1e-6)
+        };
+        assert!(mix(&a.input.w, &b.input.w, &avg.input.w));
+        assert!(mix(&a.blocks[1].1.b, &b.blocks[1].1.b, &avg.blocks[1].1.b));
+        assert!(mix(&a.heads[1].1.w, &b.heads[1].1.w, &avg.heads[1].1.w));
+        let (sa, sb, sv) = (a.skip.unwrap(), b.skip.unwrap(), avg.skip.unwrap());
+        assert!(mix(&sa.w, &sb.w, &sv.w));
+    }
 }
