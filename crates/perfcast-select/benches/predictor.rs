@@ -179,6 +179,117 @@ fn batch_10k_distinct_rows(bencher: Bencher, threads: usize) {
         });
 }
 
+/// Where a batch's time goes: the feature rows of the 10,000 VGG-16 queries (one buffer, as
+/// the predictor builds them).
+#[divan::bench]
+fn parts_feature_rows(bencher: Bencher) {
+    let f = fixture();
+    let device = &f.predictor.bundle().manifest.device;
+    let mut rows = Vec::new();
+    bencher
+        .counter(ItemsCount::new(f.vgg_rows.len()))
+        .bench_local(|| {
+            rows.clear();
+            for (spec, context) in &f.vgg_rows {
+                perfcast_models::features::row_into(spec, context, device, &mut rows);
+            }
+            divan::black_box(rows.len())
+        });
+}
+
+/// Where a batch's time goes: checking the 10,000 VGG-16 queries (what the predictor does
+/// before predicting any).
+#[divan::bench]
+fn parts_validate(bencher: Bencher) {
+    let f = fixture();
+    bencher
+        .counter(ItemsCount::new(f.vgg_rows.len()))
+        .bench_local(|| {
+            f.vgg_rows
+                .iter()
+                .all(|(s, c)| s.validate().is_ok() && c.validate().is_ok())
+        });
+}
+
+/// Where a batch's time goes: each kind's model on that kind's share of the 10,000 VGG-16
+/// queries, rows built beforehand in the form the predictor passes (multi-task models read
+/// the training-phase row).
+#[divan::bench(args = ["conv2d", "relu", "maxpool2d", "linear"])]
+fn parts_model(bencher: Bencher, kind: &str) {
+    let f = fixture();
+    let device = &f.predictor.bundle().manifest.device;
+    let Some(kind) = ModuleKind::ALL.into_iter().find(|k| k.name() == kind) else {
+        return;
+    };
+    let Some(model) = f.predictor.bundle().model(kind) else {
+        return;
+    };
+    let (mut rows, mut phases) = (Vec::new(), Vec::new());
+    for (spec, context) in f.vgg_rows.iter().filter(|(s, _)| s.kind() == kind) {
+        let c = if model.multi_task() {
+            Context {
+                phase: Phase::Training,
+                ..context.clone()
+            }
+        } else {
+            context.clone()
+        };
+        perfcast_models::features::row_into(spec, &c, device, &mut rows);
+        phases.push(context.phase);
+    }
+    let mut out = vec![0.0; phases.len()];
+    bencher
+        .counter(ItemsCount::new(phases.len()))
+        .bench_local(|| {
+            if model.multi_task() {
+                model.predict_tasks(&rows, &phases, &mut out)
+            } else {
+                model.predict_rows(&rows, &mut out)
+            }
+        });
+}
+
+/// Where a batch's time goes: a MEDN network of the default shape (73 inputs, 64 wide, 2
+/// blocks, 32-wide latent and heads, skip) on 4,096 standardised rows, without the encoding.
+#[divan::bench]
+fn parts_medn_forward(bencher: Bencher) {
+    use perfcast_models::medn::infer::{Dense, FastNet, Norm};
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut rnd = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+    };
+    let mut dense = |i: usize, o: usize| Dense {
+        d_in: i,
+        d_out: o,
+        w: (0..i * o).map(|_| rnd() * 0.4).collect(),
+        b: (0..o).map(|_| rnd() * 0.1).collect(),
+    };
+    let norm = |d: usize| Norm {
+        gamma: vec![1.0; d],
+        beta: vec![0.0; d],
+    };
+    let net = FastNet {
+        input: dense(73, 64),
+        blocks: vec![(norm(64), dense(64, 64)), (norm(64), dense(64, 64))],
+        out_norm: norm(64),
+        latent: dense(64, 32),
+        heads: vec![(dense(32, 32), dense(32, 1)), (dense(32, 32), dense(32, 1))],
+        skip: Some(dense(73, 2)),
+    };
+    let rows = 4096;
+    let xs: Vec<f32> = (0..rows * 73)
+        .map(|i| ((i * 7919) % 1001) as f32 / 400.0 - 1.2)
+        .collect();
+    let heads = vec![0; rows];
+    let mut out = vec![0.0f32; rows];
+    bencher
+        .counter(ItemsCount::new(rows))
+        .bench_local(|| net.forward_batch(&xs, 73, &heads, &mut out));
+}
+
 /// A small bundle trained from generated rows, for machines without `checkpoints/local`.
 mod small {
     use perfcast_core::{

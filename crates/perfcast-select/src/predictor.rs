@@ -2,6 +2,7 @@
 //! inference or training phase, with warnings where a query leaves the trained ranges.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use perfcast_core::{Context, ModuleKind, ModuleSpec, Network, Phase, features};
 use perfcast_models::Regressor;
@@ -18,6 +19,11 @@ const FALLBACK_MEMORY_EFFICIENCY: f64 = 0.6;
 const FALLBACK_OVERHEAD_MS: f64 = 0.002;
 /// [`Predictor::predict_modules`] splits batches at least this large over the cores.
 const PARALLEL_MIN: usize = 4096;
+/// Shares of a batch per thread in [`Predictor::predict_modules_threads`].
+const SHARES_PER_THREAD: usize = 4;
+/// Queries of one kind built into rows and predicted together: enough for the models' blocks,
+/// few enough that the rows and the models' scratch stay in the core's cache.
+const KIND_CHUNK: usize = 512;
 
 /// One module's predicted latency.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -98,6 +104,14 @@ struct Extrapolation {
     row: Vec<f64>,
     roofline: f64,
     near_roofline: f64,
+}
+
+/// Whether `x` leaves the range of one of `cols` (`(column, min, max)`).
+fn outside_of(cols: &[(usize, f64, f64)], x: &[f64]) -> bool {
+    cols.iter().any(|&(i, lo, hi)| {
+        let v = x.get(i).copied().unwrap_or(f64::NAN);
+        v < lo - 1e-9 * lo.abs() || v > hi + 1e-9 * hi.abs()
+    })
 }
 
 fn clamp(range: Option<(f64, f64)>, v: f64) -> f64 {
@@ -186,12 +200,9 @@ impl Predictor {
     /// Whether a feature row leaves the trained range of a column a user sets. Those columns
     /// (configuration, batch, threads, utilisation) are the same in both phases' rows.
     fn outside(&self, kind: ModuleKind, x: &[f64]) -> bool {
-        self.checks.get(&kind).is_some_and(|cols| {
-            cols.iter().any(|&(i, lo, hi)| {
-                let v = x.get(i).copied().unwrap_or(f64::NAN);
-                v < lo - 1e-9 * lo.abs() || v > hi + 1e-9 * hi.abs()
-            })
-        })
+        self.checks
+            .get(&kind)
+            .is_some_and(|cols| outside_of(cols, x))
     }
 
     /// The feature row a model reads for a query, appended to `out`: multi-task models read
@@ -245,25 +256,42 @@ impl Predictor {
     }
 
     /// Many validated queries on the fast path, in their order: grouped by kind, each kind's
-    /// rows built into one buffer and predicted together (multi-task models run their rows
-    /// through the network in blocks, in the training-phase form they read, so no row is
-    /// rewritten into another phase; trees walk several rows at once). A query outside the trained ranges gets its warnings
-    /// and is predicted at its nearest trained configuration in the same batch, scaled as the
+    /// rows built into one buffer and predicted together, [`KIND_CHUNK`] at a time
+    /// (multi-task models run their rows through the network in blocks, in the
+    /// training-phase form they read, so no row is rewritten into another phase; trees walk
+    /// several rows at once). A query outside the trained ranges gets its warnings and is
+    /// predicted at its nearest trained configuration in the same batch, scaled as the
     /// reference path scales it; kinds without a model get the spec roofline. Results are
     /// identical to [`Predictor::predict_module_reference`]'s.
     fn predict_many(&self, queries: &[(&ModuleSpec, &Context)]) -> Result<Vec<ModulePrediction>> {
         let device = &self.bundle.manifest.device;
-        let mut ms = vec![f64::NAN; queries.len()];
-        let mut warnings: Vec<Vec<String>> = vec![Vec::new(); queries.len()];
-        let mut fallback = vec![None; queries.len()];
+        let n = queries.len();
+        let mut ms = vec![f64::NAN; n];
+        // Per query, the index of its kind in `ModuleKind::ALL`.
+        let mut kind_of = Vec::with_capacity(n);
         let mut by_kind: Vec<Vec<usize>> = vec![Vec::new(); ModuleKind::ALL.len()];
         for (i, (spec, _)) in queries.iter().enumerate() {
             let kind = spec.kind();
             let k = ModuleKind::ALL.iter().position(|k| *k == kind).unwrap_or(0);
             by_kind[k].push(i);
+            kind_of.push(k);
         }
-        // Per extrapolated query: the roofline of the query and of its stand-in.
-        let mut scale: Vec<Option<(f64, f64)>> = vec![None; queries.len()];
+        // Rare per-query extras, sized to the batch the first time a query needs one: range
+        // warnings, the fallback's prediction, and for an extrapolated query the roofline of
+        // the query and of its stand-in.
+        let mut warnings: Vec<Vec<String>> = Vec::new();
+        let mut fallback: Vec<Option<ModulePrediction>> = Vec::new();
+        let mut scale: Vec<Option<(f64, f64)>> = Vec::new();
+        fn slot<T: Clone>(v: &mut Vec<T>, n: usize, i: usize, empty: T) -> &mut T {
+            if v.is_empty() {
+                v.resize(n, empty);
+            }
+            &mut v[i]
+        }
+        let names: Vec<&str> = ModuleKind::ALL
+            .iter()
+            .map(|k| self.bundle.model(*k).map_or("", |m| m.name()))
+            .collect();
         let (mut rows, mut phases, mut index, mut out) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (k, list) in by_kind.iter().enumerate() {
@@ -274,70 +302,74 @@ impl Predictor {
             let Some(model) = self.bundle.model(kind) else {
                 for &i in list {
                     let (spec, context) = queries[i];
-                    fallback[i] = Some(self.predict_valid(spec, context)?);
+                    *slot(&mut fallback, n, i, None) = Some(self.predict_valid(spec, context)?);
                 }
                 continue;
             };
-            rows.clear();
-            phases.clear();
-            index.clear();
             let multi = model.multi_task();
-            for &i in list {
-                let (spec, context) = queries[i];
-                let start = rows.len();
-                Self::row_for(model, spec, context, device, &mut rows);
-                if self.outside(kind, &rows[start..]) {
-                    warnings[i] = self.range_warnings(kind, &rows[start..]);
-                    let phase_row;
-                    let x: &[f64] = if multi && context.phase != Phase::Training {
-                        phase_row = row(spec, context, device);
-                        &phase_row
-                    } else {
-                        &rows[start..]
-                    };
-                    if let Some(e) = self.extrapolation(spec, context, x)? {
-                        scale[i] = Some((e.roofline, e.near_roofline));
-                        rows.truncate(start);
-                        if multi {
-                            Self::row_for(model, &e.spec, &e.context, device, &mut rows);
+            let checks = self.checks.get(&kind).map_or(&[][..], Vec::as_slice);
+            // A chunk's rows and scratch stay in cache between building and predicting.
+            for chunk in list.chunks(KIND_CHUNK) {
+                rows.clear();
+                phases.clear();
+                index.clear();
+                for &i in chunk {
+                    let (spec, context) = queries[i];
+                    let start = rows.len();
+                    Self::row_for(model, spec, context, device, &mut rows);
+                    if outside_of(checks, &rows[start..]) {
+                        let warned = self.range_warnings(kind, &rows[start..]);
+                        *slot(&mut warnings, n, i, Vec::new()) = warned;
+                        let phase_row;
+                        let x: &[f64] = if multi && context.phase != Phase::Training {
+                            phase_row = row(spec, context, device);
+                            &phase_row
                         } else {
-                            rows.extend_from_slice(&e.row);
+                            &rows[start..]
+                        };
+                        if let Some(e) = self.extrapolation(spec, context, x)? {
+                            *slot(&mut scale, n, i, None) = Some((e.roofline, e.near_roofline));
+                            rows.truncate(start);
+                            if multi {
+                                Self::row_for(model, &e.spec, &e.context, device, &mut rows);
+                            } else {
+                                rows.extend_from_slice(&e.row);
+                            }
+                            slot(&mut warnings, n, i, Vec::new()).push(EXTRAPOLATED.into());
                         }
-                        warnings[i].push(EXTRAPOLATED.into());
                     }
+                    phases.push(context.phase);
+                    index.push(i);
                 }
-                phases.push(context.phase);
-                index.push(i);
-            }
-            if !index.is_empty() {
-                out.clear();
-                out.resize(index.len(), 0.0);
-                if multi {
-                    model.predict_tasks(&rows, &phases, &mut out)?;
-                } else {
-                    model.predict_rows(&rows, &mut out)?;
-                }
-                for (&i, v) in index.iter().zip(&out) {
-                    ms[i] = *v;
+                if !index.is_empty() {
+                    out.clear();
+                    out.resize(index.len(), 0.0);
+                    if multi {
+                        model.predict_tasks(&rows, &phases, &mut out)?;
+                    } else {
+                        model.predict_rows(&rows, &mut out)?;
+                    }
+                    for (&i, v) in index.iter().zip(&out) {
+                        ms[i] = *v;
+                    }
                 }
             }
         }
-        let mut predictions = Vec::with_capacity(queries.len());
-        for (i, (spec, _)) in queries.iter().enumerate() {
-            if let Some(p) = fallback[i].take() {
+        let mut predictions = Vec::with_capacity(n);
+        for (i, ((spec, _), (ms, k))) in queries.iter().zip(ms.iter().zip(&kind_of)).enumerate() {
+            if let Some(p) = fallback.get_mut(i).and_then(Option::take) {
                 predictions.push(p);
                 continue;
             }
-            let kind = spec.kind();
             predictions.push(ModulePrediction {
-                kind,
-                ms: match scale[i] {
-                    Some((roof, near_roof)) => ms[i] * roof / near_roof,
-                    None => ms[i],
+                kind: spec.kind(),
+                ms: match scale.get(i).copied().flatten() {
+                    Some((roof, near_roof)) => ms * roof / near_roof,
+                    None => *ms,
                 },
-                model: self.bundle.model(kind).map_or("", |m| m.name()).to_string(),
+                model: names[*k].to_string(),
                 fallback: false,
-                warnings: std::mem::take(&mut warnings[i]),
+                warnings: warnings.get_mut(i).map(std::mem::take).unwrap_or_default(),
             });
         }
         Ok(predictions)
@@ -476,42 +508,75 @@ impl Predictor {
         self.predict_modules_threads(queries, threads)
     }
 
-    /// [`Predictor::predict_modules`] on `threads` threads (contiguous shares of the queries;
-    /// 1 runs on the caller's thread).
+    /// [`Predictor::predict_modules`] on `threads` threads, the caller's among them (1 runs
+    /// there alone). The queries are cut into [`SHARES_PER_THREAD`] contiguous shares per
+    /// thread, each taken by whichever thread is free, so a core busy with other work slows
+    /// the batch by its share only. An invalid query's error comes first, as if every query
+    /// were checked before any is predicted.
     pub fn predict_modules_threads(
         &self,
         queries: &[(ModuleSpec, Context)],
         threads: usize,
     ) -> Result<Vec<ModulePrediction>> {
-        for (spec, context) in queries {
-            spec.validate()?;
-            context.validate()?;
-        }
-        let refs: Vec<(&ModuleSpec, &Context)> = queries.iter().map(|(s, c)| (s, c)).collect();
-        let threads = threads.clamp(1, refs.len().max(1));
-        if threads == 1 {
-            return self.predict_many(&refs);
-        }
-        let share = refs.len().div_ceil(threads);
-        let parts: Vec<Result<Vec<ModulePrediction>>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = refs
-                .chunks(share)
-                .map(|part| scope.spawn(move || self.predict_many(part)))
-                .collect();
-            handles
+        type Share = (Result<()>, Result<Vec<ModulePrediction>>);
+        // Checks then predicts one share.
+        let work = |part: &[(ModuleSpec, Context)]| -> Share {
+            for (spec, context) in part {
+                if let Err(e) = spec.validate().and_then(|()| context.validate()) {
+                    return (Err(e.into()), Ok(Vec::new()));
+                }
+            }
+            let refs: Vec<(&ModuleSpec, &Context)> = part.iter().map(|(s, c)| (s, c)).collect();
+            (Ok(()), self.predict_many(&refs))
+        };
+        let threads = threads.clamp(1, queries.len().max(1));
+        let shares: Vec<&[(ModuleSpec, Context)]> = if threads == 1 {
+            vec![queries]
+        } else {
+            let size = queries.len().div_ceil(threads * SHARES_PER_THREAD).max(1);
+            queries.chunks(size).collect()
+        };
+        let next = AtomicUsize::new(0);
+        let take = || {
+            let mut done = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(part) = shares.get(i) else {
+                    return done;
+                };
+                done.push((i, work(part)));
+            }
+        };
+        let mut results: Vec<Option<Share>> = (0..shares.len()).map(|_| None).collect();
+        std::thread::scope(|scope| {
+            let take = &take;
+            let handles: Vec<_> = (1..threads).map(|_| scope.spawn(take)).collect();
+            let mine = take();
+            // A panicked thread's shares stay `None`.
+            for (i, share) in handles
                 .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(Error::Query("a prediction thread panicked".into()))
-                    })
-                })
-                .collect()
+                .filter_map(|h| h.join().ok())
+                .flatten()
+                .chain(mine)
+            {
+                results[i] = Some(share);
+            }
         });
-        let mut all = Vec::with_capacity(refs.len());
-        for part in parts {
-            all.extend(part?);
+        let panicked = || Error::Query("a prediction thread panicked".into());
+        let mut parts = Vec::with_capacity(results.len());
+        for share in results {
+            let (check, part) = share.unwrap_or_else(|| (Err(panicked()), Err(panicked())));
+            check?;
+            parts.push(part);
         }
-        Ok(all)
+        if parts.len() == 1 {
+            return parts.pop().unwrap_or_else(|| Ok(Vec::new()));
+        }
+        let mut predictions = Vec::with_capacity(queries.len());
+        for part in parts {
+            predictions.extend(part?);
+        }
+        Ok(predictions)
     }
 
     /// Checks a network's shapes once and finds its distinct modules, so repeated queries

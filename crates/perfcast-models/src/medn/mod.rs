@@ -857,14 +857,33 @@ impl FittedMedn {
     /// directly (`log1p_pos(0) = 0`), with no scattered copy of the row.
     fn encode(&self, canonical: &[f64], z: &mut [f32; MAX_WIDTH]) {
         let width = self.input_width();
+        if self.shared.is_some() {
+            self.zero_input(&mut z[..width]);
+        }
+        self.encode_columns(canonical, &mut z[..width]);
+    }
+
+    /// A shared network's input for a row of zeros, into `z` (the input width).
+    fn zero_input(&self, z: &mut [f32]) {
+        for ((o, m), s) in z
+            .iter_mut()
+            .zip(&self.scaler.mean)
+            .zip(&self.scaler.inv_std)
+        {
+            *o = ((0.0 - m) * s) as f32;
+        }
+    }
+
+    /// Standardises the row's own columns into `z` (the input width): every input of a
+    /// kind's own network; of a shared one, the kind's columns and indicator, over a
+    /// [`FittedMedn::zero_input`].
+    fn encode_columns(&self, canonical: &[f64], z: &mut [f32]) {
+        let width = self.input_width();
         let (mean, inv_std) = (&self.scaler.mean[..width], &self.scaler.inv_std[..width]);
         let standard =
             |v: f64, c: usize| ((crate::features::log1p_pos(v) - mean[c]) * inv_std[c]) as f32;
         match &self.shared {
             Some(m) => {
-                for (c, o) in z[..width].iter_mut().enumerate() {
-                    *o = ((0.0 - mean[c]) * inv_std[c]) as f32;
-                }
                 for (v, &c) in canonical.iter().zip(&m.columns) {
                     z[c] = standard(*v, c);
                 }
@@ -928,8 +947,9 @@ impl Regressor for FittedMedn {
         true
     }
 
-    /// Rows are encoded once and pass through each network in blocks of [`BLOCK_ROWS`] (one
-    /// weight load serves several rows); one row takes the allocation-free single-row path.
+    /// Rows are encoded once and pass through each network in blocks (one per SIMD lane with
+    /// AVX2, else [`BLOCK_ROWS`]: one weight load serves several rows); one row takes the
+    /// allocation-free single-row path.
     /// Results are bit-identical to [`Regressor::predict_row`] of the same queries.
     fn predict_tasks(&self, rows: &[f64], phases: &[Phase], out: &mut [f64]) -> Result<()> {
         let cols =
@@ -963,9 +983,17 @@ impl Regressor for FittedMedn {
             phases.iter().map(|p| task_of(*p)).collect::<Result<_>>()?;
         let mut z = vec![0.0f32; phases.len() * width];
         let mut buf = [0.0f32; MAX_WIDTH];
-        for (x, zr) in rows.chunks_exact(cols).zip(z.chunks_exact_mut(width)) {
-            self.encode(x, &mut buf);
-            zr.copy_from_slice(&buf[..width]);
+        if self.shared.is_some() {
+            // The columns other kinds own standardise the same in every row: once per batch.
+            self.zero_input(&mut buf[..width]);
+            for (x, zr) in rows.chunks_exact(cols).zip(z.chunks_exact_mut(width)) {
+                zr.copy_from_slice(&buf[..width]);
+                self.encode_columns(x, zr);
+            }
+        } else {
+            for (x, zr) in rows.chunks_exact(cols).zip(z.chunks_exact_mut(width)) {
+                self.encode_columns(x, zr);
+            }
         }
         // `Iterator::sum` starts from -0.0; so do these, for identical results.
         let mut sums = vec![-0.0f32; phases.len()];
