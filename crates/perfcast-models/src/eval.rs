@@ -218,6 +218,9 @@ pub enum ModelParams {
     Knn(KnnParams),
     /// Gradient-boosted trees.
     Trees(TreeParams),
+    /// Gradient-boosted trees on a degree-2 ridge's residuals.
+    #[serde(rename = "ridge-trees")]
+    RidgeTrees(crate::stack::RidgeTreesParams),
     /// Roofline.
     Roofline(RooflineParams),
     /// Multi-task encoder-decoder network (or, with `multi_task = false`, the MLP baseline).
@@ -234,6 +237,7 @@ impl ModelParams {
             "ridge" => Ok(ModelParams::Ridge(RidgeParams::default())),
             "knn" => Ok(ModelParams::Knn(KnnParams::default())),
             "trees" | "gbdt" => Ok(ModelParams::Trees(TreeParams::default())),
+            "ridge-trees" => Ok(ModelParams::RidgeTrees(Default::default())),
             "roofline" => Ok(ModelParams::Roofline(RooflineParams::default())),
             "medn" => Ok(ModelParams::Medn(MednParams::default())),
             "mlp" => Ok(ModelParams::Medn(MednParams::mlp())),
@@ -252,6 +256,7 @@ impl ModelParams {
             ModelParams::Ridge(_) => "ridge",
             ModelParams::Knn(_) => "knn",
             ModelParams::Trees(_) => "trees",
+            ModelParams::RidgeTrees(_) => "ridge-trees",
             ModelParams::Roofline(_) => "roofline",
             ModelParams::Medn(p) if !p.multi_task => "mlp",
             ModelParams::Medn(_) => "medn",
@@ -274,6 +279,7 @@ impl ModelParams {
             ModelParams::Ridge(p) => p.validate(),
             ModelParams::Knn(p) => p.validate(),
             ModelParams::Trees(p) => p.validate(),
+            ModelParams::RidgeTrees(p) => p.validate(),
             ModelParams::Roofline(p) => p.validate(),
             ModelParams::Medn(p) => p.validate(),
             ModelParams::CrossDevice(p) => p.validate(),
@@ -286,6 +292,7 @@ impl ModelParams {
             ModelParams::Ridge(p) => Box::new(p.fit(data)?),
             ModelParams::Knn(p) => Box::new(p.fit(data)?),
             ModelParams::Trees(p) => Box::new(p.fit(data)?),
+            ModelParams::RidgeTrees(p) => Box::new(p.fit(data)?),
             ModelParams::Roofline(p) => Box::new(p.fit(data)?),
             ModelParams::Medn(p) => Box::new(p.fit(data)?),
             ModelParams::CrossDevice(p) => Box::new(p.fit(data)?),

@@ -8,7 +8,8 @@
 //!
 //! Models: [`ridge`] (ridge regression on log features, optional squares and pairwise products),
 //! [`knn`] (k nearest neighbours on standardised log features, k-d tree index), [`trees`]
-//! (gradient-boosted regression trees), [`roofline`] (max of compute and memory time with
+//! (gradient-boosted regression trees), [`stack`] (`ridge-trees`: trees on a degree-2 ridge's
+//! residuals, with conv2d call features), [`roofline`] (max of compute and memory time with
 //! efficiencies fitted per kind), [`medn`] (the multi-task encoder-decoder network in burn, and
 //! the single-task MLP baseline, with a fast `f32` inference path).
 
@@ -23,6 +24,7 @@ pub mod medn;
 pub mod regressor;
 pub mod ridge;
 pub mod roofline;
+pub mod stack;
 pub mod trees;
 
 pub use error::{Error, Result};

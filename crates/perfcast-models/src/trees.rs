@@ -197,6 +197,21 @@ impl Fit for TreeParams {
     }
 }
 
+impl TreeParams {
+    /// Fits the ensemble on what `baseline` (fitted on `data`'s schema) misses, whatever
+    /// [`TreeParams::baseline`] says: the stacked family of [`crate::stack`] brings its own.
+    pub(crate) fn fit_on_baseline(
+        &self,
+        data: &TrainSet,
+        baseline: FittedRidge,
+    ) -> Result<FittedTrees> {
+        self.validate()?;
+        regressor::check_train_set(data, MIN_ROWS)?;
+        regressor::check_width(baseline.schema(), data.x.cols())?;
+        Ok(boost(self, data, Some(baseline)))
+    }
+}
+
 /// An `f64` saved as its shortest exact decimal string. serde_json's default number parser may
 /// miss the last bit, and a threshold one bit off can send a row down the other branch; Rust's
 /// own formatting and parsing round-trip exactly.

@@ -1,0 +1,629 @@
+//! `ridge-trees`: gradient-boosted trees fitted on what a degree-2 ridge regression misses,
+//! both reading the row plus a few conv2d features of the call the CPU backend makes.
+//!
+//! Ridge in log space captures the smooth power-law scaling of latency with the work and the
+//! shapes; the trees then fit the steps a smooth model cannot (dispatch thresholds, padding of
+//! SIMD tiles). `trees` alone boosts from a degree-1 ridge, which leaves the curvature to the
+//! trees; on the 2,990 conv2d rows of a 1-thread CPU sweep the degree-2 base and the call
+//! features take the held-out MAPE from 13.5% (`trees`) and 12.9% (`ridge`) to 10.0%.
+//!
+//! The conv2d features describe the GEMM burn-flex actually calls, which the row's whole-layer
+//! GEMM (`gemm_m` = batch x positions x groups) hides: a 1x1 conv is one GEMM per image and
+//! group on the NCHW input (`M = c_out/g`, `N = positions`, `K = c_in/g`); the im2col path
+//! converts the input to NHWC, then per image, group and 512-position tile unfolds a column
+//! buffer and calls a GEMM with `N <= 512`. The `gemm` crate switches kernels on these
+//! per-call shapes (a horizontal kernel for `M x N <= 256`, GEMV for `M = 1`, GEVV for
+//! `K <= 2`) and pads `M` and `N` to its register tiles. They are computed from the row's own
+//! configuration columns inside the model, so the feature schema (and its hash) is unchanged.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::features::{FeatureSchema, TrainSet};
+use crate::matrix::Matrix;
+use crate::regressor::{Fit, Regressor, SavedModel, check_width};
+use crate::ridge::RidgeParams;
+use crate::trees::{FittedTrees, TreeParams};
+
+const MODEL: &str = "ridge-trees";
+
+/// Names of the conv2d call features, appended to the row in this order.
+pub const CONV_CALL: &[&str] = &[
+    "call_count",
+    "call_m",
+    "call_n",
+    "call_k",
+    "call_flops",
+    "call_horizontal",
+    "call_gemv",
+    "call_gevv",
+    "call_m_pad16",
+    "call_m_pad48",
+    "call_n_pad8",
+    "call_tiles",
+    "call_last_tile",
+    "call_padded_flops",
+    "nhwc_elems",
+    "im2col_elems",
+    "out_elems_total",
+    "call_pack_rhs",
+];
+
+/// Row columns the call features are computed from.
+const INPUTS: [&str; 16] = [
+    "in_channels",
+    "out_channels",
+    "in_h",
+    "in_w",
+    "kernel_h",
+    "kernel_w",
+    "stride_h",
+    "stride_w",
+    "pad_h",
+    "pad_w",
+    "dilation_h",
+    "dilation_w",
+    "groups",
+    "batch",
+    "conv_pointwise",
+    "conv_depthwise",
+];
+
+/// Index of `conv_small_channel` after [`INPUTS`] in [`CallColumns::at`].
+const SMALL: usize = INPUTS.len();
+
+/// Output positions per im2col tile in burn-flex's conv.
+const TILE: f64 = 512.0;
+
+/// Widest extended row predicted on the stack.
+const MAX_EXTENDED: usize = 96;
+
+/// Where the call features' inputs sit in a row of one schema.
+#[derive(Clone, Debug, PartialEq)]
+struct CallColumns {
+    at: [usize; INPUTS.len() + 1],
+}
+
+impl CallColumns {
+    /// The columns in `schema`, or `None` when it lacks one (kinds other than conv2d).
+    fn of(schema: &FeatureSchema) -> Option<CallColumns> {
+        let mut at = [0; INPUTS.len() + 1];
+        for (slot, name) in at
+            .iter_mut()
+            .zip(INPUTS.iter().chain(&["conv_small_channel"]))
+        {
+            *slot = schema.index(name)?;
+        }
+        Some(CallColumns { at })
+    }
+
+    /// Appends [`CONV_CALL`] of `row` to `out` (`out` holds exactly that many values).
+    fn fill(&self, row: &[f64], out: &mut [f64]) {
+        let v = |i: usize| row[self.at[i]];
+        let [
+            cin,
+            cout,
+            h,
+            w,
+            kh,
+            kw,
+            sh,
+            sw,
+            ph,
+            pw,
+            dh,
+            dw,
+            g,
+            batch,
+            pointwise,
+            depthwise,
+        ] = std::array::from_fn(v);
+        let small = v(SMALL);
+        let g = g.max(1.0);
+        let out_size = |size: f64, k: f64, s: f64, p: f64, d: f64| {
+            ((size + 2.0 * p - d.max(1.0) * (k - 1.0) - 1.0) / s.max(1.0))
+                .floor()
+                .max(0.0)
+                + 1.0
+        };
+        let positions = out_size(h, kh, sh, ph, dh) * out_size(w, kw, sw, pw, dw);
+        let im2col = (1.0 - pointwise) * (1.0 - depthwise) * (1.0 - small);
+        let gemm = pointwise + im2col;
+        let (cin_g, cout_g) = (cin / g, cout / g);
+        let tiles = (positions / TILE).ceil().max(1.0);
+        let m = cout_g;
+        let n = if pointwise > 0.0 {
+            positions
+        } else {
+            positions / tiles
+        };
+        let k = if pointwise > 0.0 {
+            cin_g
+        } else {
+            cin_g * kh * kw
+        };
+        let calls = if pointwise > 0.0 {
+            batch * g
+        } else if im2col > 0.0 {
+            batch * tiles * g
+        } else {
+            batch * cout
+        };
+        let pad = |x: f64, to: f64| {
+            if x > 0.0 {
+                (x / to).ceil() * to / x
+            } else {
+                0.0
+            }
+        };
+        let flag = |b: bool| f64::from(u8::from(b));
+        let values = [
+            calls,
+            gemm * m,
+            gemm * n,
+            gemm * k,
+            gemm * 2.0 * m * n * k,
+            im2col * flag(m * n <= 256.0),
+            gemm * flag(m <= 1.0),
+            gemm * flag(k <= 2.0),
+            gemm * pad(m, 16.0),
+            gemm * pad(m, 48.0),
+            gemm * pad(n, 8.0),
+            im2col * tiles,
+            im2col * (positions - (tiles - 1.0) * TILE),
+            gemm * calls * (m / 16.0).ceil() * 16.0 * (n / 8.0).ceil() * 8.0 * k,
+            im2col * batch * cin * h * w,
+            im2col * batch * positions * cin_g * kh * kw * g,
+            batch * cout * positions,
+            gemm * flag(m > 96.0),
+        ];
+        out.copy_from_slice(&values);
+    }
+}
+
+/// The schema the inner models read: the row, then [`CONV_CALL`] when the kind has them.
+fn extended_schema(schema: &FeatureSchema, calls: Option<&CallColumns>) -> FeatureSchema {
+    let mut names = schema.names.clone();
+    if calls.is_some() {
+        names.extend(CONV_CALL.iter().map(|s| (*s).to_string()));
+    }
+    FeatureSchema {
+        kind: schema.kind,
+        names,
+    }
+}
+
+/// Hyper-parameters of [`FittedRidgeTrees`]: the ridge base, then the trees on its residuals
+/// (the fields not listed take [`TreeParams`]' defaults).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RidgeTreesParams {
+    /// Ridge L2 penalty on the standardised coefficients; default 1e-4.
+    pub lambda: f64,
+    /// Ridge polynomial degree, 1 or 2; default 2.
+    pub degree: u8,
+    /// Add the conv2d call features ([`CONV_CALL`]); default true.
+    pub call_features: bool,
+    /// Most trees; early stopping may keep fewer. Default 600.
+    pub n_trees: usize,
+    /// Shrinkage of each tree, in (0, 1]. Default 0.05.
+    pub learning_rate: f64,
+    /// Most leaves per tree, 2 to 4096. Default 31.
+    pub max_leaves: usize,
+    /// Most levels below the root, at least 1. Default 8.
+    pub max_depth: usize,
+    /// Fewest training rows in a leaf, at least 1. Default 5.
+    pub min_samples_leaf: usize,
+    /// Seed of the trees' sampling. Default 0.
+    pub seed: u64,
+}
+
+impl Default for RidgeTreesParams {
+    fn default() -> Self {
+        RidgeTreesParams {
+            lambda: 1e-4,
+            degree: 2,
+            call_features: true,
+            n_trees: 600,
+            learning_rate: 0.05,
+            max_leaves: 31,
+            max_depth: 8,
+            min_samples_leaf: 5,
+            seed: 0,
+        }
+    }
+}
+
+impl RidgeTreesParams {
+    fn ridge(&self) -> RidgeParams {
+        RidgeParams {
+            lambda: self.lambda,
+            degree: self.degree,
+        }
+    }
+
+    fn trees(&self) -> TreeParams {
+        TreeParams {
+            n_trees: self.n_trees,
+            learning_rate: self.learning_rate,
+            max_leaves: self.max_leaves,
+            max_depth: self.max_depth,
+            min_samples_leaf: self.min_samples_leaf,
+            seed: self.seed,
+            baseline: false,
+            ..TreeParams::default()
+        }
+    }
+}
+
+/// Renames the inner families' parameter errors to this family.
+fn renamed(e: Error) -> Error {
+    match e {
+        Error::InvalidParams { message, .. } => Error::InvalidParams {
+            model: MODEL,
+            message,
+        },
+        other => other,
+    }
+}
+
+impl Fit for RidgeTreesParams {
+    type Fitted = FittedRidgeTrees;
+
+    fn validate(&self) -> Result<()> {
+        self.ridge().validate().map_err(renamed)?;
+        self.trees().validate().map_err(renamed)
+    }
+
+    fn fit(&self, data: &TrainSet) -> Result<FittedRidgeTrees> {
+        self.validate()?;
+        crate::regressor::check_train_set(data, 2)?;
+        let calls = if self.call_features {
+            CallColumns::of(&data.schema)
+        } else {
+            None
+        };
+        let schema = extended_schema(&data.schema, calls.as_ref());
+        let width = schema.len();
+        if width > MAX_EXTENDED {
+            return Err(Error::InvalidData(format!(
+                "{width} features with the call features, `{MODEL}` handles at most {MAX_EXTENDED}"
+            )));
+        }
+        let mut x = Matrix::with_cols(width);
+        let mut buf = vec![0.0; width];
+        for r in data.x.iter_rows() {
+            extend_into(r, calls.as_ref(), &mut buf);
+            x.push_row(&buf);
+        }
+        let extended = TrainSet {
+            schema,
+            x,
+            y: data.y.clone(),
+            groups: data.groups.clone(),
+        };
+        let ridge = self.ridge().fit(&extended)?;
+        let trees = self.trees().fit_on_baseline(&extended, ridge)?;
+        Ok(FittedRidgeTrees {
+            schema: data.schema.clone(),
+            call_features: calls.is_some(),
+            calls,
+            trees,
+        })
+    }
+}
+
+/// `row`, then its call features when `calls` is set, into `out` (the extended width).
+fn extend_into(row: &[f64], calls: Option<&CallColumns>, out: &mut [f64]) {
+    let (head, tail) = out.split_at_mut(row.len());
+    head.copy_from_slice(row);
+    if let Some(c) = calls {
+        c.fill(row, tail);
+    }
+}
+
+/// A fitted ridge-then-trees stack.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(try_from = "UncheckedRidgeTrees")]
+pub struct FittedRidgeTrees {
+    /// The schema of the rows it reads.
+    schema: FeatureSchema,
+    /// Whether the inner model reads [`CONV_CALL`] after the row.
+    call_features: bool,
+    #[serde(skip)]
+    calls: Option<CallColumns>,
+    /// Trees boosted from a ridge base, both on the extended rows.
+    trees: FittedTrees,
+}
+
+/// The saved form before it is checked against this build's features.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UncheckedRidgeTrees {
+    schema: FeatureSchema,
+    call_features: bool,
+    trees: FittedTrees,
+}
+
+impl TryFrom<UncheckedRidgeTrees> for FittedRidgeTrees {
+    type Error = String;
+
+    fn try_from(u: UncheckedRidgeTrees) -> std::result::Result<FittedRidgeTrees, String> {
+        let calls = if u.call_features {
+            Some(CallColumns::of(&u.schema).ok_or_else(|| {
+                format!(
+                    "`{}` rows lack the columns of the call features",
+                    u.schema.kind
+                )
+            })?)
+        } else {
+            None
+        };
+        let want = extended_schema(&u.schema, calls.as_ref());
+        if *u.trees.schema() != want {
+            return Err(format!(
+                "inner model reads {} features, expected {}",
+                u.trees.schema().len(),
+                want.len()
+            ));
+        }
+        if want.len() > MAX_EXTENDED {
+            return Err(format!("{} features, at most {MAX_EXTENDED}", want.len()));
+        }
+        Ok(FittedRidgeTrees {
+            schema: u.schema,
+            call_features: u.call_features,
+            calls,
+            trees: u.trees,
+        })
+    }
+}
+
+impl FittedRidgeTrees {
+    /// The inner ensemble (its baseline is the ridge).
+    pub fn trees(&self) -> &FittedTrees {
+        &self.trees
+    }
+}
+
+impl Regressor for FittedRidgeTrees {
+    fn name(&self) -> &'static str {
+        MODEL
+    }
+
+    fn schema(&self) -> &FeatureSchema {
+        &self.schema
+    }
+
+    fn predict_row(&self, x: &[f64]) -> Result<f64> {
+        check_width(&self.schema, x.len())?;
+        let mut buf = [0.0f64; MAX_EXTENDED];
+        let width = self.trees.schema().len();
+        let ext = &mut buf[..width];
+        extend_into(x, self.calls.as_ref(), ext);
+        self.trees.predict_row(ext)
+    }
+
+    fn size_bytes(&self) -> usize {
+        self.trees.size_bytes()
+    }
+
+    fn to_saved(&self) -> SavedModel {
+        SavedModel::RidgeTrees(self.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use perfcast_core::{Context, ModuleKind, ModuleSpec, Phase};
+
+    fn conv(
+        cin: usize,
+        cout: usize,
+        hw: usize,
+        k: usize,
+        stride: usize,
+        groups: usize,
+    ) -> ModuleSpec {
+        ModuleSpec::Conv2d(perfcast_core::Conv2d {
+            in_channels: cin,
+            out_channels: cout,
+            input_hw: [hw, hw],
+            kernel: [k, k],
+            stride: [stride, stride],
+            padding: [k / 2, k / 2],
+            dilation: [1, 1],
+            groups,
+            bias: true,
+        })
+    }
+
+    /// Conv2d rows whose latency is a known function with a step no power law has: calls of
+    /// the im2col path cost a fixed 2 us each on top of the work.
+    fn conv_set(n: usize) -> TrainSet {
+        let device = perfcast_core::testing::cpu_device();
+        let schema = FeatureSchema::for_kind(ModuleKind::Conv2d);
+        let calls = CallColumns::of(&schema).unwrap();
+        let mut x = Matrix::with_cols(schema.len());
+        let mut y = Vec::new();
+        for i in 0..n {
+            let k = [1, 3, 5][i % 3];
+            let spec = conv(
+                1 + (i * 7) % 60,
+                1 + (i * 13) % 70,
+                4 + (i * 11) % 60,
+                k,
+                1 + (i / 3) % 2,
+                1,
+            );
+            let ctx = Context {
+                batch: 1 << (i % 4),
+                phase: if i % 5 == 0 {
+                    Phase::Training
+                } else {
+                    Phase::Inference
+                },
+                threads: 1,
+                utilisation: 0.0,
+            };
+            let row = crate::features::row(&spec, &ctx, &device);
+            let mut call = vec![0.0; CONV_CALL.len()];
+            calls.fill(&row, &mut call);
+            let flops = row[schema.index("work_flops").unwrap()];
+            y.push(1e-3 + flops / 5e7 + 2e-3 * call[0]);
+            x.push_row(&row);
+        }
+        TrainSet {
+            schema,
+            x,
+            y,
+            groups: (0..n as u64).collect(),
+        }
+    }
+
+    #[test]
+    fn call_features_follow_the_backend_calls() {
+        let schema = FeatureSchema::for_kind(ModuleKind::Conv2d);
+        let calls = CallColumns::of(&schema).unwrap();
+        let device = perfcast_core::testing::cpu_device();
+        let ctx = Context {
+            batch: 2,
+            phase: Phase::Inference,
+            threads: 1,
+            utilisation: 0.0,
+        };
+        let mut f = vec![0.0; CONV_CALL.len()];
+        // 3x3, 64 -> 32 on 40x40: 1,600 positions in 4 tiles of 400, per image.
+        calls.fill(
+            &crate::features::row(&conv(64, 32, 40, 3, 1, 1), &ctx, &device),
+            &mut f,
+        );
+        assert_eq!(&f[..4], &[8.0, 32.0, 400.0, 576.0]);
+        assert_eq!(f[11], 4.0);
+        assert_eq!(f[12], 1600.0 - 3.0 * 512.0);
+        assert_eq!(f[14], 2.0 * 64.0 * 1600.0);
+        // 1x1: one GEMM per image over the whole plane, no unfolding.
+        calls.fill(
+            &crate::features::row(&conv(64, 32, 40, 1, 1, 1), &ctx, &device),
+            &mut f,
+        );
+        assert_eq!(&f[..4], &[2.0, 32.0, 1600.0, 64.0]);
+        assert_eq!(f[11], 0.0);
+        assert_eq!(f[15], 0.0);
+        // Depthwise: no GEMM, one plane per channel and image.
+        calls.fill(
+            &crate::features::row(&conv(32, 32, 40, 3, 1, 32), &ctx, &device),
+            &mut f,
+        );
+        assert_eq!(&f[..4], &[64.0, 0.0, 0.0, 0.0]);
+        // Another kind has no call features.
+        assert!(CallColumns::of(&FeatureSchema::for_kind(ModuleKind::Linear)).is_none());
+    }
+
+    #[test]
+    fn fit_recovers_a_per_call_cost_the_row_alone_hides() {
+        let train = conv_set(900);
+        let test = conv_set(1200);
+        let test = test.select(&(900..1200).collect::<Vec<_>>());
+        let m = RidgeTreesParams::default().fit(&train).unwrap();
+        let pred = m.predict(&test.x).unwrap();
+        let mape = pred
+            .iter()
+            .zip(&test.y)
+            .map(|(p, y)| (p / y - 1.0).abs())
+            .sum::<f64>()
+            / test.len() as f64;
+        assert!(mape < 0.05, "held-out MAPE {mape}");
+        assert!(m.trees().n_trees() >= 1);
+    }
+
+    #[test]
+    fn save_load_round_trip_is_identical() {
+        let train = conv_set(300);
+        for call_features in [true, false] {
+            let m = RidgeTreesParams {
+                call_features,
+                n_trees: 40,
+                ..RidgeTreesParams::default()
+            }
+            .fit(&train)
+            .unwrap();
+            let json = serde_json::to_string(&m.to_saved()).unwrap();
+            assert!(json.contains("\"model\":\"ridge-trees\""));
+            let back = serde_json::from_str::<SavedModel>(&json)
+                .unwrap()
+                .into_regressor();
+            assert_eq!(back.name(), "ridge-trees");
+            for r in train.x.iter_rows() {
+                assert_eq!(back.predict_row(r).unwrap(), m.predict_row(r).unwrap());
+            }
+            assert_eq!(back.size_bytes(), m.size_bytes());
+        }
+        let m = RidgeTreesParams {
+            n_trees: 5,
+            ..RidgeTreesParams::default()
+        }
+        .fit(&train)
+        .unwrap();
+        assert!(matches!(
+            m.predict_row(&[1.0, 2.0]),
+            Err(Error::FeatureWidth { got: 2, .. })
+        ));
+        // A file whose inner model reads another width is refused.
+        let mut value = serde_json::to_value(m.to_saved()).unwrap();
+        value["call_features"] = serde_json::Value::Bool(false);
+        let err = serde_json::from_value::<SavedModel>(value)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("inner model reads"), "{err}");
+    }
+
+    #[test]
+    fn bad_params_are_named() {
+        let cases: [(RidgeTreesParams, &str); 4] = [
+            (
+                RidgeTreesParams {
+                    lambda: -1.0,
+                    ..Default::default()
+                },
+                "lambda must be non-negative, got -1",
+            ),
+            (
+                RidgeTreesParams {
+                    degree: 3,
+                    ..Default::default()
+                },
+                "degree must be 1 or 2, got 3",
+            ),
+            (
+                RidgeTreesParams {
+                    learning_rate: 0.0,
+                    ..Default::default()
+                },
+                "learning_rate must be in (0, 1], got 0",
+            ),
+            (
+                RidgeTreesParams {
+                    max_leaves: 1,
+                    ..Default::default()
+                },
+                "max_leaves must be in 2..=4096, got 1",
+            ),
+        ];
+        for (p, want) in cases {
+            let err = p.validate().unwrap_err();
+            assert!(
+                matches!(
+                    &err,
+                    Error::InvalidParams {
+                        model: "ridge-trees",
+                        ..
+                    }
+                ),
+                "{err:?}"
+            );
+            assert!(err.to_string().contains(want), "{err}");
+        }
+    }
+}
