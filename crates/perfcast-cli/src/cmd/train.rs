@@ -26,8 +26,9 @@ pub struct TrainArgs {
     /// device's spec and learns the roofline-normalised latency (`<family>-xdev`)
     #[arg(long, required = true, num_args = 1..)]
     data: Vec<PathBuf>,
-    /// Model families, comma-separated: ridge, knn, trees, roofline, medn (multi-task
-    /// encoder-decoder network), mlp (single-task MLP of the same size)
+    /// Model families, comma-separated: ridge, knn, trees, roofline, ridge-trees (trees on
+    /// ridge's residuals), medn (multi-task encoder-decoder network), mlp (single-task MLP of
+    /// the same size)
     #[arg(
         long,
         value_delimiter = ',',
