@@ -74,6 +74,9 @@ pub struct MednParams {
     pub dropout: f64,
     /// A linear path from inputs to outputs beside the deep one; default true.
     pub skip: bool,
+    /// GEMM tile inputs computed from the row's `gemm_m` and `gemm_n` ([`TileInputs`]):
+    /// per tile shape, the tile count and the share of padding; default true.
+    pub gemm_tiles: bool,
     /// Loss: `l1` (relative error in log space, the default), `mse` or `ape` (the MAPE
     /// metric itself).
     pub loss: Loss,
@@ -130,6 +133,7 @@ impl Default for MednParams {
             head_width: 32,
             dropout: 0.0,
             skip: true,
+            gemm_tiles: true,
             loss: Loss::L1,
             task_weights: vec![1.0, 1.5],
             lr: 3e-3,
@@ -372,10 +376,18 @@ impl Fit for MednParams {
         check_train_set(data, 8)?;
         let training_col = training_column(&data.schema)?;
         let (inputs, targets) = group_samples(data)?;
+        // Kinds that never run a GEMM (pools, norms) would get constant zero columns.
+        let tiles = TileInputs::of(&data.schema)
+            .filter(|t| self.gemm_tiles && inputs.iter_rows().any(|r| r[t.m] >= 1.0));
+        let inputs = match &tiles {
+            Some(t) => t.widen(&inputs),
+            None => inputs,
+        };
         let scaler = LogStandardiser::fit(&inputs);
         let target_scaler = TargetScaler::fit(&targets);
         let nets = self.fit_networks(&inputs, &targets, &scaler, &target_scaler)?;
         Ok(FittedMedn {
+            tiles,
             family: self.family().to_string(),
             schema: data.schema.clone(),
             training_col,
@@ -545,9 +557,76 @@ impl MednParams {
                     members: nets.members,
                     nets: nets.nets.clone(),
                     shared: Some(map),
+                    tiles: None,
                 })
             })
             .collect()
+    }
+}
+
+/// Output tile shapes `(rows, columns)` of the tiled GEMM kernels GPU BLAS libraries choose
+/// among (cuBLAS/CUTLASS-style 32..256 tiles).
+const GEMM_TILES: [(f64, f64); 6] = [
+    (128.0, 128.0),
+    (128.0, 64.0),
+    (64.0, 64.0),
+    (256.0, 128.0),
+    (128.0, 32.0),
+    (32.0, 32.0),
+];
+
+/// Inputs [`TileInputs`] adds to a row.
+pub const TILE_INPUTS: usize = 2 * GEMM_TILES.len();
+
+/// GEMM tile inputs, computed from the row inside the model (the feature schema stays as is).
+///
+/// A GPU GEMM runs as whole output tiles spread over the SMs in waves, so its latency steps
+/// where `M` or `N` crosses a tile boundary: 1,025 rows cost a whole extra row of tiles over
+/// 1,024. The log sizes the network reads make such steps smooth; per tile shape, the tile
+/// count `ceil(M/tm) ceil(N/tn)` and the padded share `ceil(M/tm) tm ceil(N/tn) tn / (M N)`
+/// state them. They need no device spec: the network learns which shapes and counts matter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TileInputs {
+    /// Column of `gemm_m`.
+    m: usize,
+    /// Column of `gemm_n`.
+    n: usize,
+}
+
+impl TileInputs {
+    /// The columns in `schema`, when it has them.
+    fn of(schema: &FeatureSchema) -> Option<TileInputs> {
+        Some(TileInputs {
+            m: schema.index("gemm_m")?,
+            n: schema.index("gemm_n")?,
+        })
+    }
+
+    /// The tile inputs of `row`, into `out` ([`TILE_INPUTS`] wide); zeros without a GEMM.
+    fn fill(&self, row: &[f64], out: &mut [f64]) {
+        let (m, n) = (row[self.m], row[self.n]);
+        for ((tm, tn), o) in GEMM_TILES.iter().zip(out.chunks_exact_mut(2)) {
+            if m < 1.0 || n < 1.0 {
+                o.fill(0.0);
+                continue;
+            }
+            let (bm, bn) = ((m / tm).ceil(), (n / tn).ceil());
+            o[0] = bm * bn;
+            o[1] = (bm * tm * bn * tn) / (m * n);
+        }
+    }
+
+    /// `inputs` with the tile inputs appended to every row.
+    fn widen(&self, inputs: &Matrix) -> Matrix {
+        let cols = inputs.cols();
+        let mut out = Matrix::with_cols(cols + TILE_INPUTS);
+        let mut row = vec![0.0; cols + TILE_INPUTS];
+        for r in inputs.iter_rows() {
+            row[..cols].copy_from_slice(r);
+            self.fill(r, &mut row[cols..]);
+            out.push_row(&row);
+        }
+        out
     }
 }
 
@@ -611,6 +690,10 @@ pub struct FittedMedn {
     /// Set when the network is shared with other module kinds.
     #[serde(default)]
     shared: Option<SharedInput>,
+    /// Set when the input carries the GEMM tile inputs after the row's own columns (absent in
+    /// checkpoints written before they existed).
+    #[serde(default)]
+    tiles: Option<TileInputs>,
 }
 
 /// What `medn.json` of a checkpoint holds: everything but the weights.
@@ -630,6 +713,8 @@ struct CheckpointMeta {
     members: usize,
     #[serde(default)]
     shared: Option<SharedInput>,
+    #[serde(default)]
+    tiles: Option<TileInputs>,
 }
 
 fn one() -> usize {
@@ -685,6 +770,7 @@ impl FittedMedn {
             history: self.history.clone(),
             members: self.members,
             shared: self.shared.clone(),
+            tiles: self.tiles,
         };
         let json = serde_json::to_vec_pretty(&meta)
             .map_err(|e| Error::InvalidData(format!("cannot encode MEDN config: {e}")))?;
@@ -762,6 +848,7 @@ impl FittedMedn {
             members: meta.members,
             nets,
             shared: meta.shared,
+            tiles: meta.tiles,
         };
         fitted
             .check()
@@ -847,7 +934,10 @@ impl FittedMedn {
 
     /// Width of the network's input (the schema's, or the shared union's).
     fn input_width(&self) -> usize {
-        self.shared.as_ref().map_or(self.schema.len(), |m| m.width)
+        self.shared.as_ref().map_or_else(
+            || self.schema.len() + self.tiles.map_or(0, |_| TILE_INPUTS),
+            |m| m.width,
+        )
     }
 
     /// The standardised network input of a training-phase row, into `z`; no allocation.
@@ -890,8 +980,16 @@ impl FittedMedn {
                 z[m.indicator] = standard(1.0, m.indicator);
             }
             None => {
-                for (c, (o, v)) in z[..width].iter_mut().zip(canonical).enumerate() {
+                let cols = canonical.len();
+                for (c, (o, v)) in z[..cols].iter_mut().zip(canonical).enumerate() {
                     *o = standard(*v, c);
+                }
+                if let Some(t) = &self.tiles {
+                    let mut extra = [0.0; TILE_INPUTS];
+                    t.fill(canonical, &mut extra);
+                    for (i, (o, v)) in z[cols..width].iter_mut().zip(extra).enumerate() {
+                        *o = standard(v, cols + i);
+                    }
                 }
             }
         }

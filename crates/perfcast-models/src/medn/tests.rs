@@ -231,3 +231,65 @@ fn one_network_serves_several_kinds() {
         assert_eq!(loaded.predict(&set.x).unwrap(), p);
     }
 }
+
+#[test]
+fn tile_inputs_step_at_tile_boundaries() {
+    let schema = FeatureSchema::for_kind(ModuleKind::Linear);
+    let tiles = TileInputs::of(&schema).unwrap();
+    let inputs = |m: f64, n: f64| {
+        let mut row = vec![0.0; schema.len()];
+        row[schema.index("gemm_m").unwrap()] = m;
+        row[schema.index("gemm_n").unwrap()] = n;
+        let mut out = [0.0; TILE_INPUTS];
+        tiles.fill(&row, &mut out);
+        out
+    };
+    // 128x128 tiles (the first shape): 1,024 x 512 is 8 x 4 whole tiles, no padding; one more
+    // row of M adds a row of tiles, nearly all padding.
+    let whole = inputs(1024.0, 512.0);
+    assert_eq!(&whole[..2], &[32.0, 1.0]);
+    let over = inputs(1025.0, 512.0);
+    assert_eq!(over[0], 36.0);
+    assert!(
+        (over[1] - 9.0 * 128.0 / 1025.0).abs() < 1e-12,
+        "{}",
+        over[1]
+    );
+    // 32x32 tiles (the last shape) need no padding at 1,024 x 512 either.
+    assert_eq!(&whole[TILE_INPUTS - 2..], &[512.0, 1.0]);
+    // No GEMM, no tiles.
+    assert_eq!(inputs(0.0, 0.0), [0.0; TILE_INPUTS]);
+}
+
+#[test]
+fn tile_inputs_widen_the_network_and_older_checkpoints_load_without_them() {
+    let data = linear_set(40);
+    let with = MednParams {
+        max_steps: 50,
+        ..quick()
+    }
+    .fit(&data)
+    .unwrap();
+    assert_eq!(with.configs[0].d_input, data.schema.len() + TILE_INPUTS);
+    let without = MednParams {
+        max_steps: 50,
+        gemm_tiles: false,
+        ..quick()
+    }
+    .fit(&data)
+    .unwrap();
+    assert_eq!(without.configs[0].d_input, data.schema.len());
+    // A checkpoint written before tile inputs existed has no `tiles` key.
+    let dir = tempfile::tempdir().unwrap();
+    without.save_checkpoint(dir.path()).unwrap();
+    let meta = dir.path().join("medn.json");
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&meta).unwrap()).unwrap();
+    assert!(json.as_object_mut().unwrap().remove("tiles").is_some());
+    std::fs::write(&meta, serde_json::to_vec(&json).unwrap()).unwrap();
+    let loaded = FittedMedn::load_checkpoint(dir.path(), Some(&data.schema)).unwrap();
+    assert_eq!(
+        loaded.predict(&data.x).unwrap(),
+        without.predict(&data.x).unwrap()
+    );
+}
