@@ -268,9 +268,11 @@ fn training_column(schema: &FeatureSchema) -> Result<usize> {
         .ok_or_else(|| Error::InvalidData("schema has no `training` column".into()))
 }
 
-/// Standardised samples for the tasks in `tasks` (their order is the head order).
+/// Standardised samples for the tasks in `tasks` (their order is the head order). Columns
+/// from `logged` on hold logs already ([`TileInputs`]) and are standardised as they are.
 fn to_samples(
     inputs: &Matrix,
+    logged: usize,
     targets: &[[Option<f64>; 2]],
     scaler: &LogStandardiser,
     target_scaler: &TargetScaler,
@@ -287,6 +289,9 @@ fn to_samples(
             continue;
         }
         scaler.transform_into(row, &mut buf);
+        for (c, o) in buf.iter_mut().enumerate().skip(logged) {
+            *o = (row[c] - scaler.mean[c]) * scaler.inv_std[c];
+        }
         s.x.extend(buf.iter().map(|&v| v as f32));
         for &k in tasks {
             match t[k] {
@@ -383,9 +388,18 @@ impl Fit for MednParams {
             Some(t) => t.widen(&inputs),
             None => inputs,
         };
-        let scaler = LogStandardiser::fit(&inputs);
+        let mut scaler = LogStandardiser::fit(&inputs);
+        if tiles.is_some() {
+            TileInputs::restandardise(&mut scaler, &inputs, data.schema.len());
+        }
         let target_scaler = TargetScaler::fit(&targets);
-        let nets = self.fit_networks(&inputs, &targets, &scaler, &target_scaler)?;
+        let nets = self.fit_networks(
+            &inputs,
+            data.schema.len(),
+            &targets,
+            &scaler,
+            &target_scaler,
+        )?;
         Ok(FittedMedn {
             tiles,
             family: self.family().to_string(),
@@ -418,6 +432,7 @@ impl MednParams {
     fn fit_networks(
         &self,
         inputs: &Matrix,
+        logged: usize,
         targets: &[[Option<f64>; 2]],
         scaler: &LogStandardiser,
         target_scaler: &TargetScaler,
@@ -443,7 +458,7 @@ impl MednParams {
         {
             // Members differ in initialisation, batch order and validation split.
             let seed = self.seed.wrapping_add(7919 * member as u64);
-            let samples = to_samples(inputs, targets, scaler, target_scaler, tasks);
+            let samples = to_samples(inputs, logged, targets, scaler, target_scaler, tasks);
             let n = samples.len();
             let mut order: Vec<usize> = (0..n).collect();
             order.shuffle(&mut StdRng::seed_from_u64(seed));
@@ -541,7 +556,7 @@ impl MednParams {
         }
         let scaler = LogStandardiser::fit(&inputs);
         let target_scaler = TargetScaler::fit(&targets);
-        let nets = self.fit_networks(&inputs, &targets, &scaler, &target_scaler)?;
+        let nets = self.fit_networks(&inputs, width, &targets, &scaler, &target_scaler)?;
         sets.iter()
             .zip(maps)
             .map(|(set, map)| {
@@ -582,9 +597,14 @@ pub const TILE_INPUTS: usize = 2 * GEMM_TILES.len();
 ///
 /// A GPU GEMM runs as whole output tiles spread over the SMs in waves, so its latency steps
 /// where `M` or `N` crosses a tile boundary: 1,025 rows cost a whole extra row of tiles over
-/// 1,024. The log sizes the network reads make such steps smooth; per tile shape, the tile
-/// count `ceil(M/tm) ceil(N/tn)` and the padded share `ceil(M/tm) tm ceil(N/tn) tn / (M N)`
-/// state them. They need no device spec: the network learns which shapes and counts matter.
+/// 1,024. The log sizes the network reads make such steps smooth; per tile shape, the log tile
+/// count `ln(ceil(M/tm) ceil(N/tn))` and the log padded share
+/// `ln(ceil(M/tm) tm ceil(N/tn) tn / (M N))` state them. They need no device spec: the network
+/// learns which shapes and counts matter.
+///
+/// They are logs already (standardised without a further log): as sums of logs of whole
+/// numbers, which [`crate::features::log1p_pos`] looks up in its table, they cost two real
+/// logarithms a row rather than twelve.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TileInputs {
     /// Column of `gemm_m`.
@@ -605,14 +625,33 @@ impl TileInputs {
     /// The tile inputs of `row`, into `out` ([`TILE_INPUTS`] wide); zeros without a GEMM.
     fn fill(&self, row: &[f64], out: &mut [f64]) {
         let (m, n) = (row[self.m], row[self.n]);
+        if m < 1.0 || n < 1.0 {
+            out[..TILE_INPUTS].fill(0.0);
+            return;
+        }
+        // ln(x) of x >= 1 through the table of ln(1 + k).
+        let ln = |x: f64| crate::features::log1p_pos(x - 1.0);
+        let size = ln(m) + ln(n);
         for ((tm, tn), o) in GEMM_TILES.iter().zip(out.chunks_exact_mut(2)) {
-            if m < 1.0 || n < 1.0 {
-                o.fill(0.0);
-                continue;
-            }
             let (bm, bn) = ((m / tm).ceil(), (n / tn).ceil());
-            o[0] = bm * bn;
-            o[1] = (bm * tm * bn * tn) / (m * n);
+            o[0] = ln(bm) + ln(bn);
+            o[1] = o[0] + ln(*tm) + ln(*tn) - size;
+        }
+    }
+
+    /// Plain standardisation of the tile columns (from `first` on) of a scaler fitted on
+    /// `inputs`: they hold logs already.
+    fn restandardise(scaler: &mut LogStandardiser, inputs: &Matrix, first: usize) {
+        let n = inputs.rows().max(1) as f64;
+        for c in first..inputs.cols() {
+            let mean = inputs.iter_rows().map(|r| r[c]).sum::<f64>() / n;
+            let var = inputs
+                .iter_rows()
+                .map(|r| (r[c] - mean).powi(2))
+                .sum::<f64>()
+                / n;
+            scaler.mean[c] = mean;
+            scaler.inv_std[c] = if var > 1e-12 { 1.0 / var.sqrt() } else { 1.0 };
         }
     }
 
@@ -988,7 +1027,7 @@ impl FittedMedn {
                     let mut extra = [0.0; TILE_INPUTS];
                     t.fill(canonical, &mut extra);
                     for (i, (o, v)) in z[cols..width].iter_mut().zip(extra).enumerate() {
-                        *o = standard(v, cols + i);
+                        *o = ((v - mean[cols + i]) * inv_std[cols + i]) as f32;
                     }
                 }
             }

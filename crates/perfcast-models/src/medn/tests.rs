@@ -244,19 +244,25 @@ fn tile_inputs_step_at_tile_boundaries() {
         tiles.fill(&row, &mut out);
         out
     };
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
     // 128x128 tiles (the first shape): 1,024 x 512 is 8 x 4 whole tiles, no padding; one more
-    // row of M adds a row of tiles, nearly all padding.
+    // row of M adds a row of tiles, nearly all padding. Inputs are logs.
     let whole = inputs(1024.0, 512.0);
-    assert_eq!(&whole[..2], &[32.0, 1.0]);
-    let over = inputs(1025.0, 512.0);
-    assert_eq!(over[0], 36.0);
     assert!(
-        (over[1] - 9.0 * 128.0 / 1025.0).abs() < 1e-12,
-        "{}",
-        over[1]
+        close(whole[0], 32f64.ln()) && close(whole[1], 0.0),
+        "{whole:?}"
     );
-    // 32x32 tiles (the last shape) need no padding at 1,024 x 512 either.
-    assert_eq!(&whole[TILE_INPUTS - 2..], &[512.0, 1.0]);
+    let over = inputs(1025.0, 512.0);
+    assert!(close(over[0], 36f64.ln()), "{over:?}");
+    assert!(close(over[1], (9.0 * 128.0 / 1025.0f64).ln()), "{over:?}");
+    // 32x32 tiles (the last shape) need no padding at 1,024 x 512 either; a narrow N of 3 pads
+    // every 32-wide tile.
+    assert!(close(whole[TILE_INPUTS - 2], 512f64.ln()) && close(whole[TILE_INPUTS - 1], 0.0));
+    let narrow = inputs(1024.0, 3.0);
+    assert!(
+        close(narrow[TILE_INPUTS - 1], (32.0 / 3.0f64).ln()),
+        "{narrow:?}"
+    );
     // No GEMM, no tiles.
     assert_eq!(inputs(0.0, 0.0), [0.0; TILE_INPUTS]);
 }
@@ -271,6 +277,27 @@ fn tile_inputs_widen_the_network_and_older_checkpoints_load_without_them() {
     .fit(&data)
     .unwrap();
     assert_eq!(with.configs[0].d_input, data.schema.len() + TILE_INPUTS);
+    // Training saw the tile columns as the prediction path encodes them.
+    let fast = with.predict(&data.x).unwrap();
+    let reference = with.predict_burn(&data.x, &Device::flex()).unwrap();
+    for (f, r) in fast.iter().zip(&reference) {
+        assert!(((f - r) / r).abs() < 1e-5, "fast {f} vs burn {r}");
+    }
+    let (inputs, _) = group_samples(&data).unwrap();
+    let samples = to_samples(
+        &with.tiles.unwrap().widen(&inputs),
+        data.schema.len(),
+        &group_samples(&data).unwrap().1,
+        &with.scaler,
+        &with.targets,
+        &[0, 1],
+    );
+    let mut z = [0.0f32; MAX_WIDTH];
+    let width = with.input_width();
+    for (row, x) in inputs.iter_rows().zip(samples.x.chunks_exact(width)) {
+        with.encode(row, &mut z);
+        assert_eq!(&z[..width], x);
+    }
     let without = MednParams {
         max_steps: 50,
         gemm_tiles: false,
