@@ -376,15 +376,17 @@ fn add_products_rows<S: pulp::Simd, const R: usize>(
     if wr.is_empty() {
         return;
     }
-    // The tail adds to the first lanes only, in scalar: padding would add `0 * scale * 0`,
-    // which is NaN for an infinite `scale` and turns a `-0.0` lane into `+0.0`.
+    // The tail adds to its first lanes only: the padded lanes' `0 * scale * 0` would be NaN
+    // for an infinite `scale` and would turn a `-0.0` sum into `+0.0`. A select keeps the
+    // sums in registers (lanes written one by one and read back as a vector stall).
     let done = n - wr.len();
+    let iota = simd.partial_load_u64s(&[0, 1, 2, 3]);
+    let tail = simd.less_than_u64s(iota, simd.splat_u64s(wr.len() as u64));
+    let wt = simd.partial_load_f64s(wr);
     for r in 0..R {
-        let lanes: &mut [f64] = pulp::bytemuck::cast_slice_mut(std::slice::from_mut(&mut acc[r]));
-        let zr = &z[r][offset + done..offset + n];
-        for ((l, wj), zj) in lanes.iter_mut().zip(wr).zip(zr) {
-            *l += wj * scale[r] * zj;
-        }
+        let zt = simd.partial_load_f64s(&z[r][offset + done..offset + n]);
+        let sum = simd.add_f64s(acc[r], simd.mul_f64s(simd.mul_f64s(wt, s[r]), zt));
+        acc[r] = simd.select_f64s(tail, sum, acc[r]);
     }
 }
 
@@ -397,11 +399,17 @@ impl Regressor for FittedRidge {
         &self.schema
     }
 
+    /// The scalar partial sums, with no dispatch: one row's are a chain of adds either way,
+    /// and [`LaneRows`] gives the same bits.
     fn predict_row(&self, x: &[f64]) -> Result<f64> {
         check_width(&self.schema, x.len())?;
-        let mut out = [0.0];
-        self.predict_checked(x, &mut out);
-        Ok(out[0])
+        let mut z = [0.0f64; MAX_ACTIVE];
+        self.standardise(x, &mut z);
+        let k = self.active.len();
+        if self.weights.len() < expanded_len(k, self.degree) {
+            return Ok(sequential_sum(self.intercept, &self.weights, &z[..k], self.degree).exp());
+        }
+        Ok(self.finish(lane_sums(self, &z)))
     }
 
     /// One dispatch for all the rows; each row's result is [`Regressor::predict_row`]'s.
