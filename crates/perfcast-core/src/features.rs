@@ -57,10 +57,15 @@ fn product(dims: &[usize]) -> f64 {
 /// The spec must have passed validation (an invalid spec has no output shape; this returns
 /// zeros for it rather than panicking).
 pub fn derive(spec: &ModuleSpec, batch: usize) -> Derived {
+    derive_with(spec, batch, &spec.output_dims().unwrap_or_default())
+}
+
+/// [`derive`] given the spec's output shape (`ModuleSpec::output_dims`), for callers that
+/// need the shape too: feature rows are built per query.
+pub fn derive_with(spec: &ModuleSpec, batch: usize, out: &[usize]) -> Derived {
     let n = batch as f64;
-    let out = spec.output_shape().unwrap_or_default();
-    let out_elems = n * product(&out);
-    let in_elems = n * product(&spec.input_shape());
+    let out_elems = n * product(out);
+    let in_elems = n * product(&spec.input_dims());
     let (flops, params, extra_inputs) = match spec {
         ModuleSpec::Conv2d(c) => {
             let per_out = 2.0 * (c.in_channels / c.groups.max(1)) as f64 * product(&c.kernel);

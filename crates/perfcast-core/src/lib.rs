@@ -35,7 +35,8 @@ pub use error::{Error, Result};
 pub use metrics::Metrics;
 pub use network::{Layer, LayerShapes, NETWORK_INPUT, Network};
 pub use spec::{
-    BatchNorm2d, Conv2d, Elementwise, LayerNorm, Linear, Matmul, ModuleKind, ModuleSpec, Pool2d,
+    BatchNorm2d, Conv2d, Dims, Elementwise, LayerNorm, Linear, Matmul, ModuleKind, ModuleSpec,
+    Pool2d,
 };
 
 /// perfcast's version, recorded in every dataset row and bundle.

@@ -392,6 +392,7 @@ fn positive(kind: ModuleKind, name: &str, value: usize) -> Result<()> {
 
 /// [`positive`] for a value named `{what} {axis}`, formatting the name only on error:
 /// validation runs on every prediction.
+#[inline]
 fn positive_axis(kind: ModuleKind, what: &str, axis: &str, value: usize) -> Result<()> {
     if value == 0 {
         return positive(kind, &format!("{what} {axis}"), value);
@@ -425,6 +426,31 @@ fn window_out(
         ));
     }
     Ok((padded - extent) / stride + 1)
+}
+
+/// A per-sample shape of at most three axes, held inline (no allocation); derefs to the
+/// axes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Dims {
+    axes: [usize; 3],
+    len: usize,
+}
+
+impl Dims {
+    fn new<const N: usize>(axes: [usize; N]) -> Dims {
+        let mut d = Dims::default();
+        d.axes[..N].copy_from_slice(&axes);
+        d.len = N;
+        d
+    }
+}
+
+impl std::ops::Deref for Dims {
+    type Target = [usize];
+
+    fn deref(&self) -> &[usize] {
+        &self.axes[..self.len]
+    }
 }
 
 impl Pool2d {
@@ -464,32 +490,43 @@ impl ModuleSpec {
 
     /// Checks every hyper-parameter and that the shapes are possible; errors name the value.
     pub fn validate(&self) -> Result<()> {
-        self.output_shape().map(|_| ())
+        self.output_dims().map(|_| ())
     }
 
     /// Per-sample input shape (the first operand for two-input ops).
     pub fn input_shape(&self) -> Vec<usize> {
+        self.input_dims().to_vec()
+    }
+
+    /// [`ModuleSpec::input_shape`] held inline.
+    pub fn input_dims(&self) -> Dims {
         match self {
-            ModuleSpec::Conv2d(c) => vec![c.in_channels, c.input_hw[0], c.input_hw[1]],
-            ModuleSpec::Linear(l) => vec![l.tokens, l.in_features],
-            ModuleSpec::Matmul(m) => vec![m.heads, m.m, m.k],
+            ModuleSpec::Conv2d(c) => Dims::new([c.in_channels, c.input_hw[0], c.input_hw[1]]),
+            ModuleSpec::Linear(l) => Dims::new([l.tokens, l.in_features]),
+            ModuleSpec::Matmul(m) => Dims::new([m.heads, m.m, m.k]),
             ModuleSpec::MaxPool2d(p) | ModuleSpec::AvgPool2d(p) => {
-                vec![p.channels, p.input_hw[0], p.input_hw[1]]
+                Dims::new([p.channels, p.input_hw[0], p.input_hw[1]])
             }
-            ModuleSpec::BatchNorm2d(b) => vec![b.channels, b.input_hw[0], b.input_hw[1]],
-            ModuleSpec::LayerNorm(l) => vec![l.tokens, l.features],
+            ModuleSpec::BatchNorm2d(b) => Dims::new([b.channels, b.input_hw[0], b.input_hw[1]]),
+            ModuleSpec::LayerNorm(l) => Dims::new([l.tokens, l.features]),
             ModuleSpec::Relu(e)
             | ModuleSpec::Gelu(e)
             | ModuleSpec::Sigmoid(e)
             | ModuleSpec::Tanh(e)
             | ModuleSpec::Add(e)
             | ModuleSpec::Mul(e)
-            | ModuleSpec::Softmax(e) => e.shape.to_vec(),
+            | ModuleSpec::Softmax(e) => Dims::new(e.shape),
         }
     }
 
     /// Validates the spec and infers its per-sample output shape.
     pub fn output_shape(&self) -> Result<Vec<usize>> {
+        self.output_dims().map(|d| d.to_vec())
+    }
+
+    /// [`ModuleSpec::output_shape`] held inline: the prediction path validates and builds a
+    /// feature row for every query, and a vector per shape showed in its profile.
+    pub fn output_dims(&self) -> Result<Dims> {
         let kind = self.kind();
         match self {
             ModuleSpec::Conv2d(c) => {
@@ -529,25 +566,25 @@ impl ModuleSpec {
                     c.padding[1],
                     c.dilation[1],
                 )?;
-                Ok(vec![c.out_channels, h, w])
+                Ok(Dims::new([c.out_channels, h, w]))
             }
             ModuleSpec::Linear(l) => {
                 positive(kind, "tokens", l.tokens)?;
                 positive(kind, "in_features", l.in_features)?;
                 positive(kind, "out_features", l.out_features)?;
-                Ok(vec![l.tokens, l.out_features])
+                Ok(Dims::new([l.tokens, l.out_features]))
             }
             ModuleSpec::Matmul(m) => {
                 positive(kind, "heads", m.heads)?;
                 positive(kind, "m", m.m)?;
                 positive(kind, "k", m.k)?;
                 positive(kind, "n", m.n)?;
-                Ok(vec![m.heads, m.m, m.n])
+                Ok(Dims::new([m.heads, m.m, m.n]))
             }
             ModuleSpec::MaxPool2d(p) | ModuleSpec::AvgPool2d(p) => {
                 positive(kind, "channels", p.channels)?;
                 let stride = p.effective_stride();
-                let mut out = vec![p.channels];
+                let mut out = [p.channels, 0, 0];
                 for (axis, i) in [("height", 0), ("width", 1)] {
                     positive_axis(kind, "input", axis, p.input_hw[i])?;
                     positive_axis(kind, "kernel", axis, p.kernel[i])?;
@@ -561,7 +598,7 @@ impl ModuleSpec {
                             ),
                         ));
                     }
-                    out.push(window_out(
+                    out[1 + i] = window_out(
                         kind,
                         axis,
                         p.input_hw[i],
@@ -569,20 +606,20 @@ impl ModuleSpec {
                         stride[i],
                         p.padding[i],
                         1,
-                    )?);
+                    )?;
                 }
-                Ok(out)
+                Ok(Dims::new(out))
             }
             ModuleSpec::BatchNorm2d(b) => {
                 positive(kind, "channels", b.channels)?;
                 positive(kind, "input height", b.input_hw[0])?;
                 positive(kind, "input width", b.input_hw[1])?;
-                Ok(self.input_shape())
+                Ok(self.input_dims())
             }
             ModuleSpec::LayerNorm(l) => {
                 positive(kind, "tokens", l.tokens)?;
                 positive(kind, "features", l.features)?;
-                Ok(self.input_shape())
+                Ok(self.input_dims())
             }
             ModuleSpec::Relu(e)
             | ModuleSpec::Gelu(e)
@@ -594,7 +631,7 @@ impl ModuleSpec {
                 for (name, v) in ["c", "h", "w"].iter().zip(e.shape) {
                     positive_axis(kind, "shape", name, v)?;
                 }
-                Ok(self.input_shape())
+                Ok(self.input_dims())
             }
         }
     }
@@ -904,6 +941,32 @@ fn fmt_pair(p: [usize; 2]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn inline_dims_are_the_shapes() {
+        for spec in crate::testing::one_of_each_kind() {
+            let out = spec.output_dims().unwrap();
+            assert_eq!(&*out, spec.output_shape().unwrap().as_slice(), "{spec:?}");
+            assert_eq!(&*spec.input_dims(), spec.input_shape().as_slice());
+            assert!((2..=3).contains(&out.len()), "{spec:?}");
+        }
+        let pool = ModuleSpec::MaxPool2d(Pool2d {
+            channels: 8,
+            input_hw: [9, 7],
+            kernel: [2, 3],
+            stride: None,
+            padding: [0, 1],
+        });
+        assert_eq!(&*pool.output_dims().unwrap(), &[8, 4, 3]);
+        let bad = ModuleSpec::MaxPool2d(Pool2d {
+            channels: 0,
+            ..match pool {
+                ModuleSpec::MaxPool2d(p) => p,
+                _ => unreachable!(),
+            }
+        });
+        assert!(bad.output_dims().is_err() && bad.validate().is_err());
+    }
 
     fn conv(input: usize, kernel: usize, stride: usize, padding: usize) -> ModuleSpec {
         ModuleSpec::Conv2d(Conv2d {

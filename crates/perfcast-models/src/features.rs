@@ -255,7 +255,8 @@ pub const MAX_ROW: usize = 14 + COMMON.len() + CONV_EXTRA.len();
 /// [`row`], appended to `out`: the prediction path builds many rows into one buffer. The
 /// output shape is inferred once and shared by every feature that needs it.
 pub fn row_into(spec: &ModuleSpec, context: &Context, device: &DeviceSpec, out: &mut Vec<f64>) {
-    let d = features::derive(spec, context.batch);
+    let shape = spec.output_dims().unwrap_or_default();
+    let d = features::derive_with(spec, context.batch, &shape);
     let training = context.phase == Phase::Training;
     let bytes = d.bytes_read + d.bytes_written;
     let work_flops = if training { d.train_flops } else { d.flops };
@@ -285,7 +286,6 @@ pub fn row_into(spec: &ModuleSpec, context: &Context, device: &DeviceSpec, out: 
         device.mem_bandwidth_gbs,
         roofline_s * 1e3,
     ]);
-    let shape = spec.output_shape().unwrap_or_default();
     let (gm, gn, gk) = gemm_dims_of(spec, context.batch, &shape);
     out.extend_from_slice(&[gm, gn, gk, gm.min(gn).min(gk)]);
     out.extend_from_slice(&[alignment(gm), alignment(gn), alignment(gk)]);

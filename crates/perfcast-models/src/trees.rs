@@ -24,6 +24,9 @@
 //! when `x <= threshold`; thresholds lie between two neighbouring training values (their
 //! geometric mean when both are positive, since most features are counts), and a NaN goes right.
 //! One row walks every tree without allocating, in a few microseconds for a few hundred trees.
+//! Batches test every split instead, against the leaf masks of QuickScorer (Lucchese et al.,
+//! SIGIR 2015) with rows in SIMD lanes, which needs no walk at all: each test is independent
+//! of the others, and the leaf a row reaches falls out of the masks it failed.
 //!
 //! Why not a crate: the mature implementations (LightGBM, XGBoost) are C++ behind bindings that
 //! need CMake and minutes of native build, and the pure-Rust ones bring their own matrix types,
@@ -311,9 +314,192 @@ pub struct FittedTrees {
     /// The smooth model the trees correct, when fitted with a baseline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     baseline: Option<FittedRidge>,
-    /// The trees in the branch-free form batches walk (derived from `nodes`, not saved).
+    /// The trees in the form batches evaluate (derived from `nodes`, not saved).
     #[serde(skip)]
-    walk: Walk,
+    batched: Batched,
+}
+
+/// How [`Regressor::predict_rows`] evaluates the trees.
+#[derive(Clone, Debug)]
+enum Batched {
+    /// Leaf bit masks, rows in SIMD lanes: every tree has at most [`MASK_LEAVES`] leaves.
+    Masks(Masks),
+    /// Lockstep walks, for ensembles with a bigger tree.
+    Walk(Walk),
+}
+
+impl Default for Batched {
+    fn default() -> Batched {
+        Batched::Walk(Walk::default())
+    }
+}
+
+impl Batched {
+    fn of(nodes: &[Node], roots: &[u32]) -> Batched {
+        match Masks::of(nodes, roots) {
+            Some(m) => Batched::Masks(m),
+            None => Batched::Walk(Walk::of(nodes, roots)),
+        }
+    }
+}
+
+/// Most leaves a tree may have for [`Masks`]: one bit each in a `u64`.
+const MASK_LEAVES: usize = 64;
+
+/// Every tree as the leaf masks of its splits (QuickScorer: Lucchese et al., SIGIR 2015).
+///
+/// Number a tree's leaves left to right. A split a row fails (`!(x <= t)`: the row goes
+/// right) rules out every leaf of its left subtree, and the leaf the row reaches is the
+/// leftmost one no failed split rules out: a leaf left of it shares an ancestor where the row
+/// went right, and none of its own ancestors sent the row the other way. So a tree is
+/// evaluated by testing all its splits in any order, each test independent of the others (no
+/// chain of dependent loads as in a walk), and one test serves a SIMD vector of rows.
+#[derive(Clone, Debug, Default)]
+struct Masks {
+    /// Per tree: where its splits end in `splits` and its leaves end in `leaves`.
+    ends: Vec<(u32, u32)>,
+    splits: Vec<MaskSplit>,
+    /// Leaf values, tree after tree, each tree's left to right.
+    leaves: Vec<f64>,
+    /// Row columns the splits read, in first-use order; [`MaskSplit::column`] indexes this.
+    columns: Vec<usize>,
+}
+
+/// One split of [`Masks`].
+#[derive(Clone, Copy, Debug)]
+struct MaskSplit {
+    threshold: f64,
+    /// The leaves a row that goes right may still reach: all but the left subtree's.
+    keep: u64,
+    /// Index into [`Masks::columns`].
+    column: u32,
+}
+
+/// Bits `lo..hi` of a `u64` (`hi <= 64`).
+fn bit_range(lo: usize, hi: usize) -> u64 {
+    let width = hi - lo;
+    if width >= 64 {
+        u64::MAX
+    } else {
+        ((1u64 << width) - 1) << lo
+    }
+}
+
+impl Masks {
+    /// `None` when a tree has more than [`MASK_LEAVES`] leaves. `nodes` are checked (children
+    /// after their parent, in bounds).
+    fn of(nodes: &[Node], roots: &[u32]) -> Option<Masks> {
+        let mut m = Masks::default();
+        // Per node: the index (within its tree) of the first leaf at or below it.
+        let mut first_leaf = vec![0u32; nodes.len()];
+        let mut column_of: Vec<Option<u32>> = Vec::new();
+        let mut stack = Vec::new();
+        let mut internal = Vec::new();
+        for &root in roots {
+            let leaf_start = m.leaves.len();
+            internal.clear();
+            // Depth first, left before right: leaves come out left to right.
+            stack.push(root as usize);
+            while let Some(i) = stack.pop() {
+                first_leaf[i] = (m.leaves.len() - leaf_start) as u32;
+                let n = nodes[i];
+                if n.is_leaf() {
+                    m.leaves.push(n.value);
+                } else {
+                    internal.push(i);
+                    stack.push(n.left as usize + 1);
+                    stack.push(n.left as usize);
+                }
+            }
+            if m.leaves.len() - leaf_start > MASK_LEAVES {
+                return None;
+            }
+            for &i in &internal {
+                let n = nodes[i];
+                let (lo, hi) = (
+                    first_leaf[n.left as usize] as usize,
+                    first_leaf[n.left as usize + 1] as usize,
+                );
+                let f = n.feature as usize;
+                if column_of.len() <= f {
+                    column_of.resize(f + 1, None);
+                }
+                let column = *column_of[f].get_or_insert_with(|| {
+                    m.columns.push(f);
+                    (m.columns.len() - 1) as u32
+                });
+                m.splits.push(MaskSplit {
+                    threshold: n.value,
+                    keep: !bit_range(lo, hi),
+                    column,
+                });
+            }
+            m.ends.push((m.splits.len() as u32, m.leaves.len() as u32));
+        }
+        Some(m)
+    }
+}
+
+/// Vectors of rows [`MaskBatch`] evaluates together: each split's threshold and mask are
+/// broadcast once for all of them, and their tests are independent.
+const MASK_VECTORS: usize = 4;
+
+/// Adds every tree's leaf to `out[r]` for rows `rows[r * width..]`, in tree order, run by
+/// [`pulp::Arch::dispatch`] in code compiled for the CPU's vectors (everything below
+/// `with_simd` is inlined into the dispatch target).
+struct MaskBatch<'a> {
+    masks: &'a Masks,
+    rows: &'a [f64],
+    width: usize,
+    out: &'a mut [f64],
+}
+
+impl pulp::WithSimd for MaskBatch<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, simd: S) {
+        let MaskBatch {
+            masks,
+            rows,
+            width,
+            out,
+        } = self;
+        let block = MASK_VECTORS * S::F64_LANES;
+        // The block's rows transposed, one vector of rows per column the splits read.
+        let mut x = vec![[simd.splat_f64s(0.0); MASK_VECTORS]; masks.columns.len()];
+        let all = simd.splat_u64s(u64::MAX);
+        for (rows, out) in rows.chunks(width * block).zip(out.chunks_mut(block)) {
+            let n = out.len();
+            for (xc, &col) in x.iter_mut().zip(&masks.columns) {
+                let lanes: &mut [f64] = pulp::bytemuck::cast_slice_mut(xc.as_mut_slice());
+                for (r, l) in lanes.iter_mut().enumerate() {
+                    // Spare lanes repeat the first row; their results are dropped.
+                    let src = if r < n { r } else { 0 };
+                    *l = rows[src * width + col];
+                }
+            }
+            let (mut split, mut leaf) = (0, 0);
+            for &(split_end, leaf_end) in &masks.ends {
+                let (split_end, leaf_end) = (split_end as usize, leaf_end as usize);
+                let mut alive = [all; MASK_VECTORS];
+                for s in &masks.splits[split..split_end] {
+                    let (t, keep) = (simd.splat_f64s(s.threshold), simd.splat_u64s(s.keep));
+                    for (a, xv) in alive.iter_mut().zip(&x[s.column as usize]) {
+                        // `x <= t` is false for NaN, which goes right as in `tree_value`.
+                        let left = simd.less_than_or_equal_f64s(*xv, t);
+                        *a = simd.select_u64s(left, *a, simd.and_u64s(*a, keep));
+                    }
+                }
+                let leaves = &masks.leaves[leaf..leaf_end];
+                let alive: &[u64] = pulp::bytemuck::cast_slice(alive.as_slice());
+                for (o, a) in out.iter_mut().zip(alive) {
+                    *o += leaves[a.trailing_zeros() as usize];
+                }
+                (split, leaf) = (split_end, leaf_end);
+            }
+        }
+    }
 }
 
 /// A node as batches walk it: a leaf sends every row back to itself, so all rows of a batch
@@ -429,7 +615,7 @@ impl TryFrom<UncheckedTrees> for FittedTrees {
             }
         }
         Ok(FittedTrees {
-            walk: Walk::of(&t.nodes, &t.roots),
+            batched: Batched::of(&t.nodes, &t.roots),
             schema: t.schema,
             base,
             roots: t.roots,
@@ -448,6 +634,48 @@ impl FittedTrees {
     /// Number of nodes in all trees, leaves included.
     pub fn n_nodes(&self) -> usize {
         self.nodes.len()
+    }
+
+    /// Adds every tree's leaf to `log_ms[r]` for rows `rows[r * width..]` (of checked width),
+    /// in tree order, walking [`WALK_ROWS`] rows through each tree together.
+    fn walk_rows(&self, walk: &Walk, rows: &[f64], log_ms: &mut [f64]) {
+        let width = self.schema.len();
+        if width > WALK_WIDTH {
+            for (x, l) in rows.chunks_exact(width).zip(log_ms.iter_mut()) {
+                for &root in &self.roots {
+                    *l += tree_value(&self.nodes, root, x);
+                }
+            }
+            return;
+        }
+        for (block, log_ms) in rows
+            .chunks(width * WALK_ROWS)
+            .zip(log_ms.chunks_mut(WALK_ROWS))
+        {
+            // Rows in fixed-width arrays: a masked index needs no bounds check, and every
+            // split feature is below the width (checked on load).
+            let mut fixed = [[0.0f64; WALK_WIDTH]; WALK_ROWS];
+            for (f, x) in fixed.iter_mut().zip(block.chunks_exact(width)) {
+                f[..width].copy_from_slice(x);
+            }
+            let n = log_ms.len();
+            for (&root, &depth) in self.roots.iter().zip(&walk.depths) {
+                let mut at = [root as usize; WALK_ROWS];
+                for _ in 0..depth {
+                    for (i, x) in at.iter_mut().zip(&fixed[..n]) {
+                        let s = walk.steps[*i];
+                        // `!(x <= t)` sends NaN right, as `tree_value` does.
+                        #[allow(clippy::neg_cmp_op_on_partial_ord)]
+                        let right =
+                            u32::from(!(x[s.feature as usize & (WALK_WIDTH - 1)] <= s.value));
+                        *i = s.left.wrapping_add(right & s.step) as usize;
+                    }
+                }
+                for (l, i) in log_ms.iter_mut().zip(&at[..n]) {
+                    *l += self.nodes[*i].value;
+                }
+            }
+        }
     }
 }
 
@@ -494,10 +722,11 @@ impl Regressor for FittedTrees {
         Ok(log_ms.exp())
     }
 
-    /// Rows walk each tree together, [`WALK_ROWS`] at a time and branch-free, the tree's
-    /// full depth (a leaf keeps a row in place): one row's walk is a chain of dependent
-    /// loads, several rows' walks overlap. Each row still adds its trees' leaves in tree
-    /// order, so results equal [`Regressor::predict_row`]'s.
+    /// Each row starts from its baseline (or the base) and adds its trees' leaves in tree
+    /// order, as [`Regressor::predict_row`] does, so results are the same bits. With leaf masks
+    /// ([`Masks`]) the rows sit in SIMD lanes; otherwise they walk each tree together,
+    /// [`WALK_ROWS`] at a time and branch-free, the tree's full depth (a leaf keeps a row in
+    /// place), so their chains of dependent loads overlap.
     fn predict_rows(&self, rows: &[f64], out: &mut [f64]) -> Result<()> {
         let width = self.schema.len();
         if rows.len() != width * out.len() {
@@ -507,49 +736,23 @@ impl Regressor for FittedTrees {
                 out.len()
             )));
         }
-        if width > WALK_WIDTH {
-            for (x, o) in rows.chunks_exact(width).zip(out.iter_mut()) {
-                *o = self.predict_row(x)?;
-            }
-            return Ok(());
+        for (x, o) in rows.chunks_exact(width).zip(out.iter_mut()) {
+            *o = match &self.baseline {
+                Some(b) => b.predict_row(x)?.ln(),
+                None => self.base,
+            };
         }
-        for (block, outs) in rows
-            .chunks(width * WALK_ROWS)
-            .zip(out.chunks_mut(WALK_ROWS))
-        {
-            let mut log_ms = [0.0f64; WALK_ROWS];
-            let xs: Vec<&[f64]> = block.chunks_exact(width).collect();
-            // Rows in fixed-width arrays: a masked index needs no bounds check, and every
-            // split feature is below the width (checked on load).
-            let mut fixed = [[0.0f64; WALK_WIDTH]; WALK_ROWS];
-            for (f, x) in fixed.iter_mut().zip(&xs) {
-                f[..width].copy_from_slice(x);
-            }
-            for (l, x) in log_ms.iter_mut().zip(&xs) {
-                *l = match &self.baseline {
-                    Some(b) => b.predict_row(x)?.ln(),
-                    None => self.base,
-                };
-            }
-            for (&root, &depth) in self.roots.iter().zip(&self.walk.depths) {
-                let mut at = [root as usize; WALK_ROWS];
-                for _ in 0..depth {
-                    for (i, x) in at.iter_mut().zip(&fixed[..xs.len()]) {
-                        let n = self.walk.steps[*i];
-                        // `!(x <= t)` sends NaN right, as `tree_value` does.
-                        #[allow(clippy::neg_cmp_op_on_partial_ord)]
-                        let right =
-                            u32::from(!(x[n.feature as usize & (WALK_WIDTH - 1)] <= n.value));
-                        *i = n.left.wrapping_add(right & n.step) as usize;
-                    }
-                }
-                for (l, i) in log_ms.iter_mut().zip(&at[..xs.len()]) {
-                    *l += self.nodes[*i].value;
-                }
-            }
-            for (o, l) in outs.iter_mut().zip(&log_ms) {
-                *o = l.exp();
-            }
+        match &self.batched {
+            Batched::Masks(masks) => pulp::Arch::new().dispatch(MaskBatch {
+                masks,
+                rows,
+                width,
+                out: &mut *out,
+            }),
+            Batched::Walk(walk) => self.walk_rows(walk, rows, out),
+        }
+        for o in out.iter_mut() {
+            *o = o.exp();
         }
         Ok(())
     }
@@ -1093,7 +1296,7 @@ fn boost(params: &TreeParams, data: &TrainSet, baseline: Option<FittedRidge>) ->
     }
     nodes.shrink_to_fit();
     FittedTrees {
-        walk: Walk::of(&nodes, &roots),
+        batched: Batched::of(&nodes, &roots),
         schema: data.schema.clone(),
         base,
         roots,
@@ -1262,15 +1465,75 @@ mod tests {
         assert!(m.predict_row(&[0.0; 6]).unwrap() > 0.0);
     }
 
+    /// Each row's log-space sum through every batched kernel, whatever this CPU dispatches
+    /// to: the leaf masks through `Arch` and through pulp's portable 1-, 2- and 4-lane
+    /// vectors (what a CPU without AVX2 runs), and the walk.
+    fn every_batched_path(m: &FittedTrees, rows: &[f64]) -> Vec<(&'static str, Vec<f64>)> {
+        let width = m.schema.len();
+        let n = rows.len() / width;
+        let mut paths = Vec::new();
+        if let Batched::Masks(masks) = &m.batched {
+            let run = |f: &dyn Fn(MaskBatch)| {
+                let mut out = vec![0.0; n];
+                f(MaskBatch {
+                    masks,
+                    rows,
+                    width,
+                    out: &mut out,
+                });
+                out
+            };
+            paths.push(("masks, dispatched", run(&|b| pulp::Arch::new().dispatch(b))));
+            paths.push((
+                "masks, 1 lane",
+                run(&|b| pulp::WithSimd::with_simd(b, pulp::Scalar)),
+            ));
+            paths.push((
+                "masks, 2 lanes",
+                run(&|b| pulp::WithSimd::with_simd(b, pulp::Scalar128b)),
+            ));
+            paths.push((
+                "masks, 4 lanes",
+                run(&|b| pulp::WithSimd::with_simd(b, pulp::Scalar256b)),
+            ));
+        }
+        let mut walked = vec![0.0; n];
+        m.walk_rows(&Walk::of(&m.nodes, &m.roots), rows, &mut walked);
+        paths.push(("walk", walked));
+        paths
+    }
+
+    /// The trees' sum of one row, tree by tree (the single-row definition).
+    fn trees_sum(m: &FittedTrees, x: &[f64]) -> f64 {
+        m.roots
+            .iter()
+            .fold(0.0, |acc, &root| acc + tree_value(&m.nodes, root, x))
+    }
+
     #[test]
-    fn batched_walks_match_single_rows_exactly() {
+    fn batched_paths_match_single_rows_exactly() {
         let data = latency_like(300, 3);
         let fitted = TreeParams::default().fit(&data).unwrap();
-        // Saved and loaded: the walking form is rebuilt on load.
+        assert!(matches!(fitted.batched, Batched::Masks(_)));
+        // Saved and loaded: the batched form is rebuilt on load.
         let json = serde_json::to_string(&fitted.to_saved()).unwrap();
         let loaded: SavedModel = serde_json::from_str(&json).unwrap();
+        let SavedModel::Trees(loaded_trees) = loaded.clone() else {
+            panic!("trees");
+        };
+        // 21 training rows (not a whole number of SIMD blocks) and rows far outside, NaN in
+        // every column of one.
         let mut rows: Vec<f64> = data.x.iter_rows().take(21).flatten().copied().collect();
         rows.extend([1e9, f64::NAN, 1e30, -1.0, 0.0, f64::INFINITY]);
+        rows.extend([f64::NAN; 6]);
+        rows.extend([-1e300, 1e-300, f64::NEG_INFINITY, 3.0, 1e6, 0.5]);
+        for m in [&fitted, &loaded_trees] {
+            for (path, sums) in every_batched_path(m, &rows) {
+                for (x, sum) in rows.chunks_exact(6).zip(&sums) {
+                    assert_eq!(sum.to_bits(), trees_sum(m, x).to_bits(), "{path}: {x:?}");
+                }
+            }
+        }
         for m in [
             Box::new(fitted) as Box<dyn Regressor>,
             loaded.into_regressor(),
@@ -1281,6 +1544,54 @@ mod tests {
                 assert_eq!(o.to_bits(), m.predict_row(x).unwrap().to_bits(), "{x:?}");
             }
         }
+    }
+
+    #[test]
+    fn trees_with_more_leaves_than_a_mask_holds_are_walked() {
+        let data = latency_like(2000, 13);
+        let m = TreeParams {
+            n_trees: 5,
+            max_leaves: 100,
+            max_depth: 12,
+            min_samples_leaf: 1,
+            validation_fraction: 0.0,
+            ..TreeParams::default()
+        }
+        .fit(&data)
+        .unwrap();
+        assert!(matches!(m.batched, Batched::Walk(_)));
+        let rows: Vec<f64> = data.x.iter_rows().take(50).flatten().copied().collect();
+        let mut out = vec![0.0; 50];
+        m.predict_rows(&rows, &mut out).unwrap();
+        for (x, o) in rows.chunks_exact(6).zip(&out) {
+            assert_eq!(o.to_bits(), m.predict_row(x).unwrap().to_bits(), "{x:?}");
+        }
+    }
+
+    #[test]
+    fn leaf_masks_number_leaves_left_to_right() {
+        // x0 <= 1 ? (x1 <= 5 ? 10 : 20) : 30, stored root, split, leaf 30, leaf 10, leaf 20.
+        let split = |feature, left, value| Node {
+            feature,
+            left,
+            value,
+        };
+        let nodes = [
+            split(0, 1, 1.0),
+            split(1, 3, 5.0),
+            Node::leaf(30.0),
+            Node::leaf(10.0),
+            Node::leaf(20.0),
+        ];
+        let m = Masks::of(&nodes, &[0]).unwrap();
+        assert_eq!(m.leaves, vec![10.0, 20.0, 30.0]);
+        assert_eq!(m.columns, vec![0, 1]);
+        assert_eq!(m.ends, vec![(2, 3)]);
+        // Going right at the root rules out leaves 0 and 1, at the inner split leaf 0.
+        assert_eq!(m.splits[0].keep, !0b011);
+        assert_eq!(m.splits[1].keep, !0b001);
+        assert_eq!(bit_range(0, 64), u64::MAX);
+        assert_eq!(bit_range(3, 5), 0b11000);
     }
 
     #[test]

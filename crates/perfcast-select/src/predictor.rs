@@ -1,6 +1,7 @@
 //! Answers latency queries from a bundle: one module, many modules, or a whole network, in the
 //! inference or training phase, with warnings where a query leaves the trained ranges.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -32,8 +33,9 @@ pub struct ModulePrediction {
     pub kind: ModuleKind,
     /// Predicted latency, ms.
     pub ms: f64,
-    /// Model that answered (`roofline-spec` for the fallback).
-    pub model: String,
+    /// Model that answered (`roofline-spec` for the fallback). Borrowed from the model's
+    /// name, so a prediction allocates nothing for it (batches make thousands).
+    pub model: Cow<'static, str>,
     /// Whether the bundle had no model for the kind and the spec roofline answered.
     pub fallback: bool,
     /// Features outside the ranges the model was trained on.
@@ -244,7 +246,7 @@ impl Predictor {
                 return Ok(ModulePrediction {
                     kind,
                     ms,
-                    model: model.name().to_string(),
+                    model: model.name().into(),
                     fallback: false,
                     warnings: Vec::new(),
                 });
@@ -288,7 +290,7 @@ impl Predictor {
             }
             &mut v[i]
         }
-        let names: Vec<&str> = ModuleKind::ALL
+        let names: Vec<&'static str> = ModuleKind::ALL
             .iter()
             .map(|k| self.bundle.model(*k).map_or("", |m| m.name()))
             .collect();
@@ -367,7 +369,7 @@ impl Predictor {
                     Some((roof, near_roof)) => ms * roof / near_roof,
                     None => *ms,
                 },
-                model: names[*k].to_string(),
+                model: Cow::Borrowed(names[*k]),
                 fallback: false,
                 warnings: warnings.get_mut(i).map(std::mem::take).unwrap_or_default(),
             });
@@ -411,7 +413,7 @@ impl Predictor {
             return Ok(ModulePrediction {
                 kind,
                 ms: s * 1e3 + FALLBACK_OVERHEAD_MS,
-                model: "roofline-spec".into(),
+                model: Cow::Borrowed("roofline-spec"),
                 fallback: true,
                 warnings: vec![format!(
                     "the bundle has no `{kind}` model; a roofline from the device spec answered"
@@ -437,7 +439,7 @@ impl Predictor {
         Ok(ModulePrediction {
             kind,
             ms,
-            model: model.name().to_string(),
+            model: model.name().into(),
             fallback: false,
             warnings,
         })
