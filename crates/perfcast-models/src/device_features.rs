@@ -46,10 +46,36 @@ pub const DEVICE_BLOCK: &[&str] = &[
 /// Spec fields a cross-device model may read besides peak and bandwidth (`--device-fields`),
 /// each appended as one feature after [`DEVICE_BLOCK`]. `waves` adds how many waves of
 /// 128x128 GEMM tiles the module runs on the device's SMs, and the last wave's occupancy.
-pub const SPEC_FIELDS: &[&str] = &["sms", "shaders", "clock", "memory", "cache", "waves"];
+pub const SPEC_FIELDS: &[&str] = &[
+    "sms", "shaders", "clock", "memory", "cache", "waves", "tiles", "per_sm",
+];
+
+/// Tile sizes (square) the `tiles` field counts waves of.
+const TILES: [f64; 2] = [64.0, 128.0];
+
+/// What latencies are normalised by inside a cross-device model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scale {
+    /// The roofline time, `max(FLOPs / peak, bytes / bandwidth)`.
+    #[default]
+    Roofline,
+    /// The roofline with the compute time of whole waves of `tile` x `tile` output tiles over
+    /// the device's SMs: a GEMM of fewer tiles than SMs leaves SMs idle, and one of 1.1 waves
+    /// takes as long as 2.
+    Waves,
+}
 
 /// Widest extended row [`FittedCrossDevice::predict_row`] builds on the stack.
 const MAX_EXTENDED: usize = 96;
+
+/// How a cross-device model normalises latencies: [`Scale`], its tile and the per-call floor.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Normalise {
+    scale: Scale,
+    tile: f64,
+    floor_ms: f64,
+}
 
 /// Where the device-dependent columns of a kind's row sit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +87,9 @@ struct Cols {
     roofline: usize,
     gemm_m: usize,
     gemm_n: usize,
+    /// Matmul's per-batch rows (`m`): `gemm_m` stacks the batch and heads, whose tiles
+    /// never merge across matrices.
+    matmul_m: Option<usize>,
 }
 
 impl Cols {
@@ -81,7 +110,49 @@ impl Cols {
             roofline: at("roofline_ms")?,
             gemm_m: at("gemm_m")?,
             gemm_n: at("gemm_n")?,
+            matmul_m: if schema.kind == perfcast_core::ModuleKind::Matmul {
+                Some(at("m")?)
+            } else {
+                None
+            },
         })
+    }
+
+    /// Output tiles of `tile` x `tile` the row's GEMM runs.
+    fn tiles(&self, x: &[f64], tile: f64) -> f64 {
+        let (gm, gn) = (x[self.gemm_m], x[self.gemm_n]);
+        match self.matmul_m {
+            Some(c) if x[c] >= 1.0 => {
+                (gm / x[c]).round() * (x[c] / tile).ceil() * (gn / tile).ceil()
+            }
+            _ => (gm / tile).ceil() * (gn / tile).ceil(),
+        }
+    }
+
+    /// Waves of `tile` x `tile` output tiles on `sms` SMs (fractional) and the last wave's
+    /// occupancy.
+    fn waves(&self, x: &[f64], tile: f64, sms: f64) -> (f64, f64) {
+        let tiles = self.tiles(x, tile);
+        let waves = tiles / sms;
+        (
+            waves,
+            if tiles > 0.0 {
+                waves / waves.ceil()
+            } else {
+                0.0
+            },
+        )
+    }
+
+    /// How much longer whole waves of tiles take than the GEMM's own work: (whole waves x
+    /// SMs x tile area) / (M x N), at least 1 (1 for rows without a GEMM).
+    fn wave_inflation(&self, x: &[f64], tile: f64, sms: f64) -> f64 {
+        let area = x[self.gemm_m] * x[self.gemm_n];
+        let tiles = self.tiles(x, tile);
+        if area <= 0.0 || tiles <= 0.0 {
+            return 1.0;
+        }
+        ((tiles / sms).ceil() * sms * tile * tile / area).max(1.0)
     }
 
     /// The device block of a row, [`DEVICE_BLOCK`] order.
@@ -99,10 +170,25 @@ impl Cols {
         ]
     }
 
-    /// The time a row's latency is normalised by, ms (never zero): the roofline time plus a
-    /// fixed per-call floor.
-    fn scale(&self, x: &[f64], floor_ms: f64) -> f64 {
-        (x[self.roofline] + floor_ms).max(1e-9)
+    /// The time a row's latency is normalised by, ms (never zero): the roofline time (or its
+    /// wave-quantised form on `device`) plus a fixed per-call floor.
+    fn scale(&self, x: &[f64], how: &Normalise, device: Option<&DeviceSpec>) -> f64 {
+        let base = match (how.scale, device) {
+            (Scale::Waves, Some(d)) => {
+                let [compute, memory, ..] = self.block(x);
+                let inflation = self.wave_inflation(x, how.tile, f64::from(d.cores.max(1)));
+                // The roofline column may count training-step work; the ratio keeps it.
+                let work = compute.max(memory);
+                let waves = (compute * inflation).max(memory);
+                if work > 0.0 {
+                    x[self.roofline] * waves / work
+                } else {
+                    x[self.roofline]
+                }
+            }
+            _ => x[self.roofline],
+        };
+        (base + how.floor_ms).max(1e-9)
     }
 
     /// Appends the values of `fields` for a row on `device`.
@@ -133,6 +219,22 @@ impl Cols {
                         0.0
                     };
                 }
+                "tiles" => {
+                    let sms = f64::from(device.cores.max(1));
+                    for (i, tile) in TILES.iter().enumerate() {
+                        let (waves, occupancy) = self.waves(x, *tile, sms);
+                        out[n + 2 * i] = waves.max(1e-6).log2();
+                        out[n + 2 * i + 1] = occupancy;
+                    }
+                    n += 2 * TILES.len() - 1;
+                }
+                "per_sm" => {
+                    let sms = f64::from(device.cores.max(1));
+                    out[n] = device.peak_gflops / sms;
+                    out[n + 1] = device.mem_bandwidth_gbs / sms;
+                    out[n + 2] = device.cache_mb / sms;
+                    n += 2;
+                }
                 _ => out[n] = 0.0,
             }
             n += 1;
@@ -148,12 +250,22 @@ fn field_names(fields: &[String]) -> Vec<String> {
         if f == "waves" {
             out.push("xd_waves".to_string());
             out.push("xd_last_wave_occupancy".to_string());
+        } else if f == "tiles" {
+            for tile in TILES {
+                out.push(format!("xd_log2_waves_{tile}"));
+                out.push(format!("xd_occupancy_{tile}"));
+            }
+        } else if f == "per_sm" {
+            out.extend(PER_SM.iter().map(|s| (*s).to_string()));
         } else {
             out.push(format!("xd_{f}"));
         }
     }
     out
 }
+
+/// Names of the `per_sm` field's features.
+const PER_SM: [&str; 3] = ["xd_gflops_per_sm", "xd_gbs_per_sm", "xd_cache_mb_per_sm"];
 
 /// Checks spec field names, naming an unknown one.
 pub fn check_fields(fields: &[String]) -> Result<()> {
@@ -190,7 +302,7 @@ pub fn is_extended(schema: &FeatureSchema) -> bool {
         && schema.names[base.len()..].iter().all(|n| {
             SPEC_FIELDS
                 .iter()
-                .any(|f| n == &format!("xd_{f}") || n == "xd_last_wave_occupancy")
+                .any(|f| field_names(&[(*f).to_string()]).contains(n))
         })
 }
 
@@ -217,14 +329,9 @@ fn lookup<'a>(devices: &'a [DeviceSpec], cols: &Cols, x: &[f64]) -> Result<&'a D
 }
 
 /// A training set of single-device rows (any mix of devices) as the inner model sees it:
-/// extended rows, latencies divided by each row's roofline time. Rows' devices are looked up
-/// in `devices` when `fields` asks for spec fields.
-pub fn extend_set(
-    data: &TrainSet,
-    fields: &[String],
-    devices: &[DeviceSpec],
-    floor_ms: f64,
-) -> Result<TrainSet> {
+/// extended rows, latencies divided by each row's normalising time. Rows' devices are looked
+/// up in `params.devices` when spec fields or the wave scale need them.
+fn extend_set(data: &TrainSet, params: &CrossDeviceParams) -> Result<TrainSet> {
     let base = FeatureSchema::for_kind(data.schema.kind);
     if data.schema != base {
         return Err(Error::InvalidData(format!(
@@ -233,21 +340,19 @@ pub fn extend_set(
         )));
     }
     let cols = Cols::of(&base)?;
-    let schema = extended_schema(base.kind, fields);
+    let schema = extended_schema(base.kind, &params.fields);
+    let mask = mask_columns(&schema, &params.mask)?;
+    let how = params.normalise();
     let mut x = Matrix::with_cols(schema.len());
-    let mut row = Vec::with_capacity(schema.len());
-    let mut spec = [0.0; 16];
+    let mut row = vec![0.0; schema.len()];
     let mut y = Vec::with_capacity(data.len());
     for (r, &t) in data.x.iter_rows().zip(&data.y) {
-        row.clear();
-        row.extend_from_slice(r);
-        row.extend_from_slice(&cols.block(r));
-        if !fields.is_empty() {
-            let n = cols.spec_values(fields, r, lookup(devices, &cols, r)?, &mut spec);
-            row.extend_from_slice(&spec[..n]);
-        }
-        x.push_row(&row);
-        y.push(t / cols.scale(r, floor_ms));
+        let device = needs_device(&params.fields, how.scale)
+            .then(|| lookup(&params.devices, &cols, r))
+            .transpose()?;
+        let width = fill(&cols, &params.fields, &mask, r, device, &mut row);
+        x.push_row(&row[..width]);
+        y.push(t / cols.scale(r, &how, device));
     }
     Ok(TrainSet {
         schema,
@@ -255,6 +360,46 @@ pub fn extend_set(
         y,
         groups: data.groups.clone(),
     })
+}
+
+/// Whether rows need their device's spec beyond peak and bandwidth.
+fn needs_device(fields: &[String], scale: Scale) -> bool {
+    !fields.is_empty() || scale == Scale::Waves
+}
+
+/// Writes the extended row of `x` into `out` (the base row, [`DEVICE_BLOCK`], the spec
+/// fields, then the masked columns zeroed) and returns its width.
+fn fill(
+    cols: &Cols,
+    fields: &[String],
+    mask: &[usize],
+    x: &[f64],
+    device: Option<&DeviceSpec>,
+    out: &mut [f64],
+) -> usize {
+    let head = x.len() + DEVICE_BLOCK.len();
+    out[..x.len()].copy_from_slice(x);
+    out[x.len()..head].copy_from_slice(&cols.block(x));
+    let mut width = head;
+    if let Some(device) = device.filter(|_| !fields.is_empty()) {
+        width += cols.spec_values(fields, x, device, &mut out[head..]);
+    }
+    for &c in mask {
+        out[c] = 0.0;
+    }
+    width
+}
+
+/// Positions of the `mask` column names in the extended `schema`, naming an unknown one.
+fn mask_columns(schema: &FeatureSchema, mask: &[String]) -> Result<Vec<usize>> {
+    mask.iter()
+        .map(|m| {
+            schema.index(m).ok_or_else(|| Error::InvalidParams {
+                model: "xdev",
+                message: format!("mask names `{m}`, which the `{}` rows lack", schema.kind),
+            })
+        })
+        .collect()
 }
 
 /// Hyper-parameters of a cross-device model: the inner family and its own parameters.
@@ -273,7 +418,24 @@ pub struct CrossDeviceParams {
     /// 0.01 (a kernel launch): tiny modules then normalise to about 1 on every device.
     #[serde(default = "default_floor_ms")]
     pub floor_ms: f64,
+    /// What latencies are normalised by; default the roofline time.
+    #[serde(default)]
+    pub scale: Scale,
+    /// Tile side of [`Scale::Waves`]; default 64.
+    #[serde(default = "default_tile")]
+    pub tile: f64,
+    /// Extended-row columns the inner model sees as zero (for example the absolute peak and
+    /// bandwidth, which tell training devices apart without generalising); default none.
+    #[serde(default)]
+    pub mask: Vec<String>,
 }
+
+fn default_tile() -> f64 {
+    DEFAULT_TILE
+}
+
+/// Default [`CrossDeviceParams::tile`].
+pub const DEFAULT_TILE: f64 = 64.0;
 
 fn default_floor_ms() -> f64 {
     DEFAULT_FLOOR_MS
@@ -293,6 +455,9 @@ impl CrossDeviceParams {
                 fields: Vec::new(),
                 devices: Vec::new(),
                 floor_ms: DEFAULT_FLOOR_MS,
+                scale: Scale::Roofline,
+                tile: DEFAULT_TILE,
+                mask: Vec::new(),
             })),
         }
     }
@@ -330,6 +495,12 @@ impl CrossDeviceParams {
             });
         }
         check_fields(&self.fields)?;
+        if !(self.tile.is_finite() && self.tile >= 1.0) {
+            return Err(Error::InvalidParams {
+                model: "xdev",
+                message: format!("tile must be finite and >= 1, got {}", self.tile),
+            });
+        }
         if !(self.floor_ms.is_finite() && self.floor_ms >= 0.0) {
             return Err(Error::InvalidParams {
                 model: "xdev",
@@ -343,7 +514,7 @@ impl CrossDeviceParams {
     pub fn fit(&self, data: &TrainSet) -> Result<FittedCrossDevice> {
         self.validate()?;
         regressor::check_train_set(data, 2)?;
-        let extended = extend_set(data, &self.fields, &self.devices, self.floor_ms)?;
+        let extended = extend_set(data, self)?;
         let inner = self.inner.fit(&extended)?;
         FittedCrossDevice::new(SavedCrossDevice {
             schema: data.schema.clone(),
@@ -351,7 +522,18 @@ impl CrossDeviceParams {
             fields: self.fields.clone(),
             devices: self.devices.clone(),
             floor_ms: self.floor_ms,
+            scale: self.scale,
+            tile: self.tile,
+            mask: self.mask.clone(),
         })
+    }
+
+    fn normalise(&self) -> Normalise {
+        Normalise {
+            scale: self.scale,
+            tile: self.tile,
+            floor_ms: self.floor_ms,
+        }
     }
 }
 
@@ -385,6 +567,15 @@ pub struct SavedCrossDevice {
     /// Per-call floor of the normalisation, ms.
     #[serde(default)]
     pub floor_ms: f64,
+    /// What latencies are normalised by.
+    #[serde(default)]
+    pub scale: Scale,
+    /// Tile side of [`Scale::Waves`].
+    #[serde(default = "default_tile")]
+    pub tile: f64,
+    /// Extended-row columns zeroed before the inner model.
+    #[serde(default)]
+    pub mask: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -397,6 +588,12 @@ struct UncheckedCrossDevice {
     devices: Vec<DeviceSpec>,
     #[serde(default)]
     floor_ms: f64,
+    #[serde(default)]
+    scale: Scale,
+    #[serde(default = "default_tile")]
+    tile: f64,
+    #[serde(default)]
+    mask: Vec<String>,
 }
 
 impl TryFrom<UncheckedCrossDevice> for SavedCrossDevice {
@@ -408,13 +605,16 @@ impl TryFrom<UncheckedCrossDevice> for SavedCrossDevice {
             fields: u.fields,
             devices: u.devices,
             floor_ms: u.floor_ms,
+            scale: u.scale,
+            tile: u.tile,
+            mask: u.mask,
         };
         check(&saved, saved.inner.clone().into_regressor().schema())?;
         Ok(saved)
     }
 }
 
-fn check(saved: &SavedCrossDevice, inner: &FeatureSchema) -> Result<Cols> {
+fn check(saved: &SavedCrossDevice, inner: &FeatureSchema) -> Result<(Cols, Vec<usize>)> {
     let outer = &saved.schema;
     check_fields(&saved.fields)?;
     if *outer != FeatureSchema::for_kind(outer.kind)
@@ -425,7 +625,13 @@ fn check(saved: &SavedCrossDevice, inner: &FeatureSchema) -> Result<Cols> {
             outer.kind
         )));
     }
-    Cols::of(outer)
+    if !(saved.tile.is_finite() && saved.tile >= 1.0) {
+        return Err(Error::InvalidData(format!(
+            "cross-device `{}` model: tile {} is not >= 1",
+            outer.kind, saved.tile
+        )));
+    }
+    Ok((Cols::of(outer)?, mask_columns(inner, &saved.mask)?))
 }
 
 impl SavedModel {
@@ -451,43 +657,58 @@ pub struct FittedCrossDevice {
     inner: Box<dyn Regressor>,
     fields: Vec<String>,
     devices: Vec<DeviceSpec>,
-    floor_ms: f64,
+    how: Normalise,
+    mask_names: Vec<String>,
+    mask: Vec<usize>,
 }
 
 impl FittedCrossDevice {
     fn new(saved: SavedCrossDevice) -> Result<FittedCrossDevice> {
         let inner = saved.inner.clone().into_regressor();
-        let cols = check(&saved, inner.schema())?;
-        Ok(FittedCrossDevice {
+        let (cols, mask) = check(&saved, inner.schema())?;
+        Ok(FittedCrossDevice::assemble(saved, cols, mask, inner))
+    }
+
+    fn assemble(
+        saved: SavedCrossDevice,
+        cols: Cols,
+        mask: Vec<usize>,
+        inner: Box<dyn Regressor>,
+    ) -> FittedCrossDevice {
+        FittedCrossDevice {
             schema: saved.schema,
             cols,
             inner,
             fields: saved.fields,
             devices: saved.devices,
-            floor_ms: saved.floor_ms,
-        })
+            how: Normalise {
+                scale: saved.scale,
+                tile: saved.tile,
+                floor_ms: saved.floor_ms,
+            },
+            mask_names: saved.mask,
+            mask,
+        }
     }
 
     /// The model behind a checked saved form ([`SavedCrossDevice`] checks itself when read
     /// and when fitted, so this cannot fail on one).
     pub(crate) fn from_saved(saved: SavedCrossDevice) -> FittedCrossDevice {
-        let cols = Cols::of(&saved.schema).unwrap_or(Cols {
-            work_flops: 0,
-            work_bytes: 0,
-            peak: 0,
-            bandwidth: 0,
-            roofline: 0,
-            gemm_m: 0,
-            gemm_n: 0,
-        });
-        FittedCrossDevice {
-            schema: saved.schema,
-            cols,
-            inner: saved.inner.into_regressor(),
-            fields: saved.fields,
-            devices: saved.devices,
-            floor_ms: saved.floor_ms,
-        }
+        let inner = saved.inner.clone().into_regressor();
+        let (cols, mask) = check(&saved, inner.schema()).unwrap_or((
+            Cols {
+                work_flops: 0,
+                work_bytes: 0,
+                peak: 0,
+                bandwidth: 0,
+                roofline: 0,
+                gemm_m: 0,
+                gemm_n: 0,
+                matmul_m: None,
+            },
+            Vec::new(),
+        ));
+        FittedCrossDevice::assemble(saved, cols, mask, inner)
     }
 
     /// The model fitted on extended rows.
@@ -513,23 +734,17 @@ impl Regressor for FittedCrossDevice {
     fn predict_row(&self, x: &[f64]) -> Result<f64> {
         check_width(&self.schema, x.len())?;
         let mut buf = [0.0; MAX_EXTENDED];
-        let head = x.len() + DEVICE_BLOCK.len();
-        if head + 2 * self.fields.len() > MAX_EXTENDED {
+        if self.inner.schema().len() > MAX_EXTENDED {
             return Err(Error::FeatureWidth {
                 expected: MAX_EXTENDED - DEVICE_BLOCK.len(),
                 got: x.len(),
             });
         }
-        buf[..x.len()].copy_from_slice(x);
-        buf[x.len()..head].copy_from_slice(&self.cols.block(x));
-        let mut width = head;
-        if !self.fields.is_empty() {
-            let device = lookup(&self.devices, &self.cols, x)?;
-            width += self
-                .cols
-                .spec_values(&self.fields, x, device, &mut buf[head..]);
-        }
-        Ok(self.inner.predict_row(&buf[..width])? * self.cols.scale(x, self.floor_ms))
+        let device = needs_device(&self.fields, self.how.scale)
+            .then(|| lookup(&self.devices, &self.cols, x))
+            .transpose()?;
+        let width = fill(&self.cols, &self.fields, &self.mask, x, device, &mut buf);
+        Ok(self.inner.predict_row(&buf[..width])? * self.cols.scale(x, &self.how, device))
     }
 
     fn size_bytes(&self) -> usize {
@@ -542,7 +757,10 @@ impl Regressor for FittedCrossDevice {
             inner: Box::new(self.inner.to_saved()),
             fields: self.fields.clone(),
             devices: self.devices.clone(),
-            floor_ms: self.floor_ms,
+            floor_ms: self.how.floor_ms,
+            scale: self.how.scale,
+            tile: self.how.tile,
+            mask: self.mask_names.clone(),
         })
     }
 }
@@ -773,6 +991,59 @@ mod tests {
             assert_eq!(model.predict_row(r).unwrap(), back.predict_row(r).unwrap());
         }
         assert!(model.predict_row(&[1.0]).is_err());
+    }
+
+    #[test]
+    fn one_tile_more_than_the_sms_costs_a_whole_wave() {
+        let schema = FeatureSchema::for_kind(ModuleKind::Linear);
+        let cols = Cols::of(&schema).unwrap();
+        let mut x = vec![0.0; schema.len()];
+        let (m, n) = (
+            schema.index("gemm_m").unwrap(),
+            schema.index("gemm_n").unwrap(),
+        );
+        // 40 tiles of 64 x 64 on 40 SMs: one full wave.
+        x[m] = 64.0 * 8.0;
+        x[n] = 64.0 * 5.0;
+        assert_eq!(cols.wave_inflation(&x, 64.0, 40.0), 1.0);
+        assert_eq!(cols.waves(&x, 64.0, 40.0), (1.0, 1.0));
+        // One more column: 8 x 6 = 48 tiles, two waves, the second 8 tiles.
+        x[n] = 64.0 * 5.0 + 1.0;
+        let inflation = cols.wave_inflation(&x, 64.0, 40.0);
+        assert!(inflation > 1.9 && inflation < 2.0, "{inflation}");
+        let (waves, occupancy) = cols.waves(&x, 64.0, 40.0);
+        assert!((waves - 1.2).abs() < 1e-12, "{waves}");
+        assert!((occupancy - 0.6).abs() < 1e-12, "{occupancy}");
+    }
+
+    #[test]
+    fn wave_scaled_masked_models_round_trip_and_reject_unknown_columns() {
+        let devices = [gpu("a", 10_000.0, 500.0), gpu("b", 6_000.0, 300.0)];
+        let data = concat(&[&set(&devices[0], 60), &set(&devices[1], 60)]).unwrap();
+        let params = |mask: &[&str]| match CrossDeviceParams::wrap_with(
+            ModelParams::by_name("ridge").unwrap(),
+            &["tiles".to_string()],
+            &devices,
+        ) {
+            ModelParams::CrossDevice(mut p) => {
+                p.scale = Scale::Waves;
+                p.mask = mask.iter().map(|s| (*s).to_string()).collect();
+                p
+            }
+            _ => unreachable!("ridge is wrapped"),
+        };
+        let err = params(&["no_such_column"]).fit(&data).unwrap_err();
+        assert!(err.to_string().contains("no_such_column"), "{err}");
+        let model = params(&["dev_peak_gflops"]).fit(&data).unwrap();
+        let json = serde_json::to_string(&model.to_saved()).unwrap();
+        let back = serde_json::from_str::<SavedModel>(&json)
+            .unwrap()
+            .into_regressor();
+        for r in data.x.iter_rows() {
+            let p = model.predict_row(r).unwrap();
+            assert!(p > 0.0);
+            assert_eq!(p, back.predict_row(r).unwrap());
+        }
     }
 
     #[test]

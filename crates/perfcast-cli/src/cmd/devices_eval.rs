@@ -12,7 +12,7 @@ use perfcast_core::{DeviceSpec, ModuleKind, Phase};
 use perfcast_data::DatasetDir;
 use perfcast_models::TrainSet;
 use perfcast_models::anchor::{self, AnchorMode};
-use perfcast_models::device_features::{CrossDeviceParams, HeldOutDevice, concat, held_out, thin};
+use perfcast_models::device_features::{CrossDeviceParams, HeldOutDevice, Scale, concat, thin};
 use perfcast_models::eval::ModelParams;
 use serde::Serialize;
 
@@ -128,6 +128,20 @@ pub struct EvalDevicesArgs {
     /// Per-call floor added to the roofline time latencies are normalised by, microseconds
     #[arg(long, default_value_t = 1e3 * perfcast_models::device_features::DEFAULT_FLOOR_MS)]
     pub floor_us: f64,
+    /// What cross-device models normalise latencies by: `roofline`, or `waves` (the roofline
+    /// with the compute time of whole waves of `--tile` square output tiles over the SMs)
+    #[arg(long, default_value = "roofline")]
+    pub scale: String,
+    /// Tile side of `--scale waves`
+    #[arg(long, default_value_t = perfcast_models::device_features::DEFAULT_TILE)]
+    pub tile: f64,
+    /// Extended-row columns the cross-device models see as zero (e.g. dev_peak_gflops)
+    #[arg(long, value_delimiter = ',')]
+    pub mask: Vec<String>,
+    /// Also write every held-out row's measured and predicted latency to this CSV (kind, model,
+    /// device, the row's GEMM dimensions and roofline time), for error analysis
+    #[arg(long, value_name = "CSV")]
+    pub predictions: Option<PathBuf>,
     /// Output format
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
@@ -245,6 +259,7 @@ pub fn eval_devices(a: EvalDevicesArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         "no module kind is measured on two devices or more"
     );
     let mut results = Vec::new();
+    let mut dumped = String::new();
     let bar = progress(ui, (kinds.len() * a.models.len()) as u64, "devices");
     for kind in kinds {
         let mut sets: Vec<(String, TrainSet)> = Vec::new();
@@ -266,6 +281,10 @@ pub fn eval_devices(a: EvalDevicesArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             let mut params = with_overrides(name, &a.set, &a.device_fields, &devices)?;
             if let ModelParams::CrossDevice(p) = &mut params {
                 p.floor_ms = a.floor_us / 1e3;
+                p.scale = parse_scale(&a.scale)?;
+                p.tile = a.tile;
+                p.mask = a.mask.clone();
+                p.validate()?;
             }
             let mut scores = Vec::new();
             for (i, keep) in held.iter().enumerate() {
@@ -279,9 +298,21 @@ pub fn eval_devices(a: EvalDevicesArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
                     .map(|(_, (_, s))| s)
                     .collect();
                 let rest = concat(&others)?;
-                let score = held_out(&params, &sets[i].0, &rest, &sets[i].1)
-                    .with_context(|| format!("`{kind}`, {name}, `{}` left out", sets[i].0))?;
-                scores.push(score);
+                let (device, test) = (&sets[i].0, &sets[i].1);
+                let model = params
+                    .fit(&rest)
+                    .with_context(|| format!("`{kind}`, {name}, `{device}` left out"))?;
+                let pred = model.predict(&test.x)?;
+                let metrics = perfcast_core::Metrics::compute(&pred, &test.y)
+                    .ok_or_else(|| anyhow::anyhow!("no rows of `{device}` to score"))?;
+                if a.predictions.is_some() {
+                    dump_rows(&mut dumped, kind, params.name(), device, test, &pred)?;
+                }
+                scores.push(HeldOutDevice {
+                    device: device.clone(),
+                    train_rows: rest.len(),
+                    metrics,
+                });
             }
             let mean_mape =
                 scores.iter().map(|s| s.metrics.mape).sum::<f64>() / scores.len().max(1) as f64;
@@ -300,11 +331,61 @@ pub fn eval_devices(a: EvalDevicesArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         });
     }
     bar.finish_and_clear();
+    if let Some(path) = &a.predictions {
+        std::fs::write(path, dumped).with_context(|| format!("writing `{}`", path.display()))?;
+    }
     match a.format {
         Format::Json => emit_json(&results)?,
         Format::Text => emit(&devices_table(&results))?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A `--scale` value.
+fn parse_scale(s: &str) -> anyhow::Result<Scale> {
+    match s {
+        "roofline" => Ok(Scale::Roofline),
+        "waves" => Ok(Scale::Waves),
+        other => anyhow::bail!("`--scale {other}` is not `roofline` or `waves`"),
+    }
+}
+
+/// Appends a held-out device's rows to the `--predictions` CSV (header first).
+fn dump_rows(
+    out: &mut String,
+    kind: ModuleKind,
+    model: &str,
+    device: &str,
+    test: &TrainSet,
+    pred: &[f64],
+) -> anyhow::Result<()> {
+    use std::fmt::Write as _;
+    if out.is_empty() {
+        out.push_str(
+            "kind,model,device,gemm_m,gemm_n,gemm_k,flops,roofline_ms,measured_ms,predicted_ms\n",
+        );
+    }
+    let at = |name: &str| {
+        test.schema
+            .index(name)
+            .ok_or_else(|| anyhow::anyhow!("the `{kind}` schema has no `{name}`"))
+    };
+    let cols = [
+        at("gemm_m")?,
+        at("gemm_n")?,
+        at("gemm_k")?,
+        at("work_flops")?,
+        at("roofline_ms")?,
+    ];
+    let device = device.replace(',', " ");
+    for ((r, y), p) in test.x.iter_rows().zip(&test.y).zip(pred) {
+        write!(out, "{kind},{model},{device}")?;
+        for c in cols {
+            write!(out, ",{}", r[c])?;
+        }
+        writeln!(out, ",{y},{p}")?;
+    }
+    Ok(())
 }
 
 fn devices_table(results: &[KindResult]) -> String {
@@ -537,6 +618,10 @@ pub fn eval_flag_form(
             set: Vec::new(),
             device_fields: Vec::new(),
             floor_us: 1e3 * perfcast_models::device_features::DEFAULT_FLOOR_MS,
+            scale: "roofline".into(),
+            tile: perfcast_models::device_features::DEFAULT_TILE,
+            mask: Vec::new(),
+            predictions: None,
             format,
         },
         ui,
