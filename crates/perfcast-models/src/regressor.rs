@@ -132,7 +132,7 @@ pub enum SavedModel {
     Trees(crate::trees::FittedTrees),
     /// Gradient-boosted trees on a degree-2 ridge's residuals.
     #[serde(rename = "ridge-trees")]
-    RidgeTrees(crate::stack::FittedRidgeTrees),
+    RidgeTrees(Box<crate::stack::FittedRidgeTrees>),
     /// Roofline with fitted efficiencies.
     Roofline(crate::roofline::FittedRoofline),
     /// Multi-task encoder-decoder network.
@@ -151,7 +151,7 @@ impl SavedModel {
             SavedModel::Ridge(m) => Box::new(m),
             SavedModel::Knn(m) => Box::new(m),
             SavedModel::Trees(m) => Box::new(m),
-            SavedModel::RidgeTrees(m) => Box::new(m),
+            SavedModel::RidgeTrees(m) => m,
             SavedModel::Roofline(m) => Box::new(m),
             SavedModel::Medn(m) | SavedModel::Mlp(m) => Box::new(m),
             SavedModel::CrossDevice(m) => {

@@ -544,7 +544,7 @@ impl Regressor for FittedRidgeTrees {
     }
 
     fn to_saved(&self) -> SavedModel {
-        SavedModel::RidgeTrees(self.clone())
+        SavedModel::RidgeTrees(Box::new(self.clone()))
     }
 }
 
