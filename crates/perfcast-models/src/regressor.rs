@@ -37,13 +37,7 @@ pub trait Regressor: Send + Sync + std::fmt::Debug {
     /// interleaves rows. Results equal [`Regressor::predict_row`]'s.
     fn predict_rows(&self, rows: &[f64], out: &mut [f64]) -> Result<()> {
         let width = self.schema().len();
-        if rows.len() != width * out.len() {
-            return Err(Error::InvalidData(format!(
-                "{} values for {} rows of {width} features",
-                rows.len(),
-                out.len()
-            )));
-        }
+        check_rows(width, rows, out)?;
         for (x, o) in rows.chunks_exact(width).zip(out.iter_mut()) {
             *o = self.predict_row(x)?;
         }
@@ -104,6 +98,19 @@ pub fn check_width(schema: &FeatureSchema, width: usize) -> Result<()> {
             expected: schema.len(),
             got: width,
         });
+    }
+    Ok(())
+}
+
+/// Checks that `rows` holds exactly `out.len()` rows of `width` values (the batch entry's
+/// contract, shared by every model's [`Regressor::predict_rows`]).
+pub fn check_rows(width: usize, rows: &[f64], out: &[f64]) -> Result<()> {
+    if rows.len() != width * out.len() {
+        return Err(Error::InvalidData(format!(
+            "{} values for {} rows of {width} features",
+            rows.len(),
+            out.len()
+        )));
     }
     Ok(())
 }

@@ -415,13 +415,7 @@ impl Regressor for FittedRidge {
     /// One dispatch for all the rows; each row's result is [`Regressor::predict_row`]'s.
     fn predict_rows(&self, rows: &[f64], out: &mut [f64]) -> Result<()> {
         let width = self.schema.len();
-        if rows.len() != width * out.len() {
-            return Err(Error::InvalidData(format!(
-                "{} values for {} rows of {width} features",
-                rows.len(),
-                out.len()
-            )));
-        }
+        crate::regressor::check_rows(width, rows, out)?;
         self.predict_checked(rows, out);
         Ok(())
     }

@@ -729,13 +729,7 @@ impl Regressor for FittedTrees {
     /// place), so their chains of dependent loads overlap.
     fn predict_rows(&self, rows: &[f64], out: &mut [f64]) -> Result<()> {
         let width = self.schema.len();
-        if rows.len() != width * out.len() {
-            return Err(Error::InvalidData(format!(
-                "{} values for {} rows of {width} features",
-                rows.len(),
-                out.len()
-            )));
-        }
+        crate::regressor::check_rows(width, rows, out)?;
         for (x, o) in rows.chunks_exact(width).zip(out.iter_mut()) {
             *o = match &self.baseline {
                 Some(b) => b.predict_row(x)?.ln(),
