@@ -275,6 +275,7 @@ pub fn network_timing(max_time_s: f64) -> TimingConfig {
         target_rel_error: 0.003,
         max_time_s,
         min_sample_s: 0.002,
+        rounds: 1,
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use perfcast_core::{DeviceSpec, ModuleKind, Phase};
-use perfcast_data::{DatasetDir, Outcome, Record, measurement_key};
+use perfcast_data::{DatasetDir, Outcome, Record, Timing, measurement_key};
 use serde::Serialize;
 
 use crate::backend::Backend;
@@ -19,7 +19,7 @@ use crate::load::LoadGenerator;
 use crate::ops::{catch, estimated_bytes, prepare};
 use crate::pool::with_threads;
 use crate::sweep::{Sample, Sweep};
-use crate::timer::measure;
+use crate::timer::{combine_rounds, measure};
 
 /// Where and how to run a sweep.
 #[derive(Clone, Debug)]
@@ -161,6 +161,56 @@ pub fn measure_job(job: &Job, backend: Backend, sweep: &Sweep, max_bytes: f64) -
     }
 }
 
+/// Jobs per block when `timing.rounds` > 1: about half a minute to a minute of conv2d per round,
+/// long enough for the VM's slow phases (seconds to tens of seconds) to pass between visits.
+pub const ROUND_BLOCK: usize = 48;
+
+/// Measures `jobs` in `sweep.timing.rounds` passes over the block, every visit preparing fresh
+/// tensors, and combines each job's visits with [`combine_rounds`]. A job that fails once is
+/// not visited again. `set_load` is called with a job's utilisation before each visit, and
+/// `started` before each visit. Returns `None` when `interrupted` is set mid-block.
+pub fn measure_block(
+    jobs: &[Job],
+    backend: Backend,
+    sweep: &Sweep,
+    max_bytes: f64,
+    set_load: &mut dyn FnMut(f64),
+    started: &mut dyn FnMut(&Job),
+    interrupted: &AtomicBool,
+) -> Option<Vec<Outcome>> {
+    let mut visits: Vec<Vec<Timing>> = vec![Vec::new(); jobs.len()];
+    let mut failed: Vec<Option<String>> = vec![None; jobs.len()];
+    for round in 0..sweep.timing.rounds.max(1) {
+        for (i, job) in jobs.iter().enumerate() {
+            if failed[i].is_some() {
+                continue;
+            }
+            if round > 0 && interrupted.load(Ordering::Relaxed) {
+                return None;
+            }
+            set_load(job.sample.utilisation);
+            started(job);
+            match measure_job(job, backend, sweep, max_bytes) {
+                Outcome::Ok(t) => visits[i].push(t),
+                Outcome::Failed { reason } => failed[i] = Some(reason),
+            }
+        }
+    }
+    Some(
+        visits
+            .iter()
+            .zip(failed)
+            .map(|(v, f)| match (f, combine_rounds(v)) {
+                (Some(reason), _) => Outcome::Failed { reason },
+                (None, Some(t)) => Outcome::Ok(t),
+                (None, None) => Outcome::Failed {
+                    reason: "no visit was measured".into(),
+                },
+            })
+            .collect(),
+    )
+}
+
 /// Runs a sweep into the dataset at `options.out`.
 ///
 /// `interrupted` is polled between rows: when set, the run stops with
@@ -213,49 +263,77 @@ pub fn run(
     let mut load: Option<LoadGenerator> = None;
     let mut failures = Vec::new();
     let mut outcome = Ok(());
-    for (i, job) in todo.iter().enumerate() {
+    let mut done = 0;
+    // One round visits every job once; with several rounds the jobs go in blocks so the visits
+    // of one job are a block's time apart, and a killed run loses at most the block in flight.
+    let block = if sweep.timing.rounds > 1 {
+        ROUND_BLOCK
+    } else {
+        1
+    };
+    for jobs in todo.chunks(block) {
         if interrupted.load(Ordering::Relaxed) {
-            outcome = Err(Error::Interrupted { done: i });
+            outcome = Err(Error::Interrupted { done });
             break;
         }
-        let u = job.sample.utilisation;
-        if load.as_ref().map(LoadGenerator::utilisation) != Some(u) {
-            drop(load.take());
-            load = Some(LoadGenerator::start(u, cores));
-        }
-        on_event(Event::Started { job });
-        let result = measure_job(job, options.backend, sweep, options.max_bytes);
-        let record = Record {
-            spec: job.sample.spec.clone(),
-            context: job.sample.context(job.phase),
-            backend: backend.to_string(),
-            outcome: result,
-            perfcast_version: perfcast_core::VERSION.to_string(),
-            timestamp: now(),
+        let outcomes = measure_block(
+            jobs,
+            options.backend,
+            sweep,
+            options.max_bytes,
+            &mut |u| {
+                if load.as_ref().map(LoadGenerator::utilisation) != Some(u) {
+                    drop(load.take());
+                    load = Some(LoadGenerator::start(u, cores));
+                }
+            },
+            &mut |job| on_event(Event::Started { job }),
+            interrupted,
+        );
+        let Some(outcomes) = outcomes else {
+            outcome = Err(Error::Interrupted { done });
+            break;
         };
-        let kind = record.spec.kind();
-        if let Err(e) = dataset.append(kind, std::slice::from_ref(&record)) {
+        let records: Vec<Record> = jobs
+            .iter()
+            .zip(outcomes)
+            .map(|(job, result)| Record {
+                spec: job.sample.spec.clone(),
+                context: job.sample.context(job.phase),
+                backend: backend.to_string(),
+                outcome: result,
+                perfcast_version: perfcast_core::VERSION.to_string(),
+                timestamp: now(),
+            })
+            .collect();
+        let mut saved = Ok(());
+        for record in &records {
+            let kind = record.spec.kind();
+            if let Err(e) = dataset.append(kind, std::slice::from_ref(record)) {
+                saved = Err(e);
+                break;
+            }
+            let counts = kinds.entry(kind.name().to_string()).or_default();
+            match &record.outcome {
+                Outcome::Ok(_) => counts.measured += 1,
+                Outcome::Failed { reason } => {
+                    counts.failed += 1;
+                    if failures.len() < 20 {
+                        failures.push(format!(
+                            "{} ({}): {reason}",
+                            record.spec.describe(),
+                            record.context.phase
+                        ));
+                    }
+                }
+            }
+            done += 1;
+            on_event(Event::Finished { record, done });
+        }
+        if let Err(e) = saved {
             outcome = Err(e.into());
             break;
         }
-        let counts = kinds.entry(kind.name().to_string()).or_default();
-        match &record.outcome {
-            Outcome::Ok(_) => counts.measured += 1,
-            Outcome::Failed { reason } => {
-                counts.failed += 1;
-                if failures.len() < 20 {
-                    failures.push(format!(
-                        "{} ({}): {reason}",
-                        record.spec.describe(),
-                        job.phase
-                    ));
-                }
-            }
-        }
-        on_event(Event::Finished {
-            record: &record,
-            done: i + 1,
-        });
     }
     drop(load);
     std::panic::set_hook(previous_hook);
@@ -323,6 +401,64 @@ mod tests {
             Outcome::Failed { reason } => assert!(reason.contains("above the limit"), "{reason}"),
             Outcome::Ok(_) => panic!("measured despite the limit"),
         }
+    }
+
+    #[test]
+    fn rounds_visit_each_job_again_and_skip_failed_ones() {
+        let sweep = Sweep {
+            timing: crate::timer::TimingConfig {
+                warmup_s: 0.0,
+                min_samples: 3,
+                max_samples: 3,
+                min_sample_s: 0.0,
+                rounds: 3,
+                ..Default::default()
+            },
+            ..Sweep::default()
+        };
+        let small = job(r#"{"kind":"relu","shape":[4,6,8]}"#, Phase::Inference);
+        let big = job(
+            r#"{"kind":"linear","in_features":4096,"out_features":4096}"#,
+            Phase::Training,
+        );
+        let jobs = [small.clone(), big, small];
+        let mut visits = Vec::new();
+        let never = AtomicBool::new(false);
+        let outcomes = measure_block(
+            &jobs,
+            Backend::Flex,
+            &sweep,
+            16.0 * 1048576.0,
+            &mut |_| {},
+            &mut |j| visits.push(j.sample.spec.kind()),
+            &never,
+        )
+        .unwrap();
+        // Round-robin over the block: the over-limit linear is visited once, the relus 3 times.
+        assert_eq!(visits.len(), 7);
+        assert_eq!(
+            visits[..3],
+            [ModuleKind::Relu, ModuleKind::Linear, ModuleKind::Relu]
+        );
+        match &outcomes[0] {
+            Outcome::Ok(t) => assert_eq!(t.repetitions, Some(9)),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(&outcomes[1], Outcome::Failed { reason } if reason.contains("limit")));
+        let stop = AtomicBool::new(true);
+        let cut = measure_block(
+            &jobs,
+            Backend::Flex,
+            &sweep,
+            f64::INFINITY,
+            &mut |_| {},
+            &mut |_| {},
+            &stop,
+        );
+        assert!(
+            cut.is_none(),
+            "an interrupt mid-block must not produce rows"
+        );
     }
 
     #[test]

@@ -176,6 +176,65 @@ fn bad_time_cap_is_named_and_writes_nothing() {
 }
 
 #[test]
+fn rounds_visit_every_row_again_and_bad_counts_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Exactly 3 ungrouped samples per visit, so a row's repetition count shows its visits.
+    let sweep = write_fast_sweep(tmp.path(), "");
+    let text = std::fs::read_to_string(&sweep).unwrap().replace(
+        "min_samples = 3",
+        "min_samples = 3\nmax_samples = 3\nmin_sample_s = 0.0",
+    );
+    std::fs::write(&sweep, text).unwrap();
+    let out = tmp.path().join("ds");
+    let o = run(&[
+        "profile",
+        "--modules",
+        "relu",
+        "--samples",
+        "3",
+        "--rounds",
+        "3",
+        "--sweep",
+        sweep.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows = DatasetDir::open(&out)
+        .unwrap()
+        .read(ModuleKind::Relu)
+        .unwrap();
+    assert_eq!(rows.len(), 3);
+    for r in &rows {
+        let t = r.timing().expect("measured");
+        assert_eq!(t.repetitions, Some(9), "3 visits of 3 samples");
+        assert!(t.min_ms.unwrap() <= t.median_ms && t.median_ms <= t.p90_ms.unwrap());
+    }
+
+    for bad in ["0", "99"] {
+        let o = run(&[
+            "profile",
+            "--modules",
+            "relu",
+            "--samples",
+            "2",
+            "--rounds",
+            bad,
+            "--out",
+            tmp.path().join("bad").to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains("timing.rounds") && err.contains(bad), "{err}");
+        assert!(
+            !tmp.path().join("bad").exists(),
+            "nothing written for {bad}"
+        );
+    }
+}
+
+#[test]
 fn impossible_shapes_are_named() {
     let tmp = tempfile::tempdir().unwrap();
     let sweep = tmp.path().join("conv.toml");

@@ -8,7 +8,7 @@ use perfcast_core::ModuleKind;
 use perfcast_data::summary::{KindSummary, quantile, summarize};
 use perfcast_data::{DatasetDir, Outcome, Record};
 use perfcast_profile::load::LoadGenerator;
-use perfcast_profile::run::{Job, measure_job};
+use perfcast_profile::run::{Job, measure_block};
 use perfcast_profile::sweep::Sample;
 use perfcast_profile::{Backend, Sweep};
 use serde::Serialize;
@@ -55,6 +55,10 @@ pub struct RemeasureArgs {
     /// Largest accepted median relative difference for rows under 1 ms
     #[arg(long, default_value_t = 0.10)]
     max_diff_small: f64,
+    /// Visits per row, in separate passes over the drawn rows; each keeps the median of its
+    /// visits (as `perfcast profile --rounds`)
+    #[arg(long, default_value_t = 1)]
+    rounds: u32,
     /// Output format
     #[arg(long, value_enum, default_value_t)]
     format: Format,
@@ -207,13 +211,24 @@ fn remeasure(args: RemeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         rows.swap(i, j);
     }
     rows.truncate(args.rows);
-    let sweep = Sweep::default();
-    let bar = progress(ui, rows.len() as u64, "remeasure");
-    let mut results = Vec::new();
-    for r in &rows {
-        bar.set_message(r.spec.describe());
-        let backend: Backend = r.backend.parse()?;
-        let job = Job {
+    let mut sweep = Sweep::default();
+    sweep.timing.rounds = args.rounds;
+    sweep
+        .timing
+        .validate()
+        .map_err(|e| anyhow::anyhow!("`--rounds`: {e}"))?;
+    let backend: Backend = rows[0].backend.parse()?;
+    if let Some(other) = rows.iter().find(|r| r.backend != rows[0].backend) {
+        anyhow::bail!(
+            "`{}` mixes backends `{}` and `{}`; re-measure one backend at a time",
+            args.dir.display(),
+            rows[0].backend,
+            other.backend
+        );
+    }
+    let jobs: Vec<Job> = rows
+        .iter()
+        .map(|r| Job {
             sample: Sample {
                 spec: r.spec.clone(),
                 batch: r.context.batch,
@@ -221,11 +236,33 @@ fn remeasure(args: RemeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
                 utilisation: r.context.utilisation,
             },
             phase: r.context.phase,
-        };
-        let load = LoadGenerator::start(r.context.utilisation, device.cores as usize);
-        let outcome = measure_job(&job, backend, &sweep, f64::INFINITY);
-        drop(load);
-        bar.inc(1);
+        })
+        .collect();
+    let visits = u64::from(sweep.timing.rounds);
+    let bar = progress(ui, rows.len() as u64 * visits, "remeasure");
+    let mut load: Option<LoadGenerator> = None;
+    let never = std::sync::atomic::AtomicBool::new(false);
+    let outcomes = measure_block(
+        &jobs,
+        backend,
+        &sweep,
+        f64::INFINITY,
+        &mut |u| {
+            if load.as_ref().map(LoadGenerator::utilisation) != Some(u) {
+                drop(load.take());
+                load = Some(LoadGenerator::start(u, device.cores as usize));
+            }
+        },
+        &mut |job| {
+            bar.set_message(job.sample.spec.describe());
+            bar.inc(1);
+        },
+        &never,
+    )
+    .unwrap_or_default();
+    drop(load);
+    let mut results = Vec::new();
+    for (r, outcome) in rows.iter().zip(outcomes) {
         let (Outcome::Ok(new), Some(old)) = (outcome, r.timing()) else {
             continue;
         };

@@ -56,6 +56,11 @@ pub struct ProfileArgs {
     /// `timing.max_time_s`, default 0.6); lower is faster and noisier for small ops
     #[arg(long)]
     max_time_s: Option<f64>,
+    /// Visits per configuration, in separate passes over blocks of 48 rows; each row keeps the
+    /// median of its visits (the sweep's `timing.rounds`, default 1). 3 sees past the VM's
+    /// slow phases that can make a single visit 30-120% slow, for 3x the time
+    #[arg(long)]
+    rounds: Option<u32>,
     /// Output format of the summary
     #[arg(long, value_enum, default_value_t)]
     format: Format,
@@ -97,6 +102,9 @@ fn build_sweep(args: &ProfileArgs) -> anyhow::Result<Sweep> {
     }
     if let Some(t) = args.max_time_s {
         sweep.timing.max_time_s = t;
+    }
+    if let Some(r) = args.rounds {
+        sweep.timing.rounds = r;
     }
     sweep
         .validate()
