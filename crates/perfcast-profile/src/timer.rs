@@ -29,8 +29,9 @@ pub struct TimingConfig {
     pub min_sample_s: f64,
     /// Separate visits per configuration, each timed as above; the row keeps the median of the
     /// visits' medians. Default 1. Repetitions within one visit agree to well under 1%, but on a
-    /// shared VM whole visits come out 30-120% slow now and then (slow phases, memory placement),
-    /// so only visits minutes apart, with fresh tensors, see past them.
+    /// shared VM whole visits come out 30-120% slow now and then (slow phases, memory placement);
+    /// separated visits with fresh tensors outvote a single slow one. Phases that last longer
+    /// than the gap between visits (a block, see `run::ROUND_BLOCK`) still show.
     pub rounds: u32,
 }
 

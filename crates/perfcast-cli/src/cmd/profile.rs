@@ -57,8 +57,8 @@ pub struct ProfileArgs {
     #[arg(long)]
     max_time_s: Option<f64>,
     /// Visits per configuration, in separate passes over blocks of 48 rows; each row keeps the
-    /// median of its visits (the sweep's `timing.rounds`, default 1). 3 sees past the VM's
-    /// slow phases that can make a single visit 30-120% slow, for 3x the time
+    /// median of its visits (the sweep's `timing.rounds`, default 1). Guards against a single
+    /// slow visit, for N times the time; a slow phase longer than a block still shows
     #[arg(long)]
     rounds: Option<u32>,
     /// Output format of the summary
