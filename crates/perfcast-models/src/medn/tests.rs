@@ -71,6 +71,28 @@ fn samples_pair_the_phases_of_one_module() {
 }
 
 #[test]
+fn batch_predict_equals_row_by_row() {
+    // Both phases interleaved: forward rows are rewritten, training rows go straight in.
+    let data = linear_set(50);
+    for multi_task in [true, false] {
+        let model = MednParams {
+            multi_task,
+            max_steps: 200,
+            ..quick()
+        }
+        .fit(&data)
+        .unwrap();
+        let batch = model.predict(&data.x).unwrap();
+        for (i, p) in batch.iter().enumerate() {
+            assert_eq!(
+                p.to_bits(),
+                model.predict_row(data.x.row(i)).unwrap().to_bits()
+            );
+        }
+    }
+}
+
+#[test]
 fn learns_both_targets() {
     let data = linear_set(120);
     let model = quick().fit(&data).unwrap();
