@@ -310,3 +310,115 @@ fn unreadable_dataset_is_a_one_line_error_naming_the_file() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("no dataset at"), "{}", stderr(&o));
 }
+
+#[test]
+fn remeasured_sessions_merge_into_the_median_of_each_row() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sweep = write_fast_sweep(tmp.path(), "");
+    let ds = tmp.path().join("ds");
+    let o = run(&[
+        "profile",
+        "--modules",
+        "relu",
+        "--samples",
+        "3",
+        "--sweep",
+        sweep.to_str().unwrap(),
+        "--out",
+        ds.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let sessions: Vec<_> = ["s2", "s3"].iter().map(|s| tmp.path().join(s)).collect();
+    for s in &sessions {
+        let o = run(&[
+            "datasets",
+            "remeasure",
+            ds.to_str().unwrap(),
+            "--all",
+            "--write",
+            s.to_str().unwrap(),
+        ]);
+        // Exit 1 only says the rows moved more than the limits; the session is written anyway.
+        assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
+    }
+    // Writing over an existing session is refused before measuring.
+    let o = run(&[
+        "datasets",
+        "remeasure",
+        ds.to_str().unwrap(),
+        "--write",
+        sessions[0].to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("already holds a dataset"),
+        "{}",
+        stderr(&o)
+    );
+
+    let merged = tmp.path().join("merged");
+    let o = run(&[
+        "datasets",
+        "merge",
+        ds.to_str().unwrap(),
+        sessions[0].to_str().unwrap(),
+        sessions[1].to_str().unwrap(),
+        "--out",
+        merged.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        report["kinds"][0]["by_sessions"],
+        serde_json::json!([0, 0, 3])
+    );
+    let read = |d: &std::path::Path| {
+        let mut rows = DatasetDir::open(d).unwrap().read(ModuleKind::Relu).unwrap();
+        rows.sort_by_key(perfcast_data::Record::key);
+        rows
+    };
+    let (a, b, c, m) = (
+        read(&ds),
+        read(&sessions[0]),
+        read(&sessions[1]),
+        read(&merged),
+    );
+    assert_eq!(m.len(), 3);
+    for i in 0..3 {
+        assert_eq!(a[i].key(), m[i].key());
+        let mut medians = [&a[i], &b[i], &c[i]].map(|r| r.timing().unwrap().median_ms);
+        medians.sort_by(f64::total_cmp);
+        let t = m[i].timing().unwrap();
+        assert_eq!(t.median_ms, medians[1], "the middle session");
+        let reps: u32 = [&a[i], &b[i], &c[i]]
+            .iter()
+            .map(|r| r.timing().unwrap().repetitions.unwrap())
+            .sum();
+        assert_eq!(t.repetitions, Some(reps));
+    }
+
+    // Sessions of another device do not merge.
+    let other = tmp.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    for f in ["relu.parquet", "device.json"] {
+        std::fs::copy(sessions[0].join(f), other.join(f)).unwrap();
+    }
+    let device = std::fs::read_to_string(other.join("device.json")).unwrap();
+    let renamed = device.replacen("\"name\": \"", "\"name\": \"Other ", 1);
+    assert_ne!(device, renamed);
+    std::fs::write(other.join("device.json"), renamed).unwrap();
+    let out = tmp.path().join("bad-merge");
+    let o = run(&[
+        "datasets",
+        "merge",
+        ds.to_str().unwrap(),
+        other.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(stderr(&o).trim().lines().count(), 1, "{}", stderr(&o));
+    assert!(!out.exists(), "nothing written");
+}

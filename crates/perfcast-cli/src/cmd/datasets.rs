@@ -6,10 +6,11 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use perfcast_core::ModuleKind;
 use perfcast_data::summary::{KindSummary, quantile, summarize};
-use perfcast_data::{DatasetDir, Outcome, Record};
+use perfcast_data::{DatasetDir, Outcome, Record, Timing};
 use perfcast_profile::load::LoadGenerator;
 use perfcast_profile::run::{Job, measure_block};
 use perfcast_profile::sweep::Sample;
+use perfcast_profile::timer::combine_rounds;
 use perfcast_profile::{Backend, Sweep};
 use serde::Serialize;
 
@@ -26,6 +27,14 @@ pub enum DatasetsCommand {
     /// Exits 1 when the median relative difference exceeds `--max-diff-large` for rows of
     /// 1 ms or more, or `--max-diff-small` below that.
     Remeasure(RemeasureArgs),
+    /// Merge measuring sessions of the same rows: each row keeps the median of its sessions
+    ///
+    /// On a shared machine a session's labels drift together (a slow hour makes many rows
+    /// 5-30% slow at once); sessions taken hours apart (`remeasure --all --write`) and merged
+    /// outvote one slow session. Rows are matched by configuration, context and backend; a row
+    /// keeps the median of the sessions that measured it (the faster one of two), and rows only
+    /// one input has are kept as they are.
+    Merge(MergeArgs),
 }
 
 /// Arguments of `perfcast datasets show`.
@@ -59,6 +68,27 @@ pub struct RemeasureArgs {
     /// visits (as `perfcast profile --rounds`)
     #[arg(long, default_value_t = 1)]
     rounds: u32,
+    /// Re-measure every row (overrides `--rows`), in the seeded random order
+    #[arg(long)]
+    all: bool,
+    /// Also write the re-measured rows, with their new timings, as a dataset here (a new
+    /// directory; combine sessions with `perfcast datasets merge`)
+    #[arg(long, value_name = "DIR")]
+    write: Option<PathBuf>,
+    /// Output format
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+/// Arguments of `perfcast datasets merge`.
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// Dataset directories of the same device: the original and its re-measured sessions
+    #[arg(required = true, num_args = 2..)]
+    dirs: Vec<PathBuf>,
+    /// Where to write the merged dataset (a new directory)
+    #[arg(long)]
+    out: PathBuf,
     /// Output format
     #[arg(long, value_enum, default_value_t)]
     format: Format,
@@ -68,6 +98,7 @@ pub fn run(command: DatasetsCommand, ui: &Ui) -> anyhow::Result<ExitCode> {
     match command {
         DatasetsCommand::Show(args) => show(args),
         DatasetsCommand::Remeasure(args) => remeasure(args, ui),
+        DatasetsCommand::Merge(args) => merge(args),
     }
 }
 
@@ -210,7 +241,12 @@ fn remeasure(args: RemeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         let j = (next() % (i as u64 + 1)) as usize;
         rows.swap(i, j);
     }
-    rows.truncate(args.rows);
+    if let Some(out) = &args.write {
+        check_new_dir(out)?;
+    }
+    if !args.all {
+        rows.truncate(args.rows);
+    }
     let mut sweep = Sweep::default();
     sweep.timing.rounds = args.rounds;
     sweep
@@ -261,8 +297,20 @@ fn remeasure(args: RemeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     )
     .unwrap_or_default();
     drop(load);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let mut session: Vec<Record> = Vec::new();
     let mut results = Vec::new();
     for (r, outcome) in rows.iter().zip(outcomes) {
+        if args.write.is_some() {
+            session.push(Record {
+                outcome: outcome.clone(),
+                perfcast_version: env!("CARGO_PKG_VERSION").to_string(),
+                timestamp: now,
+                ..r.clone()
+            });
+        }
         let (Outcome::Ok(new), Some(old)) = (outcome, r.timing()) else {
             continue;
         };
@@ -277,6 +325,9 @@ fn remeasure(args: RemeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         });
     }
     bar.finish_and_clear();
+    if let Some(out) = &args.write {
+        write_dataset(out, &device, &session)?;
+    }
     let large: Vec<f64> = results
         .iter()
         .filter(|r| r.stored_ms >= 1.0)
@@ -327,4 +378,155 @@ fn remeasure(args: RemeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Refuses an output directory that already holds a dataset, so no session is overwritten.
+fn check_new_dir(out: &std::path::Path) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !out.join("device.json").exists(),
+        "`{}` already holds a dataset; choose a new directory",
+        out.display()
+    );
+    Ok(())
+}
+
+/// Writes `records` (any kinds) as a dataset of `device` in `out`, one atomic file per kind.
+fn write_dataset(
+    out: &std::path::Path,
+    device: &perfcast_core::DeviceSpec,
+    records: &[Record],
+) -> anyhow::Result<()> {
+    let dir = DatasetDir::create_or_open(out, device)?;
+    for kind in ModuleKind::ALL {
+        let rows: Vec<Record> = records
+            .iter()
+            .filter(|r| r.spec.kind() == kind)
+            .cloned()
+            .collect();
+        if !rows.is_empty() {
+            dir.write(kind, &rows)?;
+        }
+    }
+    Ok(())
+}
+
+/// What `datasets merge` did to one kind.
+#[derive(Debug, Serialize)]
+struct MergedKind {
+    kind: String,
+    rows: usize,
+    /// Rows by how many sessions measured them (index 0: one session).
+    by_sessions: Vec<usize>,
+    /// Median relative change of the label against the first input's, over rows it has.
+    median_rel_change: f64,
+    /// 90th percentile of that change.
+    p90_rel_change: f64,
+}
+
+/// Merges sessions: every row keeps the median of its sessions' medians
+/// ([`perfcast_profile::timer::combine_rounds`], the lower middle of an even count).
+fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
+    check_new_dir(&args.out)?;
+    let mut seen = std::collections::HashSet::new();
+    for d in &args.dirs {
+        let real = std::fs::canonicalize(d).unwrap_or_else(|_| d.clone());
+        anyhow::ensure!(
+            seen.insert(real),
+            "`{}` is named twice; each session counts once",
+            d.display()
+        );
+    }
+    let dirs = args
+        .dirs
+        .iter()
+        .map(DatasetDir::open)
+        .collect::<Result<Vec<_>, _>>()?;
+    let device = dirs[0].device()?;
+    for (d, path) in dirs.iter().zip(&args.dirs).skip(1) {
+        let other = d.device()?;
+        anyhow::ensure!(
+            other.name == device.name,
+            "`{}` was measured on `{}`, `{}` on `{}`: only sessions of one device merge",
+            path.display(),
+            other.name,
+            args.dirs[0].display(),
+            device.name
+        );
+    }
+    let mut merged: Vec<Record> = Vec::new();
+    let mut report = Vec::new();
+    for kind in ModuleKind::ALL {
+        // Rows in first-seen order, each with the timings of every session that has it.
+        let mut order: Vec<String> = Vec::new();
+        let mut rows: std::collections::HashMap<String, (Record, Vec<Timing>, Option<f64>)> =
+            std::collections::HashMap::new();
+        for (i, d) in dirs.iter().enumerate() {
+            for r in d.read(kind)? {
+                let key = r.key();
+                let entry = rows.entry(key.clone()).or_insert_with(|| {
+                    order.push(key);
+                    (r.clone(), Vec::new(), None)
+                });
+                if let Some(t) = r.timing() {
+                    entry.1.push(t.clone());
+                    if i == 0 {
+                        entry.2 = Some(t.median_ms);
+                    }
+                }
+            }
+        }
+        if order.is_empty() {
+            continue;
+        }
+        let mut by_sessions = vec![0; dirs.len()];
+        let mut changes = Vec::new();
+        for key in &order {
+            let (mut record, timings, first) = rows.remove(key).expect("key was inserted");
+            if let Some(t) = combine_rounds(&timings) {
+                if let Some(first) = first {
+                    changes.push((t.median_ms - first).abs() / first);
+                }
+                record.outcome = Outcome::Ok(t);
+                by_sessions[timings.len() - 1] += 1;
+            }
+            merged.push(record);
+        }
+        changes.sort_by(f64::total_cmp);
+        report.push(MergedKind {
+            kind: kind.name().into(),
+            rows: order.len(),
+            by_sessions,
+            median_rel_change: quantile(&changes, 0.5),
+            p90_rel_change: quantile(&changes, 0.9),
+        });
+    }
+    write_dataset(&args.out, &device, &merged)?;
+    if args.format == Format::Json {
+        emit_json(&serde_json::json!({ "out": args.out, "kinds": report }))?;
+    } else {
+        let mut t = format!(
+            "merged {} sessions into {}\n",
+            dirs.len(),
+            args.out.display()
+        );
+        for k in &report {
+            let sessions: Vec<String> = k
+                .by_sessions
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| **n > 0)
+                .map(|(i, n)| format!("{n} rows x{}", i + 1))
+                .collect();
+            t.push_str(&format!(
+                "  {}: {} rows ({}), labels moved by a median {}% (p90 {}%) from the first input\n",
+                k.kind,
+                k.rows,
+                sessions.join(", "),
+                sig3(100.0 * k.median_rel_change),
+                sig3(100.0 * k.p90_rel_change)
+            ));
+        }
+        emit(&t)?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
