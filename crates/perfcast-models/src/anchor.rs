@@ -510,6 +510,7 @@ mod tests {
             cache_mb: 4.0,
             caches: Default::default(),
             source: SpecSource::Published,
+            software: None,
         }
     }
 
