@@ -62,6 +62,15 @@ pub struct DeviceSpec {
     pub caches: Caches,
     /// Whether the peaks were measured or published.
     pub source: SpecSource,
+    /// The software stack the device's latencies were measured with, e.g. `CUDA 8.0.88,
+    /// cuDNN 6.0.21` or `ROCm 1.7.1, MIOpen 1.3`; `None` (the default, omitted from JSON) when
+    /// not known.
+    ///
+    /// Latency depends on the library version as much as on the silicon: DeepBench's GEMMs on
+    /// near-identical GPUs differ up to 5x between cuBLAS versions. PROFET-style anchor mapping
+    /// assumes anchor and target run the same stack, so it prefers anchors whose stack is equal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub software: Option<String>,
 }
 
 impl DeviceSpec {
@@ -98,6 +107,11 @@ impl DeviceSpec {
                 "`threads` {} is fewer than `cores` {}",
                 self.threads, self.cores
             )));
+        }
+        if self.software.as_ref().is_some_and(|s| s.trim().is_empty()) {
+            return Err(bad(
+                "`software` is empty (leave it out when the stack is not known)".into(),
+            ));
         }
         Ok(())
     }
@@ -268,6 +282,7 @@ mod tests {
             cache_mb: 32.0,
             caches: Caches::default(),
             source: SpecSource::Measured,
+            software: None,
         }
     }
 
@@ -307,6 +322,28 @@ mod tests {
                 .to_string()
                 .contains("-2")
         );
+    }
+
+    #[test]
+    fn software_round_trips_and_is_optional() {
+        // Without it: no `software` key is written, and JSON written before it existed loads.
+        let s = spec();
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(!json.contains("software"), "{json}");
+        assert_eq!(DeviceSpec::from_json(&json).unwrap().software, None);
+        // With it: written and read back unchanged.
+        let mut with = spec();
+        with.software = Some("CUDA 8.0.88, cuDNN 6.0.21".into());
+        let json = serde_json::to_string(&with).unwrap();
+        assert!(
+            json.contains(r#""software":"CUDA 8.0.88, cuDNN 6.0.21""#),
+            "{json}"
+        );
+        assert_eq!(DeviceSpec::from_json(&json).unwrap(), with);
+        // Present but blank is refused, naming the field.
+        let blank = json.replace("CUDA 8.0.88, cuDNN 6.0.21", " ");
+        let err = DeviceSpec::from_json(&blank).unwrap_err().to_string();
+        assert!(err.contains("`software` is empty"), "{err}");
     }
 
     #[test]

@@ -72,5 +72,6 @@ pub fn cpu_device() -> crate::DeviceSpec {
         cache_mb: 16.0,
         caches: crate::Caches::default(),
         source: crate::SpecSource::Measured,
+        software: None,
     }
 }

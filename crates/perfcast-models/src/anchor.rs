@@ -9,11 +9,20 @@
 //! single-device row without its device columns), its layout (a matmul's operand transposes),
 //! the anchor's measured time and achieved efficiency, and the two specs side by side: the
 //! ratios of peak GFLOP/s, bandwidth, SMs, shader cores, clock and cache, each device's compute
-//! share of its roofline time, and the ratio of the roofline times. A calibration factor,
+//! share of its roofline time, the ratio of the roofline times, and whether the two run the
+//! same software stack ([`DeviceSpec::software`]). A calibration factor,
 //! fitted with each training device left out in turn, moves the predictions to the point that
 //! minimises the percentage error ([`AnchorModel::scale`]). Two spec-only baselines are scored
 //! beside it: the anchor's time scaled by the peak-FLOP/s ratio (`flops-ratio`) and by the
 //! roofline-time ratio (`roofline-ratio`).
+//!
+//! PROFET assumes anchor and target run the same libraries; DeepBench's GPUs ran four CUDA and
+//! one ROCm stack, and its GEMMs differ up to 5x between cuBLAS versions on near-identical
+//! GPUs. So where specs name their stack, anchors on the target's stack are chosen first
+//! ([`AnchorMode`]), and pairs on one stack get trees and a calibration of their own, fitted on
+//! same-stack pairs only and used within the spec ratios those pairs span (trees do not
+//! extrapolate; a pair further apart, like the T4 and the V100, goes to the all-pairs trees).
+//! Specs without `software` (NeuSight, Justus, users' specs) are mapped as before.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -47,7 +56,15 @@ pub const PAIR_FEATURES: &[&str] = &[
     "anchor_compute_share",
     "target_compute_share",
     "same_kind",
+    "same_software",
 ];
+
+/// Whether two devices are known to run the same software stack: both specs name one and the
+/// names are equal. PROFET's premise is that they do; DeepBench's GEMMs on near-identical GPUs
+/// differ up to 5x between cuBLAS versions.
+pub fn same_software(a: &DeviceSpec, b: &DeviceSpec) -> bool {
+    matches!((&a.software, &b.software), (Some(x), Some(y)) if x == y)
+}
 
 /// The feature schema of a pair row of `kind`: the single-device row without its device
 /// columns, the kind's layout columns (a matmul's operand transposes), then [`PAIR_FEATURES`].
@@ -111,6 +128,7 @@ pub fn pair_row(
         share_a,
         share_t,
         f64::from(u8::from(target.kind == anchor.kind)),
+        f64::from(u8::from(same_software(anchor, target))),
     ]);
     out
 }
@@ -133,6 +151,52 @@ pub struct AnchorModel {
     /// Calibration factor of every prediction; 1 in mappings saved before it existed.
     #[serde(default = "one")]
     scale: f64,
+    /// The mapping between devices on the same software stack, fitted on those pairs only;
+    /// `None` when the training devices hold no such pair (or their specs name no stack).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    same_software: Option<SameSoftware>,
+}
+
+/// The part of an [`AnchorModel`] that maps between devices on one software stack.
+///
+/// Its own trees and scale: across stacks the correction is dominated by library differences
+/// (DeepBench: up to 5x on GEMMs) that would swamp the hardware-only correction same-stack
+/// pairs need.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct SameSoftware {
+    trees: FittedTrees,
+    scale: f64,
+    /// The largest |ln| of the peak and of the bandwidth ratio among the pairs it was fitted
+    /// on: trees do not extrapolate, so a pair further apart goes to the all-pairs trees.
+    reach: [f64; 2],
+}
+
+/// |ln| of a pair's peak and bandwidth ratios.
+fn spread(a: &DeviceSpec, b: &DeviceSpec) -> [f64; 2] {
+    [
+        (a.peak_gflops / b.peak_gflops).ln().abs(),
+        (a.mem_bandwidth_gbs / b.mem_bandwidth_gbs).ln().abs(),
+    ]
+}
+
+/// The [`SameSoftware::reach`] of the same-stack pairs among `devices`.
+fn reach(devices: &[&DeviceRows]) -> [f64; 2] {
+    let mut r = [0.0_f64; 2];
+    for a in devices {
+        for b in devices {
+            if a.device.name != b.device.name && same_software(&a.device, &b.device) {
+                let s = spread(&a.device, &b.device);
+                r = [r[0].max(s[0]), r[1].max(s[1])];
+            }
+        }
+    }
+    r
+}
+
+fn within(reach: [f64; 2], a: &DeviceSpec, b: &DeviceSpec) -> bool {
+    let s = spread(a, b);
+    // A hair of slack so that the widest training pair itself counts as inside.
+    s[0] <= reach[0] + 1e-9 && s[1] <= reach[1] + 1e-9
 }
 
 fn one() -> f64 {
@@ -141,14 +205,14 @@ fn one() -> f64 {
 
 /// The pair rows of every ordered pair of distinct devices over the configurations both
 /// measured, with the target's time over the anchor's roofline-scaled time.
-fn pair_set(kind: ModuleKind, devices: &[&DeviceRows]) -> TrainSet {
+fn pair_set(kind: ModuleKind, devices: &[&DeviceRows], pairs: Pairs) -> TrainSet {
     let schema = pair_schema(kind);
     let ratio_col = roofline_ratio_col(&schema);
     let mut x = Matrix::with_cols(schema.len());
     let (mut y, mut groups) = (Vec::new(), Vec::new());
     for a in devices {
         for b in devices {
-            if a.device.name == b.device.name {
+            if a.device.name == b.device.name || !pairs.admits(&a.device, &b.device) {
                 continue;
             }
             for (key, m) in &a.rows {
@@ -168,7 +232,31 @@ fn pair_set(kind: ModuleKind, devices: &[&DeviceRows]) -> TrainSet {
     }
 }
 
-fn fit_trees(kind: ModuleKind, devices: &[&DeviceRows]) -> Result<FittedTrees> {
+/// Which ordered device pairs a mapping is fitted on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pairs {
+    /// Every pair.
+    All,
+    /// Pairs on the same software stack ([`same_software`]).
+    SameSoftware,
+}
+
+impl Pairs {
+    fn admits(self, a: &DeviceSpec, b: &DeviceSpec) -> bool {
+        self == Pairs::All || same_software(a, b)
+    }
+
+    /// Whether `devices` hold at least one such pair.
+    fn any(self, devices: &[&DeviceRows]) -> bool {
+        devices.iter().enumerate().any(|(i, a)| {
+            devices[i + 1..]
+                .iter()
+                .any(|b| self.admits(&a.device, &b.device))
+        })
+    }
+}
+
+fn fit_trees(kind: ModuleKind, devices: &[&DeviceRows], pairs: Pairs) -> Result<FittedTrees> {
     // Small, slow trees: the correction is smooth and the pairs are few.
     TreeParams {
         min_samples_leaf: 20,
@@ -177,13 +265,14 @@ fn fit_trees(kind: ModuleKind, devices: &[&DeviceRows]) -> Result<FittedTrees> {
         baseline: false,
         ..TreeParams::default()
     }
-    .fit(&pair_set(kind, devices))
+    .fit(&pair_set(kind, devices, pairs))
 }
 
 /// The factor that minimises the mapping's absolute percentage error on devices it has not
 /// seen: each device in turn is left out, the trees are fitted on the pairs of the others and
-/// predict it from each of them, and the factor is the c minimising the sum of
-/// |c * prediction - truth| / truth over those predictions.
+/// predict it from each anchor this part of the model would serve (same-stack anchors within
+/// reach for [`Pairs::SameSoftware`], the rest for [`Pairs::All`]), and the factor is the c
+/// minimising the sum of |c * prediction - truth| / truth over those predictions.
 ///
 /// The trees fit the logarithm of the correction, so they predict its geometric mean; where
 /// devices disagree in ways their specs do not explain (DeepBench's cuBLAS versions make small
@@ -191,7 +280,7 @@ fn fit_trees(kind: ModuleKind, devices: &[&DeviceRows]) -> Result<FittedTrees> {
 /// under-prediction of the same factor, and the MAPE-optimal prediction sits below the
 /// geometric mean. The factor is that shift, learned without the target: it lowers the MAPE
 /// and biases sums of predictions low by about as much.
-fn mape_scale(kind: ModuleKind, devices: &[&DeviceRows]) -> Result<f64> {
+fn mape_scale(kind: ModuleKind, devices: &[&DeviceRows], pairs: Pairs) -> Result<f64> {
     let mut ratios: Vec<f64> = Vec::new();
     for held in devices {
         let others: Vec<&DeviceRows> = devices
@@ -199,12 +288,29 @@ fn mape_scale(kind: ModuleKind, devices: &[&DeviceRows]) -> Result<f64> {
             .filter(|d| d.device.name != held.device.name)
             .copied()
             .collect();
-        if others.len() < 2 {
+        // The anchors the held device would be predicted from by this part of the model.
+        let anchors: Vec<&DeviceRows> = match pairs {
+            Pairs::SameSoftware => others
+                .iter()
+                .filter(|a| same_software(&a.device, &held.device))
+                .filter(|a| within(reach(&others), &a.device, &held.device))
+                .copied()
+                .collect(),
+            Pairs::All => others
+                .iter()
+                .filter(|a| {
+                    !same_software(&a.device, &held.device)
+                        || !within(reach(&others), &a.device, &held.device)
+                })
+                .copied()
+                .collect(),
+        };
+        if others.len() < 2 || anchors.is_empty() || !pairs.any(&others) {
             continue;
         }
-        let trees = fit_trees(kind, &others)?;
+        let trees = fit_trees(kind, &others, pairs)?;
         let ratio_col = roofline_ratio_col(trees.schema());
-        for a in &others {
+        for a in &anchors {
             for (key, m) in &a.rows {
                 let Some(t) = held.rows.get(key) else {
                     continue;
@@ -237,18 +343,38 @@ fn weighted_median_of_ratios(mut ratios: Vec<f64>) -> f64 {
 impl AnchorModel {
     /// Fits on every ordered pair of distinct devices in `devices` over the configurations both
     /// measured, then calibrates the scale on devices left out in turn ([`mape_scale`]; with
-    /// fewer than 3 devices the scale is 1).
+    /// fewer than 3 devices the scale is 1). When some pairs run one software stack, they get
+    /// trees and a scale of their own too ([`SameSoftware`]).
     pub fn fit(kind: ModuleKind, devices: &[&DeviceRows]) -> Result<AnchorModel> {
-        let trees = fit_trees(kind, devices)?;
+        let trees = fit_trees(kind, devices, Pairs::All)?;
         let scale = if devices.len() >= 3 {
-            mape_scale(kind, devices)?
+            mape_scale(kind, devices, Pairs::All)?
         } else {
             1.0
         };
-        Ok(AnchorModel { kind, trees, scale })
+        let same = Pairs::SameSoftware;
+        let same_software = if same.any(devices) {
+            Some(SameSoftware {
+                trees: fit_trees(kind, devices, same)?,
+                scale: if devices.len() >= 3 {
+                    mape_scale(kind, devices, same)?
+                } else {
+                    1.0
+                },
+                reach: reach(devices),
+            })
+        } else {
+            None
+        };
+        Ok(AnchorModel {
+            kind,
+            trees,
+            scale,
+            same_software,
+        })
     }
 
-    /// The calibration factor every prediction is multiplied by (see [`mape_scale`]).
+    /// The calibration factor of predictions across software stacks (see [`mape_scale`]).
     pub fn scale(&self) -> f64 {
         self.scale
     }
@@ -276,7 +402,13 @@ impl AnchorModel {
         }
         let x = pair_row(spec, context, anchor, target, anchor_ms);
         let ratio = x[roofline_ratio_col(self.trees.schema())];
-        Ok(anchor_ms * ratio * self.scale * self.trees.predict_row(&x)?)
+        let (trees, scale) = match &self.same_software {
+            Some(s) if same_software(anchor, target) && within(s.reach, anchor, target) => {
+                (&s.trees, s.scale)
+            }
+            _ => (&self.trees, self.scale),
+        };
+        Ok(anchor_ms * ratio * scale * trees.predict_row(&x)?)
     }
 }
 
@@ -372,15 +504,55 @@ fn group_of(config: &[i64]) -> u64 {
         })
 }
 
-/// Which anchor each held-out target is predicted from.
+/// Which anchor each held-out target is predicted from. Where some other device runs the
+/// target's software stack ([`same_software`]), `Nearest` and `All` choose among those only.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AnchorMode {
-    /// The other device nearest in log peak GFLOP/s and log bandwidth (spec only).
+    /// The other device nearest in log peak GFLOP/s and log bandwidth, on the target's stack
+    /// when one is.
     Nearest,
-    /// Every other device in turn, all scored together.
+    /// Every other device on the target's stack, or every other device when none is; each is
+    /// scored, all together.
     All,
     /// This device (by name); a target that is this device uses the nearest instead.
     Device(String),
+}
+
+/// The anchors `mode` picks for `target` among `others` (none of which is the target).
+///
+/// Same-stack anchors come first: `Nearest` takes the nearest by spec among the devices on the
+/// target's software stack when there are any, and `All` keeps only those then; without such a
+/// device (or without `software` in the specs) every device qualifies, as in PROFET.
+fn choose_anchors<'a>(
+    target: &DeviceSpec,
+    others: &[&'a DeviceRows],
+    mode: &AnchorMode,
+) -> Vec<&'a DeviceRows> {
+    let same: Vec<&DeviceRows> = others
+        .iter()
+        .filter(|d| same_software(&d.device, target))
+        .copied()
+        .collect();
+    let pool = if same.is_empty() {
+        others.to_vec()
+    } else {
+        same
+    };
+    let nearest = || {
+        pool.iter()
+            .min_by(|a, b| {
+                spec_distance(&a.device, target).total_cmp(&spec_distance(&b.device, target))
+            })
+            .copied()
+    };
+    match mode {
+        AnchorMode::All => pool.clone(),
+        AnchorMode::Nearest => nearest().into_iter().collect(),
+        AnchorMode::Device(name) => match others.iter().find(|d| &d.device.name == name) {
+            Some(d) => vec![*d],
+            None => nearest().into_iter().collect(),
+        },
+    }
 }
 
 /// Distance of two specs in log peak and log bandwidth (plus a step for another device kind).
@@ -422,23 +594,7 @@ pub fn leave_one_target_out(
         if others.len() < 2 {
             continue;
         }
-        let nearest = || {
-            others
-                .iter()
-                .min_by(|a, b| {
-                    spec_distance(&a.device, &target.device)
-                        .total_cmp(&spec_distance(&b.device, &target.device))
-                })
-                .copied()
-        };
-        let anchors: Vec<&DeviceRows> = match mode {
-            AnchorMode::All => others.clone(),
-            AnchorMode::Nearest => nearest().into_iter().collect(),
-            AnchorMode::Device(name) => match others.iter().find(|d| &d.device.name == name) {
-                Some(d) => vec![*d],
-                None => nearest().into_iter().collect(),
-            },
-        };
+        let anchors = choose_anchors(&target.device, &others, mode);
         let model = AnchorModel::fit(kind, &others)?;
         let mut preds: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
         let mut truth = Vec::new();
@@ -510,6 +666,7 @@ mod tests {
             cache_mb: 4.0,
             caches: Default::default(),
             source: SpecSource::Published,
+            software: None,
         }
     }
 
@@ -528,9 +685,15 @@ mod tests {
 
     /// A device whose kernels reach 55% of peak and 70% of bandwidth, plus 6 us.
     fn measured(device: DeviceSpec) -> DeviceRows {
+        measured_with(device, |_| 1.0)
+    }
+
+    /// Like [`measured`], with configuration `i` taking `slowdown(i)` times as long.
+    fn measured_with(device: DeviceSpec, slowdown: impl Fn(usize) -> f64) -> DeviceRows {
         let records: Vec<Record> = specs()
             .into_iter()
-            .map(|spec| {
+            .enumerate()
+            .map(|(i, spec)| {
                 let context = Context {
                     batch: 8,
                     phase: Phase::Training,
@@ -541,6 +704,7 @@ mod tests {
                 let ms = (d.train_flops / (0.55 * device.peak_gflops * 1e6)).max(
                     3.0 * (d.bytes_read + d.bytes_written) / (0.7 * device.mem_bandwidth_gbs * 1e6),
                 ) + 0.006;
+                let ms = ms * slowdown(i);
                 Record {
                     spec,
                     context,
@@ -668,5 +832,83 @@ mod tests {
         let all =
             leave_one_target_out(ModuleKind::Linear, &devices, &AnchorMode::All, true).unwrap();
         assert_eq!(all[0].pairs, 4 * 60);
+    }
+
+    fn on(mut device: DeviceSpec, software: &str) -> DeviceSpec {
+        device.software = Some(software.into());
+        device
+    }
+
+    #[test]
+    fn same_software_needs_both_stacks_named_and_equal() {
+        let a = gpu("a", 10_000.0, 500.0, 40);
+        assert!(
+            !same_software(&a, &a),
+            "unknown stacks are not the same stack"
+        );
+        let cuda8 = on(a.clone(), "CUDA 8.0.88, cuDNN 6.0.21");
+        assert!(!same_software(&cuda8, &a));
+        assert!(same_software(&cuda8, &cuda8.clone()));
+        assert!(!same_software(&cuda8, &on(a, "CUDA 8, cuDNN 5")));
+    }
+
+    /// Issue 7: two stacks; within one, kernels scale with the specs exactly, but the second
+    /// stack runs every other configuration 3x slower (a library difference no spec shows).
+    /// The same-stack anchor is picked over a nearer device on the other stack, and predicts
+    /// the target far better than that device does.
+    #[test]
+    fn a_same_stack_anchor_is_preferred_and_predicts_better() {
+        let stack_b = |i: usize| if i.is_multiple_of(2) { 3.0 } else { 1.0 };
+        let devices: Vec<DeviceRows> = vec![
+            measured(on(gpu("a1", 10_000.0, 500.0, 40), "A")),
+            measured(on(gpu("a2", 11_000.0, 550.0, 44), "A")),
+            measured(on(gpu("a3", 9_000.0, 450.0, 36), "A")),
+            measured_with(on(gpu("b1", 10_500.0, 520.0, 42), "B"), stack_b),
+            measured_with(on(gpu("b2", 12_000.0, 600.0, 48), "B"), stack_b),
+            measured_with(on(gpu("b3", 8_000.0, 400.0, 32), "B"), stack_b),
+        ];
+        let a1 = &devices[0];
+        let others: Vec<&DeviceRows> = devices[1..].iter().collect();
+        // b1 is the nearest by spec, a2 the nearest on a1's stack.
+        assert!(
+            spec_distance(&devices[3].device, &a1.device)
+                < spec_distance(&devices[1].device, &a1.device)
+        );
+        let names = |v: Vec<&DeviceRows>| -> Vec<String> {
+            v.iter().map(|d| d.device.name.clone()).collect()
+        };
+        assert_eq!(
+            names(choose_anchors(&a1.device, &others, &AnchorMode::Nearest)),
+            ["a2"]
+        );
+        assert_eq!(
+            names(choose_anchors(&a1.device, &others, &AnchorMode::All)),
+            ["a2", "a3"]
+        );
+        // Without stacks in the specs every device qualifies, as before.
+        let mut bare = a1.device.clone();
+        bare.software = None;
+        assert_eq!(
+            names(choose_anchors(&bare, &others, &AnchorMode::Nearest)),
+            ["b1"]
+        );
+        assert_eq!(choose_anchors(&bare, &others, &AnchorMode::All).len(), 5);
+
+        let score = |mode: &AnchorMode| {
+            leave_one_target_out(ModuleKind::Linear, &devices, mode, true)
+                .unwrap()
+                .into_iter()
+                .find(|s| s.device == "a1")
+                .unwrap()
+        };
+        let same = score(&AnchorMode::Nearest);
+        assert_eq!(same.anchors, ["a2"]);
+        let across = score(&AnchorMode::Device("b1".into()));
+        assert_eq!(across.anchors, ["b1"]);
+        assert!(same.mape["learned"] < 5.0, "{same:?}");
+        assert!(
+            same.mape["learned"] * 4.0 < across.mape["learned"],
+            "{same:?} {across:?}"
+        );
     }
 }

@@ -879,6 +879,7 @@ mod tests {
             cache_mb: 4.0,
             caches: Default::default(),
             source: perfcast_core::SpecSource::Published,
+            software: None,
         }
     }
 

@@ -342,6 +342,7 @@ pub fn row_in_phase(schema: &FeatureSchema, x: &[f64], phase: Phase) -> Result<V
         cache_mb: 0.0,
         caches: Default::default(),
         source: perfcast_core::SpecSource::Published,
+        software: None,
     };
     Ok(row(&spec, &context, &device))
 }

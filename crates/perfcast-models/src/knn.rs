@@ -1227,6 +1227,7 @@ mod tests {
             cache_mb: 16.0,
             caches: Caches::default(),
             source: SpecSource::Measured,
+            software: None,
         };
         let schema = FeatureSchema::for_kind(ModuleKind::Conv2d);
         let mut x = Matrix::with_cols(schema.len());

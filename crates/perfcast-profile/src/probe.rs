@@ -124,6 +124,7 @@ pub fn local_cpu(backend: Backend) -> Result<(DeviceSpec, Peaks)> {
         cache_mb: round3(cache_mb),
         caches: topo.caches,
         source: SpecSource::Measured,
+        software: None,
     };
     Ok((spec, peaks))
 }

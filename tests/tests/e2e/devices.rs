@@ -23,6 +23,7 @@ fn gpu(name: &str, peak: f64, bw: f64, sms: u32) -> DeviceSpec {
         cache_mb: 4.0,
         caches: Default::default(),
         source: SpecSource::Published,
+        software: None,
     }
 }
 

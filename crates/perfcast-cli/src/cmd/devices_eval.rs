@@ -454,7 +454,9 @@ pub struct EvalAnchorArgs {
     #[arg(long, value_enum, default_value_t)]
     pub phase: PhaseChoice,
     /// Which measured device each prediction starts from: `nearest` (the other device closest
-    /// in peak GFLOP/s and bandwidth), `all` (every other device, each scored), or a device name
+    /// in peak GFLOP/s and bandwidth), `all` (every other device, each scored), or a device name;
+    /// `nearest` and `all` choose among devices on the target's software stack (`software` in
+    /// `device.json`) when any is
     #[arg(long, default_value = "nearest")]
     pub anchor: String,
     /// Leave out devices of another kind than the target (a CPU as anchor for GPUs)

@@ -54,7 +54,8 @@ fn count(obj: &Map<String, Value>, field: &str, path: &Path) -> anyhow::Result<u
 ///
 /// perfcast format: `name`, `peak_gflops`, `mem_bandwidth_gbs`, `cores`, `clock_mhz`,
 /// `memory_gb` required; `kind` (default gpu), `threads` (default `cores`), `cache_mb`
-/// (default 0), `caches`, `source` optional.
+/// (default 0), `caches`, `source`, `software` (the library stack, e.g. `CUDA 12.4, cuDNN 9.1`)
+/// optional.
 pub fn read_device_spec(path: &Path) -> anyhow::Result<DeviceSpec> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading the device spec `{}`", path.display()))?;
@@ -120,6 +121,14 @@ fn perfcast(obj: &Map<String, Value>, path: &Path) -> anyhow::Result<DeviceSpec>
         cache_mb,
         caches,
         source,
+        software: match obj.get("software") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.trim().to_string()),
+            Some(other) => anyhow::bail!(
+                "`{}`: `software` must be a string such as `CUDA 12.4, cuDNN 9.1`, got {other}",
+                path.display()
+            ),
+        },
     })
 }
 
@@ -155,6 +164,7 @@ fn neusight(obj: &Map<String, Value>, path: &Path) -> anyhow::Result<DeviceSpec>
             l3_kb: None,
         },
         source: SpecSource::Published,
+        software: None,
     })
 }
 
@@ -212,10 +222,21 @@ mod tests {
                      "clock_mhz": 1500, "memory_gb": 16}"#;
         let spec = read_device_spec(&write(tmp.path(), ok)).unwrap();
         assert_eq!(
-            (spec.cores, spec.threads, spec.kind),
-            (40, 40, DeviceKind::Gpu)
+            (spec.cores, spec.threads, spec.kind, spec.software),
+            (40, 40, DeviceKind::Gpu, None)
         );
+        let with = ok.replace("\"name\"", r#""software": "CUDA 12.4, cuDNN 9.1", "name""#);
+        let spec = read_device_spec(&write(tmp.path(), &with)).unwrap();
+        assert_eq!(spec.software.as_deref(), Some("CUDA 12.4, cuDNN 9.1"));
         for (text, expect) in [
+            (
+                ok.replace("\"name\"", r#""software": " ", "name""#),
+                "`software` is empty",
+            ),
+            (
+                ok.replace("\"name\"", r#""software": 12, "name""#),
+                "`software` must be a string",
+            ),
             (
                 ok.replace("500", "0"),
                 "`mem_bandwidth_gbs` must be greater than 0, got 0",

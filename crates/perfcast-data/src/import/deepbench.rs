@@ -2,9 +2,11 @@
 //! devices.
 //!
 //! Reads `conv.csv` and `gemm.csv` (either may be absent, not both); `specs.csv` publishes no
-//! figures, so device specs come from [`super::gpus`]. See the [module docs](super) for the
-//! mapping.
+//! figures, so device specs come from [`super::gpus`], but it does publish each results file's
+//! library versions, which become the spec's `software` ([`software_stacks`]). See the
+//! [module docs](super) for the mapping.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use perfcast_core::{Conv2d, DeviceKind, Matmul, ModuleKind, ModuleSpec, Phase};
@@ -44,15 +46,84 @@ pub fn import(dir: &Path) -> Result<Import> {
     let gemm = dir.join("gemm.csv");
     source_folder(dir, &["conv.csv", "gemm.csv"])?;
     let mut devices = Devices::default();
+    let mut files = Files::new();
     if conv.is_file() {
-        read_file(&conv, ModuleKind::Conv2d, &mut devices)?;
+        read_file(&conv, ModuleKind::Conv2d, &mut devices, &mut files)?;
     }
     if gemm.is_file() {
-        read_file(&gemm, ModuleKind::Matmul, &mut devices)?;
+        read_file(&gemm, ModuleKind::Matmul, &mut devices, &mut files)?;
     }
+    let specs = dir.join("specs.csv");
+    let stacks = if specs.is_file() {
+        software_stacks(&specs)?
+    } else {
+        BTreeMap::new()
+    };
     let mut out = Import::new("deepbench", dir);
     out.devices = devices.into_vec();
+    for d in &mut out.devices {
+        let Some(spec) = &mut d.device else { continue };
+        // The stack of the results files the device's fp32 rows come from; none when those
+        // files publish none or disagree (a device's inference sheets ran other versions than
+        // its training sheets, e.g. the GTX 1080 Ti's CUDA 8.0.61 beside 8.0.88).
+        let found: BTreeSet<&String> = files
+            .get(&d.id)
+            .into_iter()
+            .flatten()
+            .filter_map(|f| stacks.get(f))
+            .collect();
+        if found.len() == 1 {
+            spec.software = found.into_iter().next().cloned();
+        }
+    }
     Ok(out)
+}
+
+/// Per device id, the results files (`file` column) its fp32 rows come from.
+type Files = BTreeMap<String, BTreeSet<String>>;
+
+/// The library versions `specs.csv` publishes, in the order they are written into a stack,
+/// with the name each is written under.
+const LIBRARIES: &[(&str, &str)] = &[
+    ("CUDA Version", "CUDA"),
+    ("Cudnn Version", "cuDNN"),
+    ("ROCm Version", "ROCm"),
+    ("MIOpen Version", "MIOpen"),
+    ("Intel MKL Version", "MKL"),
+];
+
+/// Reads `specs.csv` (`file,device,key,value`): per results file, its software stack, e.g.
+/// `CUDA 8.0.88, cuDNN 6.0.21` or `ROCm 1.7.1, MIOpen 1.3`. Files that publish none of
+/// [`LIBRARIES`] (or only `-`) are left out.
+pub fn software_stacks(path: &Path) -> Result<BTreeMap<String, String>> {
+    let csv = CsvFile::read(path)?;
+    let file = csv.column("file")?;
+    let key = csv.column("key")?;
+    let value = csv.column("value")?;
+    let mut found: BTreeMap<String, BTreeMap<usize, String>> = BTreeMap::new();
+    for row in 0..csv.rows() {
+        let (Some(f), Some(k), Some(v)) = (file.raw(row), key.raw(row), value.raw(row)) else {
+            continue;
+        };
+        let Some(order) = LIBRARIES.iter().position(|(name, _)| *name == k) else {
+            continue;
+        };
+        if v == "-" {
+            continue;
+        }
+        let label = LIBRARIES[order].1;
+        // `MKL 2017.3, MKLML (2017.0.1)` already names itself.
+        let part = if v.starts_with(label) {
+            v.to_string()
+        } else {
+            format!("{label} {v}")
+        };
+        found.entry(f.to_string()).or_default().insert(order, part);
+    }
+    Ok(found
+        .into_iter()
+        .map(|(f, parts)| (f, parts.into_values().collect::<Vec<_>>().join(", ")))
+        .collect())
 }
 
 /// A time cell that may be unpublished (empty, or DeepBench's `N/A*`).
@@ -71,8 +142,15 @@ fn not_published(col: &Col<'_>, row: usize) -> String {
     }
 }
 
-fn read_file(path: &Path, kind: ModuleKind, devices: &mut Devices) -> Result<()> {
+fn read_file(
+    path: &Path,
+    kind: ModuleKind,
+    devices: &mut Devices,
+    files: &mut Files,
+) -> Result<()> {
     let csv = CsvFile::read(path)?;
+    // Optional: it only ties rows to the library versions in `specs.csv`.
+    let file = csv.has("file").then(|| csv.column("file")).transpose()?;
     let device = csv.column("device")?;
     let mode = csv.column("mode")?;
     let precision = csv.column("precision")?;
@@ -94,6 +172,12 @@ fn read_file(path: &Path, kind: ModuleKind, devices: &mut Devices) -> Result<()>
             rows.skip(kind, format!("no published spec for device `{id}`"));
             continue;
         };
+        if let Some(f) = file.as_ref().and_then(|c| c.raw(row)) {
+            files
+                .entry(id.to_string())
+                .or_default()
+                .insert(f.to_string());
+        }
         // DeepBench's CPU runs set no thread count: OpenMP used every hardware thread.
         let threads = match device.kind {
             DeviceKind::Gpu => 1,

@@ -62,6 +62,7 @@ impl Published {
                 },
             },
             source: SpecSource::Published,
+            software: None,
         }
     }
 }

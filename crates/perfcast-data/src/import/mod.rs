@@ -22,7 +22,8 @@
 //! Only a layer's configuration, the batch, the phase and the device's published specification
 //! become dataset columns. Columns recorded while measuring (kernel names, grid and block sizes,
 //! GPU index, source file, library versions) are never read as features: the importers look up
-//! the columns they map by name and ignore every other column.
+//! the columns they map by name and ignore every other column. The one exception is DeepBench's
+//! library versions, which go into the device spec's `software` (below).
 //!
 //! Imported timings carry what their authors published: the central latency goes to
 //! `median_ms` (for NeuSight it is a mean of the 5 fastest of 25 runs, not a median), Justus'
@@ -67,6 +68,9 @@
 //! (fp32 inputs and fp32 math) are imported; the int8, fp16 and pseudo-fp16 (16-bit inputs,
 //! 32-bit math) rows are skipped and counted per precision. `mode` train(ing) or inference.
 //! Device specs come from [`gpus`]: `specs.csv` names the hardware but publishes no figures.
+//! It does publish each results file's library versions: a device's `software` is the stack
+//! (`CUDA x, cuDNN y`; `ROCm x, MIOpen y`; `MKL ...`) of the files its fp32 rows come from
+//! (the `file` column), left empty when `specs.csv` is absent or those files disagree.
 //! - `conv.csv`: `conv2d` with batch N, in_channels C, out_channels K, input [H, W], kernel
 //!   [R_filter_h, S_filter_w], padding [pad_h, pad_w], stride [stride_h, stride_w], no bias.
 //!   A training-mode row gives two rows: `Phase::Training` with fwd_ms + bwd_inputs_ms +

@@ -85,6 +85,7 @@ pub fn device_spec(path: &Path) -> Result<DeviceSpec> {
             l3_kb: None,
         },
         source: SpecSource::Published,
+        software: None,
     };
     spec.validate()
         .map_err(|e| Error::schema(path, e.to_string()))?;

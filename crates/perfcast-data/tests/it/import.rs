@@ -440,6 +440,62 @@ fn deepbench_keeps_fp32_rows_only() {
     );
 }
 
+/// Issue 7: the library versions of the results file a device's fp32 rows come from become
+/// its spec's `software`; without `specs.csv`, or when its files disagree, there is none.
+#[test]
+fn deepbench_software_stack_comes_from_specs_csv() {
+    let software = |import: &Import, id: &str| {
+        device(import, id)
+            .device
+            .as_ref()
+            .and_then(|d| d.software.clone())
+    };
+    let import = import::deepbench::import(&data("deepbench")).unwrap();
+    assert_eq!(
+        software(&import, "NV_V100").as_deref(),
+        Some("CUDA 10.1.243, cuDNN 7.6.2.24")
+    );
+    assert_eq!(
+        software(&import, "IA_KNL7250").as_deref(),
+        Some("MKL 2017.3, MKLML (2017.0.1)")
+    );
+    // Written into the dataset's device.json and read back.
+    let tmp = tempfile::tempdir().unwrap();
+    import.write(&tmp.path().join("out"), false).unwrap();
+    let dir = DatasetDir::open(tmp.path().join("out/tesla-v100-sxm2-16gb")).unwrap();
+    assert_eq!(
+        dir.device().unwrap().software.as_deref(),
+        Some("CUDA 10.1.243, cuDNN 7.6.2.24")
+    );
+
+    // No specs.csv: no stack, rows as before.
+    let bare = tmp.path().join("bare");
+    copy_dir(&data("deepbench"), &bare);
+    std::fs::remove_file(bare.join("specs.csv")).unwrap();
+    let without = import::deepbench::import(&bare).unwrap();
+    assert_eq!(software(&without, "NV_V100"), None);
+    assert_eq!(without.imported(), import.imported());
+
+    // One V100 row from a results file with another CUDA: the device's stack is unknown.
+    let mixed = tmp.path().join("mixed");
+    copy_dir(&data("deepbench"), &mixed);
+    edit_line(
+        &mixed.join("gemm.csv"),
+        7,
+        "results/train/DeepBench_NV_V100.xlsx",
+        "results/other.xlsx",
+    );
+    let specs = mixed.join("specs.csv");
+    let text = std::fs::read_to_string(&specs).unwrap();
+    std::fs::write(
+        &specs,
+        text + "results/other.xlsx,NV_V100,CUDA Version,9.0\n",
+    )
+    .unwrap();
+    let mixed = import::deepbench::import(&mixed).unwrap();
+    assert_eq!(software(&mixed, "NV_V100"), None);
+}
+
 #[test]
 fn bad_cells_are_errors_naming_file_line_column_and_value() {
     let tmp = tempfile::tempdir().unwrap();

@@ -17,6 +17,7 @@ fn device(name: &str) -> DeviceSpec {
         cache_mb: 16.0,
         caches: Caches::default(),
         source: SpecSource::Measured,
+        software: None,
     }
 }
 
