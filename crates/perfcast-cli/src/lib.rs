@@ -106,6 +106,13 @@ enum Command {
     /// 64 --kernel 7 --stride 2 --padding 3`), modules from a JSON file, or a network from the
     /// zoo (`--network vgg16 --batch 32`) or a JSON file: a per-layer table with the total.
     Predict(cmd::predict::PredictArgs),
+    /// Map a profile measured on one device to another device from both specs (PROFET-style)
+    ///
+    /// `perfcast map --from <dataset of the anchor device> --train datasets/deepbench --device
+    /// v100` fits the anchor mapping on every pair of `--train` devices (the configurations
+    /// they all measured) and predicts each `--from` row on the target, with the roofline
+    /// ratio beside it; `perfcast eval anchor` scores the same mapping with devices left out.
+    Map(cmd::map::MapArgs),
     /// Profile this machine, train every model, auto-select, write `checkpoints/local/`
     ///
     /// The first thing to run: a small sweep over every kind the zoo networks use (minutes;
@@ -188,6 +195,7 @@ pub fn main_entry() -> ExitCode {
         Command::Measure(args) => cmd::networks::run_measure(args, &ui),
         Command::Calibrate(args) => cmd::networks::calibrate(args, &ui),
         Command::Predict(args) => cmd::predict::predict(args, &ui),
+        Command::Map(args) => cmd::map::run(args, &ui),
         Command::Quickstart(args) => cmd::quickstart::run(args, &ui),
         Command::Bundle(c) => cmd::predict::bundle(c, &ui),
         Command::Scale(c) => cmd::scale::run(c, &ui),

@@ -96,6 +96,21 @@ fn roofline(row: &[f64], schema: &FeatureSchema) -> (f64, f64) {
     )
 }
 
+/// The spec-only baseline: `anchor_ms` scaled by the ratio of the module's roofline times on
+/// `target` and on `anchor`.
+pub fn roofline_ratio_ms(
+    spec: &ModuleSpec,
+    context: &Context,
+    anchor: &DeviceSpec,
+    target: &DeviceSpec,
+    anchor_ms: f64,
+) -> f64 {
+    let base = FeatureSchema::for_kind(spec.kind());
+    let (roof_a, _) = roofline(&row(spec, context, anchor), &base);
+    let (roof_t, _) = roofline(&row(spec, context, target), &base);
+    anchor_ms * roof_t / roof_a
+}
+
 /// The pair row of a module measured at `anchor_ms` on `anchor`, asked for on `target`.
 pub fn pair_row(
     spec: &ModuleSpec,
@@ -635,7 +650,6 @@ pub fn leave_one_target_out(
         // Per target configuration, each method's prediction from every anchor that measured
         // it; with several anchors the prediction is their geometric mean.
         let mut per_key: BTreeMap<&Key, (f64, Vec<[f64; 3]>)> = BTreeMap::new();
-        let base = FeatureSchema::for_kind(kind);
         for a in &anchors {
             let shared: Vec<(&Key, &Measured, f64)> = a
                 .rows
@@ -648,11 +662,9 @@ pub fn leave_one_target_out(
                 .collect();
             let learned = model.predict_rows(&rows, &a.device, &target.device)?;
             for ((key, m, t_ms), learned) in shared.into_iter().zip(learned) {
-                let (roof_a, _) = roofline(&row(&m.spec, &m.context, &a.device), &base);
-                let (roof_t, _) = roofline(&row(&m.spec, &m.context, &target.device), &base);
                 per_key.entry(key).or_insert((t_ms, Vec::new())).1.push([
                     learned,
-                    m.ms * roof_t / roof_a,
+                    roofline_ratio_ms(&m.spec, &m.context, &a.device, &target.device, m.ms),
                     m.ms * a.device.peak_gflops / target.device.peak_gflops,
                 ]);
             }

@@ -270,3 +270,70 @@ fn a_single_device_bundle_refuses_another_device() {
         stderr(&o)
     );
 }
+
+#[test]
+fn map_predicts_a_profile_on_a_device_left_out_of_the_mapping() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = gpu_datasets(tmp.path());
+    // The target, "Big GPU", is not among the devices the mapping is fitted on.
+    let big = tmp.path().join("big");
+    std::fs::rename(data.join("big-gpu"), &big).unwrap();
+    let spec = big.join("device.json");
+    let csv = tmp.path().join("mapped.csv");
+    let mapped = json(&run(&[
+        "map",
+        "--from",
+        data.join("mid-gpu").to_str().unwrap(),
+        "--train",
+        data.to_str().unwrap(),
+        "--device-spec",
+        spec.to_str().unwrap(),
+        "--out",
+        csv.to_str().unwrap(),
+        "--format",
+        "json",
+    ]));
+    assert_eq!(mapped["anchor"], "Mid GPU");
+    assert_eq!(mapped["target"], "Big GPU");
+    let rows = mapped["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 120);
+    // The measured times on the target, in the same row order (the same generator).
+    let truth = DatasetDir::open(&big)
+        .unwrap()
+        .read(ModuleKind::Linear)
+        .unwrap();
+    let mut ape = 0.0;
+    for (row, t) in rows.iter().zip(&truth) {
+        assert_eq!(row["module"], t.spec.describe());
+        let measured = t.timing().unwrap().median_ms;
+        ape += (row["predicted_ms"].as_f64().unwrap() - measured).abs() / measured;
+    }
+    let mape = 100.0 * ape / rows.len() as f64;
+    assert!(mape < 10.0, "mapped MAPE {mape}");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(text.lines().count(), 121, "header and one line per row");
+
+    // No target, or an absurd one: one line, exit 2, no CSV.
+    let bad = tmp.path().join("bad.json");
+    let good = std::fs::read_to_string(&spec).unwrap();
+    let absurd = good.replace("\"mem_bandwidth_gbs\": 900.0", "\"mem_bandwidth_gbs\": 0.0");
+    assert_ne!(good, absurd);
+    std::fs::write(&bad, absurd).unwrap();
+    let out = tmp.path().join("never.csv");
+    for target in [vec![], vec!["--device-spec", bad.to_str().unwrap()]] {
+        let mut args = vec![
+            "map",
+            "--from",
+            big.to_str().unwrap(),
+            "--train",
+            data.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend(target);
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert_eq!(stderr(&o).trim().lines().count(), 1, "{}", stderr(&o));
+        assert!(!out.exists());
+    }
+}

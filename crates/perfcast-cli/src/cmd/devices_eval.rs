@@ -86,7 +86,7 @@ pub enum PhaseChoice {
 }
 
 impl PhaseChoice {
-    fn phase(self) -> Option<Phase> {
+    pub fn phase(self) -> Option<Phase> {
         match self {
             PhaseChoice::All => None,
             PhaseChoice::Inference => Some(Phase::Inference),

@@ -5,6 +5,7 @@ pub mod datasets;
 pub mod devices;
 pub mod devices_eval;
 pub mod import;
+pub mod map;
 pub mod networks;
 pub mod predict;
 pub mod profile;
