@@ -477,6 +477,26 @@ struct AnchorKindResult {
     mean_mape: BTreeMap<String, f64>,
 }
 
+/// The `kind` rows of `phase` of every dataset that has some, keyed for anchor mapping.
+pub fn anchor_rows(
+    dirs: &[DatasetDir],
+    devices: &[DeviceSpec],
+    kind: ModuleKind,
+    phase: PhaseChoice,
+) -> anyhow::Result<Vec<anchor::DeviceRows>> {
+    let mut measured = Vec::new();
+    for (dir, device) in dirs.iter().zip(devices) {
+        let mut records = dir.read(kind)?;
+        if let Some(phase) = phase.phase() {
+            records.retain(|r| r.context.phase == phase);
+        }
+        if !records.is_empty() {
+            measured.push(anchor::DeviceRows::new(device.clone(), &records));
+        }
+    }
+    Ok(measured)
+}
+
 /// Runs `perfcast eval anchor`.
 pub fn eval_anchor(a: EvalAnchorArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     let dirs = resolve_datasets(&a.data)?;
@@ -517,19 +537,7 @@ pub fn eval_anchor(a: EvalAnchorArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     let mut results = Vec::new();
     for kind in kinds {
         bar.set_message(kind.to_string());
-        let mut measured = Vec::new();
-        for (dir, device) in dirs.iter().zip(&devices) {
-            if !dir.kinds().contains(&kind) {
-                continue;
-            }
-            let mut records = dir.read(kind)?;
-            if let Some(phase) = a.phase.phase() {
-                records.retain(|r| r.context.phase == phase);
-            }
-            if !records.is_empty() {
-                measured.push(anchor::DeviceRows::new(device.clone(), &records));
-            }
-        }
+        let measured = anchor_rows(&dirs, &devices, kind, a.phase)?;
         let scores = anchor::leave_one_target_out(kind, &measured, &mode, a.same_kind)
             .with_context(|| format!("anchor mapping of `{kind}`"))?;
         let mut mean_mape = BTreeMap::new();

@@ -13,7 +13,7 @@ use perfcast_data::{DatasetDir, write_atomic};
 use perfcast_models::anchor::{self, AnchorModel};
 use serde::Serialize;
 
-use super::devices_eval::{PhaseChoice, resolve_datasets};
+use super::devices_eval::{PhaseChoice, anchor_rows, resolve_datasets};
 use super::target_device::target_device;
 use crate::Ui;
 use crate::output::{Format, emit, emit_json, fmt_ms, progress};
@@ -90,16 +90,7 @@ pub fn run(a: MapArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     let mut mapped = Vec::new();
     for kind in kinds {
         bar.set_message(kind.to_string());
-        let mut measured = Vec::new();
-        for (dir, device) in train.iter().zip(&devices) {
-            let mut records = dir.read(kind)?;
-            if let Some(phase) = a.phase.phase() {
-                records.retain(|r| r.context.phase == phase);
-            }
-            if !records.is_empty() {
-                measured.push(anchor::DeviceRows::new(device.clone(), &records));
-            }
-        }
+        let measured = anchor_rows(&train, &devices, kind, a.phase)?;
         anyhow::ensure!(
             measured.len() >= 2,
             "`{kind}`: the mapping needs `--train` datasets of at least 2 devices with such rows, \
