@@ -312,7 +312,7 @@ fn unreadable_dataset_is_a_one_line_error_naming_the_file() {
 }
 
 #[test]
-fn remeasured_sessions_merge_into_the_median_of_each_row() {
+fn remeasured_sessions_merge_into_the_median_or_the_fastest_of_each_row() {
     let tmp = tempfile::tempdir().unwrap();
     let sweep = write_fast_sweep(tmp.path(), "");
     let ds = tmp.path().join("ds");
@@ -397,6 +397,36 @@ fn remeasured_sessions_merge_into_the_median_of_each_row() {
             .map(|r| r.timing().unwrap().repetitions.unwrap())
             .sum();
         assert_eq!(t.repetitions, Some(reps));
+    }
+
+    // `--combine fastest` keeps, per row, the whole timing of the session that measured it
+    // fastest.
+    let fastest = tmp.path().join("fastest");
+    let o = run(&[
+        "datasets",
+        "merge",
+        ds.to_str().unwrap(),
+        sessions[0].to_str().unwrap(),
+        sessions[1].to_str().unwrap(),
+        "--combine",
+        "fastest",
+        "--out",
+        fastest.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["combine"], "fastest");
+    let f = read(&fastest);
+    assert_eq!(f.len(), 3);
+    for i in 0..3 {
+        let best = [&a[i], &b[i], &c[i]]
+            .map(|r| r.timing().unwrap().clone())
+            .into_iter()
+            .min_by(|x, y| x.median_ms.total_cmp(&y.median_ms))
+            .unwrap();
+        assert_eq!(f[i].timing().unwrap(), &best, "the fastest session, whole");
     }
 
     // Sessions of another device do not merge.

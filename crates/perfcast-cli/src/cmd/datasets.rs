@@ -89,9 +89,45 @@ pub struct MergeArgs {
     /// Where to write the merged dataset (a new directory)
     #[arg(long)]
     out: PathBuf,
+    /// How a row's sessions become its label
+    #[arg(long, value_enum, default_value_t)]
+    combine: Combine,
     /// Output format
     #[arg(long, value_enum, default_value_t)]
     format: Format,
+}
+
+/// How `datasets merge` turns a row's session medians into one label.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Combine {
+    /// The median of the sessions' medians (the faster of two), every repetition counted
+    #[default]
+    Median,
+    /// The session with the fastest median, kept whole: on a shared machine a whole session
+    /// can run slow (other tenants, a lower clock) and nothing makes a run faster than the
+    /// undisturbed machine, so with several slow sessions the median would take a slow one
+    Fastest,
+}
+
+impl Combine {
+    /// The name `--combine` takes.
+    fn name(self) -> &'static str {
+        match self {
+            Combine::Median => "median",
+            Combine::Fastest => "fastest",
+        }
+    }
+
+    /// One timing of a row from its sessions' timings (`None` for none).
+    fn apply(self, timings: &[Timing]) -> Option<Timing> {
+        match self {
+            Combine::Median => combine_rounds(timings),
+            Combine::Fastest => timings
+                .iter()
+                .min_by(|a, b| a.median_ms.total_cmp(&b.median_ms))
+                .cloned(),
+        }
+    }
 }
 
 pub fn run(command: DatasetsCommand, ui: &Ui) -> anyhow::Result<ExitCode> {
@@ -424,7 +460,8 @@ struct MergedKind {
 }
 
 /// Merges sessions: every row keeps the median of its sessions' medians
-/// ([`perfcast_profile::timer::combine_rounds`], the lower middle of an even count).
+/// ([`perfcast_profile::timer::combine_rounds`], the lower middle of an even count), or with
+/// `--combine fastest` the session that measured it fastest.
 fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
     check_new_dir(&args.out)?;
     let mut seen = std::collections::HashSet::new();
@@ -482,7 +519,7 @@ fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
         let mut changes = Vec::new();
         for key in &order {
             let (mut record, timings, first) = rows.remove(key).expect("key was inserted");
-            if let Some(t) = combine_rounds(&timings) {
+            if let Some(t) = args.combine.apply(&timings) {
                 if let Some(first) = first {
                     changes.push((t.median_ms - first).abs() / first);
                 }
@@ -502,11 +539,16 @@ fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
     }
     write_dataset(&args.out, &device, &merged)?;
     if args.format == Format::Json {
-        emit_json(&serde_json::json!({ "out": args.out, "kinds": report }))?;
+        emit_json(&serde_json::json!({
+            "out": args.out,
+            "combine": args.combine.name(),
+            "kinds": report,
+        }))?;
     } else {
         let mut t = format!(
-            "merged {} sessions into {}\n",
+            "merged {} sessions ({}) into {}\n",
             dirs.len(),
+            args.combine.name(),
             args.out.display()
         );
         for k in &report {
