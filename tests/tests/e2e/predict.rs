@@ -123,6 +123,55 @@ fn train_writes_a_bundle_that_predict_and_bundle_show_use() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("layer 1 `c2`"), "{}", stderr(&o));
 
+    // A modules file: one row per entry, each with its own batch; a bad entry is refused with
+    // the file and its index, whether the spec or the entry's context is wrong.
+    let modules = tmp.path().join("modules.json");
+    std::fs::write(
+        &modules,
+        r#"[{"kind": "linear", "tokens": 1, "in_features": 16, "out_features": 8},
+            {"kind": "linear", "tokens": 1, "in_features": 16, "out_features": 8, "batch": 4}]"#,
+    )
+    .unwrap();
+    let o = run(&[
+        "predict",
+        "--modules-file",
+        modules.to_str().unwrap(),
+        "--bundle",
+        bundle.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["context"]["batch"], 1);
+    assert_eq!(rows[1]["context"]["batch"], 4);
+    for (text, named) in [
+        (
+            r#"[{"kind": "linear", "tokens": 1, "in_features": 16, "out_features": 8},
+                {"kind": "linear", "tokens": 1, "in_features": 16, "out_features": 8, "batch": 0}]"#,
+            "module 1",
+        ),
+        (
+            r#"[{"kind": "conv2d", "in_channels": 3, "out_channels": 4, "input_hw": 4, "kernel": 7}]"#,
+            "module 0",
+        ),
+    ] {
+        std::fs::write(&modules, text).unwrap();
+        let o = run(&[
+            "predict",
+            "--modules-file",
+            modules.to_str().unwrap(),
+            "--bundle",
+            bundle.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains("modules.json") && err.contains(named), "{err}");
+        assert!(o.stdout.is_empty());
+    }
+
     // A bad value is named; a corrupt bundle is refused with its file.
     let o = run(&[
         "predict",

@@ -419,15 +419,17 @@ pub fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
                 q.spec
                     .validate()
                     .with_context(|| format!("`{}`: module {i}", path.display()))?;
-                Ok((
-                    q.spec,
-                    Context {
-                        batch: q.batch.unwrap_or(a.batch),
-                        phase: q.phase.unwrap_or(a.phase),
-                        threads: q.threads.unwrap_or(a.threads),
-                        utilisation: 0.0,
-                    },
-                ))
+                let context = Context {
+                    batch: q.batch.unwrap_or(a.batch),
+                    phase: q.phase.unwrap_or(a.phase),
+                    threads: q.threads.unwrap_or(a.threads),
+                    utilisation: 0.0,
+                };
+                // Checked here, not at prediction time, so the error names the file and entry.
+                context
+                    .validate()
+                    .with_context(|| format!("`{}`: module {i}", path.display()))?;
+                Ok((q.spec, context))
             })
             .collect::<anyhow::Result<_>>()?
     } else if let Some(kind) = a.kind {
