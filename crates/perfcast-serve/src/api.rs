@@ -584,8 +584,19 @@ mod tests {
         assert_eq!(e.field.as_deref(), Some("modules[0].threads"));
         let e = err(r#"{"module": {"kind": "relu", "shape": [1, 1, 1]}, "utilisation": 1.5}"#);
         assert_eq!(e.field.as_deref(), Some("utilisation"));
+        // Refused by the spec's own bounds (perfcast-core) or the cap here, naming the value.
         let e = err(r#"{"module": {"kind": "relu", "shape": [1, 1, 99999999999]}}"#);
-        assert!(e.error.contains("larger than"), "{e:?}");
+        assert_eq!((e.status, e.field.as_deref()), (422, Some("module")));
+        assert!(e.error.contains("99999999999"), "{e:?}");
+        // A matmul whose operands would hold 2^48 elements is refused before any product.
+        let e = err(
+            r#"{"module": {"kind": "matmul", "m": 16777216, "k": 16777216, "n": 16777216}, "batch": 1048576}"#,
+        );
+        assert_eq!(
+            (e.status, e.field.as_deref()),
+            (422, Some("module")),
+            "{e:?}"
+        );
         let e = err(r#"{"module": {"kind": "relu", "shape": [1, 1, 18446744073709551615]}}"#);
         assert!(e.error.contains("18446744073709551615"), "{e:?}");
         let e = err(r#"{"modules": []}"#);

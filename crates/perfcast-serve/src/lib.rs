@@ -15,7 +15,15 @@
 //! (400 for a body that is not JSON, 413 over the body limit, 422 for a wrong field, 404 and
 //! 405 for unknown paths and methods). The predictor is shared by every tokio worker behind an
 //! `Arc`; predictions are microseconds and run inline in the handler. The server binds
-//! loopback by default and shuts down gracefully on SIGINT and SIGTERM.
+//! loopback by default.
+//!
+//! No client can hold a connection for free: a request head must arrive whole within the
+//! header timeout (10 s by default, from the connection's start or the request's first byte,
+//! so a byte a second gains nothing), its body within the body timeout (30 s, else 408), and a
+//! keep-alive connection is closed after the idle timeout (60 s). A head hyper cannot parse
+//! is answered 400, 414 or 431 with a JSON body too. On SIGINT or SIGTERM the server stops
+//! accepting, closes connections waiting for a request, lets requests in flight finish, and
+//! after the shutdown timeout (5 s) drops what is left. See [`ServeConfig`].
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -28,9 +36,14 @@
 //! ```
 
 pub mod api;
+mod conn;
 mod error;
 pub mod loadtest;
 mod server;
 
 pub use error::{Error, Result};
-pub use server::{AppState, DEFAULT_BODY_LIMIT, ServeConfig, router, run, serve, shutdown_signal};
+pub use server::{
+    AppState, DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_IDLE_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT, ServeConfig, router, run, serve,
+    shutdown_signal,
+};

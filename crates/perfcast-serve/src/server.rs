@@ -1,15 +1,15 @@
-//! The HTTP server: routes, handlers, body limits, graceful shutdown.
+//! The HTTP server: routes, handlers, body limits and timeouts.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Extension, FromRequest, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -18,10 +18,21 @@ use perfcast_select::{Predictor, PreparedNetwork};
 use serde::Serialize;
 
 use crate::api::{self, ApiError, ModuleQueries, NetworkQuery, PredictResponse};
+use crate::conn::{self, Timeouts};
 use crate::error::{Error, Result};
 
 /// Default request-body limit: 1 MiB, about 10,000 module specs.
 pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
+/// Default time for a request head to arrive whole, from the connection's start or the
+/// request's first byte.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default time for a request body to arrive whole, from its head.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default time a keep-alive connection may wait for its next request.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default time, after SIGINT or SIGTERM, to finish the requests in flight before the
+/// connections still open are dropped.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Module queries up to this count run inline on the tokio worker; more go to the blocking
 /// pool so one huge request cannot stall the connections sharing its worker.
@@ -38,6 +49,19 @@ pub struct ServeConfig {
     pub threads: usize,
     /// Largest request body, bytes; default [`DEFAULT_BODY_LIMIT`].
     pub body_limit: usize,
+    /// A request head must be whole this long after the connection opened or the request's
+    /// first byte arrived, or the connection is closed; default [`DEFAULT_HEADER_TIMEOUT`].
+    pub header_timeout: Duration,
+    /// A request body must be whole this long after its head, or the request is answered
+    /// 408 and the connection closed; default [`DEFAULT_BODY_TIMEOUT`].
+    pub body_timeout: Duration,
+    /// A keep-alive connection with no byte of a next request this long after its last
+    /// response is closed; default [`DEFAULT_IDLE_TIMEOUT`].
+    pub idle_timeout: Duration,
+    /// After the shutdown signal, connections waiting for a request close at once, requests
+    /// in flight get this long to finish, then every connection is dropped; default
+    /// [`DEFAULT_SHUTDOWN_TIMEOUT`].
+    pub shutdown_timeout: Duration,
 }
 
 impl Default for ServeConfig {
@@ -46,6 +70,43 @@ impl Default for ServeConfig {
             addr: SocketAddr::from(([127, 0, 0, 1], 8787)),
             threads: std::thread::available_parallelism().map_or(1, usize::from),
             body_limit: DEFAULT_BODY_LIMIT,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+        }
+    }
+}
+
+impl ServeConfig {
+    /// Checks every setting, naming the one out of range.
+    pub fn validate(&self) -> Result<()> {
+        if self.threads == 0 {
+            return Err(Error::Config("`threads` must be at least 1, got 0".into()));
+        }
+        if self.body_limit == 0 {
+            return Err(Error::Config(
+                "`body_limit` must be at least 1 byte, got 0".into(),
+            ));
+        }
+        for (name, d) in [
+            ("header_timeout", self.header_timeout),
+            ("body_timeout", self.body_timeout),
+            ("idle_timeout", self.idle_timeout),
+            ("shutdown_timeout", self.shutdown_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(Error::Config(format!("`{name}` must be positive, got 0 s")));
+            }
+        }
+        Ok(())
+    }
+
+    fn timeouts(&self) -> Timeouts {
+        Timeouts {
+            header: self.header_timeout,
+            idle: self.idle_timeout,
+            shutdown: self.shutdown_timeout,
         }
     }
 }
@@ -169,27 +230,38 @@ fn body(body: std::result::Result<Bytes, BytesRejection>) -> std::result::Result
     })
 }
 
-/// Runs a prediction, turning a panic (an arithmetic overflow on an extreme query that got
-/// past validation) into a 422 instead of a dropped connection.
-fn guarded<T>(
-    field: &str,
-    f: impl FnOnce() -> perfcast_select::Result<T>,
-) -> std::result::Result<T, ApiError> {
-    match std::panic::catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(ApiError::field(field, e.to_string())),
-        Err(_) => Err(ApiError::field(
-            field,
-            "the query is too large to predict (arithmetic overflow)",
-        )),
+/// How long a request body may take to arrive, from its head ([`ServeConfig::body_timeout`]).
+#[derive(Clone, Copy, Debug)]
+struct BodyTimeout(Duration);
+
+/// Reads the whole body under the body limit and the body timeout: 408 when it is late.
+/// hyper then closes the connection, the body being unread.
+async fn read_body(req: Request, timeout: BodyTimeout) -> std::result::Result<Bytes, ApiError> {
+    match tokio::time::timeout(timeout.0, Bytes::from_request(req, &())).await {
+        Ok(raw) => body(raw),
+        Err(_) => Err(ApiError {
+            status: 408,
+            error: format!(
+                "the request body did not arrive within {} s of its head",
+                timeout.0.as_secs_f64()
+            ),
+            field: Some("body".into()),
+        }),
     }
+}
+
+/// A prediction error as a 422 naming `field`. Queries are validated before they are
+/// predicted (`api`, then the predictor's own checks), so no size can overflow on the way:
+/// nothing is caught by unwinding.
+fn predicted<T>(field: &str, r: perfcast_select::Result<T>) -> std::result::Result<T, ApiError> {
+    r.map_err(|e| ApiError::field(field, e.to_string()))
 }
 
 fn predict_modules(
     predictor: &Predictor,
     queries: &ModuleQueries,
 ) -> std::result::Result<PredictResponse, ApiError> {
-    let predictions = guarded("modules", || predictor.predict_modules(&queries.0))?;
+    let predictions = predicted("modules", predictor.predict_modules(&queries.0))?;
     let total_ms = predictions.iter().map(|p| p.ms).sum();
     Ok(PredictResponse {
         predictions,
@@ -199,9 +271,10 @@ fn predict_modules(
 
 async fn predict(
     State(state): State<Arc<AppState>>,
-    raw: std::result::Result<Bytes, BytesRejection>,
+    Extension(timeout): Extension<BodyTimeout>,
+    req: Request,
 ) -> std::result::Result<Response, ApiError> {
-    let queries = api::parse_predict(&body(raw)?)?;
+    let queries = api::parse_predict(&read_body(req, timeout).await?)?;
     // A module query takes about a microsecond (less than handing it to another thread
     // would), so it runs inline on the tokio worker; only large batches are moved to the
     // blocking pool, where a 10,000-module request (~10 ms) cannot stall other connections.
@@ -239,7 +312,7 @@ fn predict_network_query(
                 None => {
                     let net = zoo::build(&key.0, key.1)
                         .map_err(|e| ApiError::field("resolution", e.to_string()))?;
-                    let p = Arc::new(guarded("network", || state.predictor.prepare(&net))?);
+                    let p = Arc::new(predicted("network", state.predictor.prepare(&net))?);
                     if let Ok(mut m) = state.networks.write()
                         && m.len() < NETWORK_CACHE
                     {
@@ -251,20 +324,22 @@ fn predict_network_query(
             (prepared, context)
         }
         NetworkQuery::Inline { network, context } => (
-            Arc::new(guarded("network", || state.predictor.prepare(&network))?),
+            Arc::new(predicted("network", state.predictor.prepare(&network))?),
             context,
         ),
     };
-    guarded("network", || {
-        state.predictor.predict_prepared(&prepared, &context)
-    })
+    predicted(
+        "network",
+        state.predictor.predict_prepared(&prepared, &context),
+    )
 }
 
 async fn predict_network(
     State(state): State<Arc<AppState>>,
-    raw: std::result::Result<Bytes, BytesRejection>,
+    Extension(timeout): Extension<BodyTimeout>,
+    req: Request,
 ) -> std::result::Result<Response, ApiError> {
-    let query = api::parse_network(&body(raw)?)?;
+    let query = api::parse_network(&read_body(req, timeout).await?)?;
     // A prepared zoo network is tens of microseconds: inline. A network given inline is
     // checked and prepared per request; a large one goes to the blocking pool.
     let big = matches!(&query, NetworkQuery::Inline { network, .. } if network.layers.len() > INLINE_MODULES);
@@ -304,8 +379,8 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
     )
 }
 
-/// The router over shared state, with a body limit of `body_limit` bytes.
-pub fn router(state: Arc<AppState>, body_limit: usize) -> Router {
+/// The router over shared state, with the body limit and body timeout of `config`.
+pub fn router(state: Arc<AppState>, config: &ServeConfig) -> Router {
     Router::new()
         .route("/v1/predict", post(predict))
         .route("/v1/predict/network", post(predict_network))
@@ -313,25 +388,23 @@ pub fn router(state: Arc<AppState>, body_limit: usize) -> Router {
         .route("/healthz", get(healthz))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(DefaultBodyLimit::max(config.body_limit))
+        .layer(Extension(BodyTimeout(config.body_timeout)))
         .with_state(state)
 }
 
-/// Serves on a bound listener until `shutdown` resolves, then finishes in-flight requests.
+/// Serves on a bound listener, under the limits and timeouts of `config` (its `addr` and
+/// `threads` are not used), until `shutdown` resolves; then closes the connections waiting
+/// for a request, gives those in one `config.shutdown_timeout` to finish, and drops the rest.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
-    body_limit: usize,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    config: &ServeConfig,
+    shutdown: impl Future<Output = ()>,
 ) -> Result<()> {
-    // Small request/response pairs: Nagle's delay would add tens of milliseconds.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, router(state, body_limit))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(Error::Io)
+    config.validate()?;
+    conn::serve_router(listener, router(state, config), config.timeouts(), shutdown).await;
+    Ok(())
 }
 
 /// Resolves on SIGINT or SIGTERM.
@@ -363,16 +436,14 @@ pub fn run(
     config: &ServeConfig,
     on_bound: impl FnOnce(SocketAddr),
 ) -> Result<()> {
-    if config.threads == 0 {
-        return Err(Error::Config("`threads` must be at least 1, got 0".into()));
-    }
+    config.validate()?;
     let state = Arc::new(AppState::new(predictor)?);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.threads)
         .enable_all()
         .build()
         .map_err(Error::Io)?;
-    runtime.block_on(async {
+    let served = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(config.addr)
             .await
             .map_err(|e| Error::Bind {
@@ -380,6 +451,285 @@ pub fn run(
                 source: e,
             })?;
         on_bound(listener.local_addr().map_err(Error::Io)?);
-        serve(listener, state, config.body_limit, shutdown_signal()).await
-    })
+        serve(listener, state, config, shutdown_signal()).await
+    });
+    // A prediction still running on the blocking pool is not waited for past the bound.
+    runtime.shutdown_timeout(config.shutdown_timeout);
+    served
+}
+
+#[cfg(test)]
+mod tests {
+    //! The connection timeouts and the shutdown bound, on loopback with short timeouts. Times
+    //! are checked against generous bounds only: closed no earlier than its timeout, and
+    //! within seconds.
+    #![allow(clippy::unwrap_used)]
+
+    use std::time::Instant;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+    use tokio::sync::oneshot;
+
+    use super::*;
+
+    /// Far above any of the short timeouts here, far below a hung test.
+    const BOUND: Duration = Duration::from_secs(5);
+
+    struct TestServer {
+        addr: SocketAddr,
+        stop: oneshot::Sender<()>,
+        done: tokio::task::JoinHandle<()>,
+    }
+
+    /// A server with `/healthz`, `/echo` (reads its body under the body timeout) and `/slow`
+    /// (answers after 300 ms).
+    async fn start(header: u64, body: u64, idle: u64, shutdown: u64) -> TestServer {
+        let ms = Duration::from_millis;
+        let router = Router::new()
+            .route("/healthz", get(healthz))
+            .route(
+                "/echo",
+                post(
+                    |Extension(t): Extension<BodyTimeout>, req: Request| async move {
+                        read_body(req, t)
+                            .await
+                            .map(|b| json_bytes(StatusCode::OK, b.to_vec()))
+                    },
+                ),
+            )
+            .route(
+                "/slow",
+                get(|| async {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    json_bytes(StatusCode::OK, b"{}".to_vec())
+                }),
+            )
+            .fallback(not_found)
+            .layer(Extension(BodyTimeout(ms(body))));
+        let timeouts = Timeouts {
+            header: ms(header),
+            idle: ms(idle),
+            shutdown: ms(shutdown),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let done = tokio::spawn(conn::serve_router(listener, router, timeouts, async {
+            let _ = stopped.await;
+        }));
+        TestServer { addr, stop, done }
+    }
+
+    /// Reads until the peer closes (0 or an error): true if it did within [`BOUND`].
+    async fn closed(s: &mut (impl AsyncReadExt + Unpin)) -> bool {
+        let mut buf = [0u8; 4096];
+        let deadline = tokio::time::Instant::now() + BOUND;
+        loop {
+            match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+                Ok(Ok(0) | Err(_)) => return true,
+                Ok(Ok(_)) => {}
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// One whole response on a keep-alive connection: status and body.
+    async fn response(s: &mut TcpStream) -> (u16, String) {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let text = String::from_utf8_lossy(&buf).into_owned();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length: ")
+                            .map(|v| v.trim().parse().unwrap())
+                    })
+                    .unwrap_or(0);
+                if body.len() >= len {
+                    return (text[9..12].parse().unwrap(), body.to_string());
+                }
+            }
+            let n = tokio::time::timeout(BOUND, s.read(&mut chunk))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(n > 0, "closed mid-response: {text}");
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_head_sent_a_byte_at_a_time_is_cut_off_at_the_header_timeout() {
+        let server = start(300, 10_000, 10_000, 1000).await;
+        let (mut rx, mut tx) = TcpStream::connect(server.addr).await.unwrap().into_split();
+        let t0 = Instant::now();
+        // Never ends: a header field a byte per 50 ms, until the server closes.
+        let writer = tokio::spawn(async move {
+            let head = b"GET /healthz HTTP/1.1\r\nhost: t\r\nx-slow: ";
+            for b in head.iter().chain(std::iter::repeat(&b'a')) {
+                if tx.write_all(&[*b]).await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        assert!(closed(&mut rx).await, "still open after {BOUND:?}");
+        let elapsed = t0.elapsed();
+        eprintln!("slow head closed after {elapsed:?} (header timeout 300 ms)");
+        assert!(elapsed >= Duration::from_millis(300), "{elapsed:?}");
+        writer.abort();
+        // A new connection is served as usual.
+        let mut s = TcpStream::connect(server.addr).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(response(&mut s).await.0, 200);
+        drop(server.stop);
+        server.done.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_sends_nothing_is_closed_at_the_header_timeout() {
+        let server = start(300, 10_000, 10_000, 1000).await;
+        let mut s = TcpStream::connect(server.addr).await.unwrap();
+        assert!(closed(&mut s).await);
+        drop(server.stop);
+        server.done.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_idle_keep_alive_connection_lives_past_the_header_timeout_and_closes_at_the_idle_timeout()
+     {
+        let server = start(300, 10_000, 1500, 1000).await;
+        let mut s = TcpStream::connect(server.addr).await.unwrap();
+        let get = b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n";
+        s.write_all(get).await.unwrap();
+        assert_eq!(response(&mut s).await.0, 200);
+        // Idle for longer than the header timeout, well within the idle timeout.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        s.write_all(get).await.unwrap();
+        assert_eq!(response(&mut s).await.0, 200);
+        let t0 = Instant::now();
+        assert!(
+            closed(&mut s).await,
+            "idle connection still open after {BOUND:?}"
+        );
+        let elapsed = t0.elapsed();
+        eprintln!("idle connection closed after {elapsed:?} (idle timeout 1500 ms)");
+        assert!(elapsed >= Duration::from_millis(1400), "{elapsed:?}");
+        drop(server.stop);
+        server.done.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_late_body_is_answered_408_in_json_and_the_connection_closed() {
+        let server = start(10_000, 300, 10_000, 1000).await;
+        let mut s = TcpStream::connect(server.addr).await.unwrap();
+        s.write_all(b"POST /echo HTTP/1.1\r\nhost: t\r\ncontent-length: 10\r\n\r\n{}")
+            .await
+            .unwrap();
+        let (status, body) = response(&mut s).await;
+        assert_eq!(status, 408, "{body}");
+        let e: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(e["field"], "body");
+        assert!(e["error"].as_str().unwrap().contains("0.3 s"), "{body}");
+        assert!(closed(&mut s).await);
+        // A body on time is read.
+        let mut s = TcpStream::connect(server.addr).await.unwrap();
+        s.write_all(b"POST /echo HTTP/1.1\r\nhost: t\r\ncontent-length: 2\r\n\r\n{}")
+            .await
+            .unwrap();
+        assert_eq!(response(&mut s).await, (200, "{}".to_string()));
+        drop(server.stop);
+        server.done.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn malformed_heads_are_answered_4xx_with_a_json_body() {
+        let server = start(10_000, 10_000, 10_000, 1000).await;
+        for head in [
+            &b"GARBAGE\r\n\r\n"[..],
+            b"GET /healthz HTTP/1.1\r\nhost: t\r\nbad header\r\n\r\n",
+            b"GET /heal thz HTTP/1.1\r\n\r\n",
+        ] {
+            let mut s = TcpStream::connect(server.addr).await.unwrap();
+            s.write_all(head).await.unwrap();
+            let mut raw = Vec::new();
+            tokio::time::timeout(BOUND, s.read_to_end(&mut raw))
+                .await
+                .unwrap()
+                .unwrap();
+            let text = String::from_utf8_lossy(&raw);
+            let (h, body) = text.split_once("\r\n\r\n").unwrap();
+            assert!(h.starts_with("HTTP/1.1 400 "), "{text}");
+            assert!(h.contains("content-type: application/json"), "{text}");
+            let e: serde_json::Value = serde_json::from_str(body).unwrap();
+            assert!(e["error"].as_str().unwrap().contains("malformed"), "{text}");
+        }
+        // The app's own 4xx are JSON as they were, and keep the connection.
+        let mut s = TcpStream::connect(server.addr).await.unwrap();
+        s.write_all(b"GET /nowhere HTTP/1.1\r\nhost: t\r\n\r\n")
+            .await
+            .unwrap();
+        let (status, body) = response(&mut s).await;
+        assert_eq!(status, 404);
+        assert!(body.contains("/nowhere"), "{body}");
+        s.write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(response(&mut s).await.0, 200);
+        drop(server.stop);
+        server.done.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn shutdown_closes_half_sent_requests_finishes_those_in_flight_and_is_bounded() {
+        // Header and body timeouts far off: only the shutdown may close these.
+        let server = start(60_000, 60_000, 60_000, 500).await;
+        let mut half_head = TcpStream::connect(server.addr).await.unwrap();
+        half_head
+            .write_all(b"POST /echo HTTP/1.1\r\nhost: t\r\ncontent-le")
+            .await
+            .unwrap();
+        let mut half_body = TcpStream::connect(server.addr).await.unwrap();
+        half_body
+            .write_all(b"POST /echo HTTP/1.1\r\nhost: t\r\ncontent-length: 100\r\n\r\n{\"a\"")
+            .await
+            .unwrap();
+        let mut idle = TcpStream::connect(server.addr).await.unwrap();
+        idle.write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(response(&mut idle).await.0, 200);
+        let mut in_flight = TcpStream::connect(server.addr).await.unwrap();
+        in_flight
+            .write_all(b"GET /slow HTTP/1.1\r\nhost: t\r\n\r\n")
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+
+        let t0 = Instant::now();
+        server.stop.send(()).unwrap();
+        // The request in flight is answered, and its connection closed after it.
+        assert_eq!(response(&mut in_flight).await.0, 200);
+        assert!(closed(&mut in_flight).await);
+        // Waiting for a request: closed at once.
+        assert!(closed(&mut half_head).await);
+        assert!(closed(&mut idle).await);
+        // A body that never comes holds its request until the shutdown bound.
+        assert!(closed(&mut half_body).await);
+        tokio::time::timeout(BOUND, server.done)
+            .await
+            .unwrap()
+            .unwrap();
+        let elapsed = t0.elapsed();
+        eprintln!("shut down in {elapsed:?} with a half-sent body open (bound 500 ms)");
+        assert!(elapsed >= Duration::from_millis(500), "{elapsed:?}");
+        // Nothing listens any more.
+        assert!(TcpStream::connect(server.addr).await.is_err());
+    }
 }

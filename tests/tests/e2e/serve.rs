@@ -1,10 +1,11 @@
 //! `perfcast serve` and `perfcast loadtest` end to end: a server on an ephemeral loopback
-//! port, valid and invalid requests, a short load test, and a clean stop on SIGTERM.
+//! port, valid and invalid requests, a short load test, a client sending its head a byte at a
+//! time, and a clean stop on SIGTERM with half-sent requests open.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::train::{small_dataset, train_bundle};
 use crate::{perfcast, run, stderr};
@@ -30,6 +31,33 @@ fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> (u16, String
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     (status, body)
+}
+
+/// Reads until the server closes the connection (0 or an error); false if it is still open
+/// after `bound`.
+fn closed_within(s: &mut TcpStream, bound: Duration) -> bool {
+    let deadline = Instant::now() + bound;
+    let mut buf = [0u8; 1024];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        s.set_read_timeout(Some(left)).unwrap();
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false;
+            }
+            Err(_) => return true,
+        }
+    }
 }
 
 fn json(body: &str) -> serde_json::Value {
@@ -63,6 +91,16 @@ fn serve_answers_valid_and_invalid_requests_and_stops_on_sigterm() {
             "2",
             "--max-body-kb",
             "64",
+            // Short timeouts, checked below; the body timeout long, so that only the
+            // shutdown bound can end a request whose body never comes.
+            "--header-timeout-s",
+            "0.5",
+            "--idle-timeout-s",
+            "5",
+            "--body-timeout-s",
+            "60",
+            "--shutdown-timeout-s",
+            "1",
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -193,6 +231,60 @@ fn serve_answers_valid_and_invalid_requests_and_stops_on_sigterm() {
     assert_eq!(status, 413, "{text}");
     assert_eq!(json(&text)["field"], "body");
 
+    // Sizes past what perfcast accepts are refused before any arithmetic on them; sizes
+    // within the limits but enormous are predicted or refused, never a panic (the log is
+    // checked at the end).
+    for body in [
+        &br#"{"module": {"kind": "matmul", "m": 16777216, "k": 16777216, "n": 16777216}}"#[..],
+        br#"{"module": {"kind": "matmul", "heads": 16777216, "m": 16777216, "k": 16777216, "n": 16777216}, "batch": 1048576}"#,
+        br#"{"module": {"kind": "linear", "in_features": 16777216, "out_features": 16777216}, "batch": 1048576}"#,
+    ] {
+        let (status, text) = http(addr, "POST", "/v1/predict", body);
+        assert_eq!(status, 422, "{text}");
+        assert_eq!(json(&text)["field"], "module", "{text}");
+    }
+    let (status, text) = http(
+        addr,
+        "POST",
+        "/v1/predict",
+        br#"{"module": {"kind": "matmul", "m": 1048576, "k": 1048576, "n": 1048576}, "batch": 1048576}"#,
+    );
+    assert!(status == 200 || status == 422, "{status} {text}");
+    json(&text);
+
+    // A request line hyper cannot parse is answered 400 with a JSON body too.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(b"NOT A REQUEST\r\n\r\n").unwrap();
+    let mut raw = String::new();
+    let _ = s.read_to_string(&mut raw);
+    let (head, body) = raw.split_once("\r\n\r\n").expect("an answer");
+    assert!(head.starts_with("HTTP/1.1 400 "), "{raw}");
+    assert!(head.contains("content-type: application/json"), "{raw}");
+    assert!(!json(body)["error"].as_str().unwrap().is_empty());
+
+    // A head sent a byte at a time is cut off at the header timeout (0.5 s).
+    let mut slow = TcpStream::connect(addr).unwrap();
+    let mut writer = slow.try_clone().unwrap();
+    let t0 = Instant::now();
+    let dripping = std::thread::spawn(move || {
+        let head = b"GET /healthz HTTP/1.1\r\nhost: t\r\nx-slow: ";
+        for b in head.iter().chain(std::iter::repeat_n(&b'a', 200)) {
+            if writer.write_all(&[*b]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    assert!(
+        closed_within(&mut slow, Duration::from_secs(5)),
+        "a slow head held the connection"
+    );
+    let slow_closed = t0.elapsed();
+    assert!(slow_closed >= Duration::from_millis(500), "{slow_closed:?}");
+    eprintln!("serve e2e: a head sent a byte per 50 ms was closed after {slow_closed:?}");
+    dripping.join().unwrap();
+
     // A short load test: valid and malformed requests mixed, every one answered as meant.
     let o = run(&[
         "loadtest",
@@ -223,17 +315,43 @@ fn serve_answers_valid_and_invalid_requests_and_stops_on_sigterm() {
     assert_eq!(r["invalid_4xx"].as_u64().unwrap(), invalid);
     assert!(valid > 100 && invalid > 100, "{r}");
 
-    // The server is still healthy, then stops cleanly on SIGTERM with exit 0.
+    // The server is still healthy, then stops cleanly on SIGTERM with exit 0, within its
+    // shutdown bound (1 s) though a request whose body never comes is open, and a head
+    // half sent (the header timeout restarts for it just before the signal).
     assert_eq!(http(addr, "GET", "/healthz", b"").0, 200);
+    let mut half_body = TcpStream::connect(addr).unwrap();
+    half_body
+        .write_all(b"POST /v1/predict HTTP/1.1\r\nhost: t\r\ncontent-length: 1000\r\n\r\n{\"mod")
+        .unwrap();
+    let mut half_head = TcpStream::connect(addr).unwrap();
+    half_head
+        .write_all(b"POST /v1/predict HTTP/1.1\r\nhost: t\r\ncont")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
     let mut server = server;
     let pid = server.0.id().to_string();
+    let t0 = Instant::now();
     let killed = std::process::Command::new("kill")
         .args(["-TERM", &pid])
         .status()
         .unwrap();
     assert!(killed.success());
-    let status = server.0.wait().unwrap();
+    let status = loop {
+        if let Some(status) = server.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "still running 10 s after SIGTERM (shutdown bound 1 s)"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stopped = t0.elapsed();
+    eprintln!("serve e2e: exited {stopped:?} after SIGTERM with a half-sent request open");
     assert!(status.success(), "exit status {status:?}");
+    assert!(closed_within(&mut half_body, Duration::from_secs(5)));
+    assert!(closed_within(&mut half_head, Duration::from_secs(5)));
     let log = drain.join().unwrap().join("\n");
     assert!(log.contains("shut down"), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
 }

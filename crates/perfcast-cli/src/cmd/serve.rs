@@ -10,7 +10,10 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use perfcast_select::Predictor;
 use perfcast_serve::loadtest::{LoadConfig, LoadKind, LoadReport};
-use perfcast_serve::{DEFAULT_BODY_LIMIT, ServeConfig};
+use perfcast_serve::{
+    DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_SHUTDOWN_TIMEOUT, ServeConfig,
+};
 
 use crate::Ui;
 use crate::cmd::predict::load_bundle;
@@ -31,6 +34,33 @@ pub struct ServeArgs {
     /// Largest request body, KiB
     #[arg(long, default_value_t = DEFAULT_BODY_LIMIT / 1024)]
     max_body_kb: usize,
+    /// Seconds for a request head to arrive whole (from the connection's start or the request's first byte); then the connection is closed
+    #[arg(long, default_value_t = DEFAULT_HEADER_TIMEOUT.as_secs_f64())]
+    header_timeout_s: f64,
+    /// Seconds for a request body to arrive whole, from its head; then 408
+    #[arg(long, default_value_t = DEFAULT_BODY_TIMEOUT.as_secs_f64())]
+    body_timeout_s: f64,
+    /// Seconds a keep-alive connection may wait for its next request
+    #[arg(long, default_value_t = DEFAULT_IDLE_TIMEOUT.as_secs_f64())]
+    idle_timeout_s: f64,
+    /// Seconds, after SIGINT or SIGTERM, for requests in flight to finish before every connection is dropped
+    #[arg(long, default_value_t = DEFAULT_SHUTDOWN_TIMEOUT.as_secs_f64())]
+    shutdown_timeout_s: f64,
+}
+
+/// `--max-body-kb` in bytes.
+fn body_limit(kb: usize) -> anyhow::Result<usize> {
+    kb.checked_mul(1024)
+        .ok_or_else(|| anyhow::anyhow!("`--max-body-kb` is too large, got {kb}"))
+}
+
+/// A positive number of seconds, at most a day, as a duration.
+fn seconds(flag: &str, s: f64) -> anyhow::Result<Duration> {
+    anyhow::ensure!(
+        s.is_finite() && s > 0.0 && s <= 86_400.0,
+        "`--{flag}` must be in (0, 86400] seconds, got {s}"
+    );
+    Ok(Duration::from_secs_f64(s))
 }
 
 /// `perfcast serve`: loads the bundle, binds, prints the address, serves until SIGINT or
@@ -47,7 +77,11 @@ pub fn serve(a: ServeArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     let config = ServeConfig {
         addr: a.addr,
         threads: a.threads.unwrap_or(ServeConfig::default().threads),
-        body_limit: a.max_body_kb * 1024,
+        body_limit: body_limit(a.max_body_kb)?,
+        header_timeout: seconds("header-timeout-s", a.header_timeout_s)?,
+        body_timeout: seconds("body-timeout-s", a.body_timeout_s)?,
+        idle_timeout: seconds("idle-timeout-s", a.idle_timeout_s)?,
+        shutdown_timeout: seconds("shutdown-timeout-s", a.shutdown_timeout_s)?,
     };
     if !a.addr.ip().is_loopback() {
         ui.info(format!(
@@ -139,7 +173,7 @@ pub fn loadtest(a: LoadtestArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             Kind::Module => LoadKind::Module,
             Kind::Network => LoadKind::Network,
         },
-        body_limit: a.max_body_kb * 1024,
+        body_limit: body_limit(a.max_body_kb)?,
         seed: a.seed,
     };
     ui.info(format!(
