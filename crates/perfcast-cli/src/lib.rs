@@ -164,6 +164,28 @@ impl Ui {
 }
 
 /// Runs the command line and returns the process exit code.
+/// Longest line of an error message: values from the input are echoed, and a line must stay
+/// readable whatever the input held.
+const MAX_ERROR_LINE: usize = 1000;
+
+/// `message` with every line cut to [`MAX_ERROR_LINE`] bytes, saying how much was cut.
+fn clip_lines(message: &str) -> String {
+    message
+        .lines()
+        .map(|line| {
+            if line.len() <= MAX_ERROR_LINE {
+                return line.to_string();
+            }
+            let mut end = MAX_ERROR_LINE;
+            while !line.is_char_boundary(end) {
+                end -= 1;
+            }
+            format!("{}... ({} more bytes)", &line[..end], line.len() - end)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 pub fn main_entry() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -213,7 +235,7 @@ pub fn main_entry() -> ExitCode {
             } else {
                 "error"
             };
-            eprintln!("{prefix}: {err:#}");
+            eprintln!("{prefix}: {}", clip_lines(&format!("{err:#}")));
             ExitCode::from(2)
         }
     }

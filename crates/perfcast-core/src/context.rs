@@ -43,6 +43,10 @@ impl std::str::FromStr for Phase {
     }
 }
 
+/// Largest batch a context may hold: 2^24 samples. Batch-wide counts are computed in `f64`
+/// (features) or checked integers, so this bounds them without any overflow.
+pub const MAX_BATCH: usize = 1 << 24;
+
 /// The context of one measurement or query.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Context {
@@ -63,6 +67,12 @@ impl Context {
             return Err(Error::InvalidContext(
                 "`batch` must be at least 1, got 0".into(),
             ));
+        }
+        if self.batch > MAX_BATCH {
+            return Err(Error::InvalidContext(format!(
+                "`batch` must be at most {MAX_BATCH} (2^24), got {}",
+                self.batch
+            )));
         }
         if self.threads == 0 {
             return Err(Error::InvalidContext(

@@ -83,21 +83,41 @@ impl DeviceSpec {
         if self.name.trim().is_empty() {
             return Err(bad("`name` is empty".into()));
         }
-        for (field, value) in [
-            ("peak_gflops", self.peak_gflops),
-            ("mem_bandwidth_gbs", self.mem_bandwidth_gbs),
-            ("clock_mhz", self.clock_mhz),
-            ("memory_gb", self.memory_gb),
+        // Physically possible ranges, wide enough for any device from a microcontroller to a
+        // future accelerator; outside them the ratios features are built from (roofline time,
+        // ridge point) overflow or vanish (a peak of 1e-300 printed `NaN%`).
+        for (field, value, low, high) in [
+            ("peak_gflops", self.peak_gflops, 1e-3, 1e9),
+            ("mem_bandwidth_gbs", self.mem_bandwidth_gbs, 1e-3, 1e8),
+            ("clock_mhz", self.clock_mhz, 1.0, 1e6),
+            ("memory_gb", self.memory_gb, 1e-6, 1e7),
         ] {
             if !(value.is_finite() && value > 0.0) {
                 return Err(bad(format!("`{field}` must be positive, got {value}")));
             }
+            if !(low..=high).contains(&value) {
+                // `{:?}` prints 1e-300 as such, not as 300 digits.
+                return Err(bad(format!(
+                    "`{field}` must be in [{low}, {high}], got {value:?}"
+                )));
+            }
         }
-        if !(self.cache_mb.is_finite() && self.cache_mb >= 0.0) {
+        if !(self.cache_mb.is_finite() && (0.0..=1e6).contains(&self.cache_mb)) {
             return Err(bad(format!(
-                "`cache_mb` must not be negative, got {}",
+                "`cache_mb` must be in [0, 1000000], got {}",
                 self.cache_mb
             )));
+        }
+        for (field, value) in [
+            ("caches.l1d_kb", self.caches.l1d_kb),
+            ("caches.l2_kb", self.caches.l2_kb),
+            ("caches.l3_kb", self.caches.l3_kb),
+        ] {
+            if let Some(v) = value
+                && !(v.is_finite() && (0.0..=1e9).contains(&v))
+            {
+                return Err(bad(format!("`{field}` must be in [0, 1e9], got {v:?}")));
+            }
         }
         if self.cores == 0 {
             return Err(bad("`cores` must be at least 1, got 0".into()));
@@ -308,6 +328,21 @@ mod tests {
         s.cores = 0;
         assert!(s.validate().unwrap_err().to_string().contains("`cores`"));
         assert!(spec().validate().is_ok());
+        // Issue 21: a peak of 1e-300 printed `NaN%`; a negative L2 was accepted.
+        let mut s = spec();
+        s.peak_gflops = 1e-300;
+        let err = s.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("`peak_gflops` must be in [0.001, 1000000000], got 1e-300"),
+            "{err}"
+        );
+        let mut s = spec();
+        s.caches.l2_kb = Some(-5.0);
+        let err = s.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("`caches.l2_kb` must be in [0, 1e9], got -5.0"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -26,7 +26,7 @@ mod spec;
 pub mod testing;
 pub mod zoo;
 
-pub use context::{Context, Phase};
+pub use context::{Context, MAX_BATCH, Phase};
 pub use device::{
     Caches, CpuTopology, DeviceKind, DeviceSpec, SpecSource, parse_cache_size, parse_cpuinfo,
     slugify,
@@ -35,8 +35,8 @@ pub use error::{Error, Result};
 pub use metrics::Metrics;
 pub use network::{Layer, LayerShapes, NETWORK_INPUT, Network};
 pub use spec::{
-    BatchNorm2d, Conv2d, Dims, Elementwise, LayerNorm, Linear, Matmul, ModuleKind, ModuleSpec,
-    Pool2d,
+    BatchNorm2d, Conv2d, Dims, Elementwise, LayerNorm, Linear, MAX_AXIS, MAX_ELEMENTS, Matmul,
+    ModuleKind, ModuleSpec, Pool2d,
 };
 
 /// perfcast's version, recorded in every dataset row and bundle.

@@ -383,9 +383,58 @@ fn invalid(kind: ModuleKind, message: String) -> Error {
     }
 }
 
+/// Largest value of any one size field (channels, features, spatial sizes, kernel, stride,
+/// padding, ...): 2^24. Real layers stay far below it; the bound keeps every product of sizes
+/// (see [`MAX_ELEMENTS`]) well inside 64-bit integers and exactly representable in `f64`.
+pub const MAX_AXIS: usize = 1 << 24;
+
+/// Largest tensor a spec may describe per sample (input, output, weights or the second
+/// operand), in elements: 2^40 (4 TiB of fp32), beyond any device's memory.
+pub const MAX_ELEMENTS: u64 = 1 << 40;
+
 fn positive(kind: ModuleKind, name: &str, value: usize) -> Result<()> {
     if value == 0 {
         return Err(invalid(kind, format!("`{name}` must be at least 1, got 0")));
+    }
+    at_most_axis(kind, name, value)
+}
+
+#[inline]
+fn at_most_axis(kind: ModuleKind, name: &str, value: usize) -> Result<()> {
+    if value > MAX_AXIS {
+        return Err(invalid(
+            kind,
+            format!("`{name}` must be at most {MAX_AXIS} (2^24), got {value}"),
+        ));
+    }
+    Ok(())
+}
+
+/// [`at_most_axis`] for a value named `{what} {axis}`, formatting the name only on error.
+#[inline]
+fn bounded_axis(kind: ModuleKind, what: &str, axis: &str, value: usize) -> Result<()> {
+    if value > MAX_AXIS {
+        return at_most_axis(kind, &format!("{what} {axis}"), value);
+    }
+    Ok(())
+}
+
+/// Checks that a tensor of `dims` (each already at most [`MAX_AXIS`]) holds at most
+/// [`MAX_ELEMENTS`] elements.
+fn elements_at_most(kind: ModuleKind, what: &str, dims: &[usize]) -> Result<()> {
+    let mut n: u64 = 1;
+    for &d in dims {
+        n = n.saturating_mul(d as u64);
+    }
+    if n > MAX_ELEMENTS {
+        let shape: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+        return Err(invalid(
+            kind,
+            format!(
+                "the {what} [{}] holds {n} elements per sample, more than {MAX_ELEMENTS} (2^40)",
+                shape.join(", ")
+            ),
+        ));
     }
     Ok(())
 }
@@ -394,7 +443,7 @@ fn positive(kind: ModuleKind, name: &str, value: usize) -> Result<()> {
 /// validation runs on every prediction.
 #[inline]
 fn positive_axis(kind: ModuleKind, what: &str, axis: &str, value: usize) -> Result<()> {
-    if value == 0 {
+    if value == 0 || value > MAX_AXIS {
         return positive(kind, &format!("{what} {axis}"), value);
     }
     Ok(())
@@ -493,6 +542,31 @@ impl ModuleSpec {
         self.output_dims().map(|_| ())
     }
 
+    /// Checks the size of every tensor the spec describes ([`MAX_ELEMENTS`]), given its
+    /// validated output shape.
+    fn check_elements(&self, out: &Dims) -> Result<()> {
+        let kind = self.kind();
+        elements_at_most(kind, "input", &self.input_dims())?;
+        elements_at_most(kind, "output", out)?;
+        match self {
+            ModuleSpec::Conv2d(c) => elements_at_most(
+                kind,
+                "weight",
+                &[
+                    c.out_channels,
+                    c.in_channels / c.groups,
+                    c.kernel[0],
+                    c.kernel[1],
+                ],
+            ),
+            ModuleSpec::Linear(l) => {
+                elements_at_most(kind, "weight", &[l.out_features, l.in_features])
+            }
+            ModuleSpec::Matmul(m) => elements_at_most(kind, "right operand", &[m.heads, m.k, m.n]),
+            _ => Ok(()),
+        }
+    }
+
     /// Per-sample input shape (the first operand for two-input ops).
     pub fn input_shape(&self) -> Vec<usize> {
         self.input_dims().to_vec()
@@ -527,6 +601,13 @@ impl ModuleSpec {
     /// [`ModuleSpec::output_shape`] held inline: the prediction path validates and builds a
     /// feature row for every query, and a vector per shape showed in its profile.
     pub fn output_dims(&self) -> Result<Dims> {
+        let out = self.output_dims_unchecked()?;
+        self.check_elements(&out)?;
+        Ok(out)
+    }
+
+    /// The output shape once every field is in range, before the tensor sizes are checked.
+    fn output_dims_unchecked(&self) -> Result<Dims> {
         let kind = self.kind();
         match self {
             ModuleSpec::Conv2d(c) => {
@@ -538,6 +619,7 @@ impl ModuleSpec {
                     positive_axis(kind, "kernel", axis, c.kernel[i])?;
                     positive_axis(kind, "stride", axis, c.stride[i])?;
                     positive_axis(kind, "dilation", axis, c.dilation[i])?;
+                    bounded_axis(kind, "padding", axis, c.padding[i])?;
                 }
                 if c.in_channels % c.groups != 0 || c.out_channels % c.groups != 0 {
                     return Err(invalid(
@@ -589,6 +671,7 @@ impl ModuleSpec {
                     positive_axis(kind, "input", axis, p.input_hw[i])?;
                     positive_axis(kind, "kernel", axis, p.kernel[i])?;
                     positive_axis(kind, "stride", axis, stride[i])?;
+                    bounded_axis(kind, "padding", axis, p.padding[i])?;
                     if 2 * p.padding[i] > p.kernel[i] {
                         return Err(invalid(
                             kind,

@@ -63,6 +63,16 @@ pub fn build(name: &str, resolution: Option<usize>) -> Result<Network> {
     let default =
         default_resolution(&key).ok_or_else(|| Error::UnknownNetwork(name.to_string()))?;
     let r = resolution.unwrap_or(default);
+    // Checked before any layer is built: the builders multiply the resolution out.
+    if r > crate::MAX_AXIS {
+        return Err(Error::InvalidNetwork {
+            network: key,
+            message: format!(
+                "`resolution` must be at most {} (2^24), got {r}",
+                crate::MAX_AXIS
+            ),
+        });
+    }
     let network = match key.as_str() {
         "lenet5" => lenet5(r),
         "alexnet" => alexnet(r),
@@ -760,5 +770,13 @@ mod tests {
         assert!(err.contains("larger than the padded input"), "{err}");
         let err = build("vgg16", Some(0)).unwrap_err().to_string();
         assert!(err.contains("network `vgg16`"), "{err}");
+        // Issue 21: a huge resolution was multiplied out and overflowed.
+        for name in names() {
+            let err = build(name, Some(4_294_967_296)).unwrap_err().to_string();
+            assert!(err.contains("4294967296"), "{name}: {err}");
+        }
+        // Within the bound but too large for its layers: an error naming the layer.
+        let err = build("resnet50", Some(1 << 24)).unwrap_err().to_string();
+        assert!(err.contains("2^40"), "{err}");
     }
 }

@@ -12,6 +12,9 @@ use crate::table;
 /// File holding the device spec beside the Parquet files.
 pub const DEVICE_FILE: &str = "device.json";
 
+/// The file writers lock (an OS file lock) while they change a dataset's tables.
+pub const LOCK_FILE: &str = ".perfcast.lock";
+
 /// A dataset directory on disk (`datasets/<device>/`).
 #[derive(Clone, Debug)]
 pub struct DatasetDir {
@@ -104,11 +107,38 @@ impl DatasetDir {
         Ok(self.read(kind)?.iter().map(Record::key).collect())
     }
 
+    /// Takes the dataset's write lock (an OS lock on [`LOCK_FILE`]), waiting while another
+    /// process holds it; released when the returned file is dropped.
+    fn lock(&self) -> Result<std::fs::File> {
+        let path = self.root.join(LOCK_FILE);
+        let io = |action: &'static str| {
+            let path = path.clone();
+            move |source| Error::Io {
+                action,
+                path,
+                source,
+            }
+        };
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io("open the lock file"))?;
+        file.lock().map_err(io("lock"))?;
+        Ok(file)
+    }
+
     /// Appends records of one kind atomically: the old file stays intact until the new one,
     /// holding the old rows and the new, replaces it by rename.
-    pub fn append(&self, kind: ModuleKind, records: &[Record]) -> Result<()> {
+    ///
+    /// Writers take the dataset's lock for the read-modify-write, so concurrent writers (two
+    /// `profile --resume` runs on one dataset) wait for each other instead of losing rows; a
+    /// record whose key ([`Record::key`]) the table already holds, or that repeats an earlier
+    /// record of the call, is not stored again. Returns how many were stored.
+    pub fn append(&self, kind: ModuleKind, records: &[Record]) -> Result<usize> {
         if records.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         if let Some(bad) = records.iter().find(|r| r.spec.kind() != kind) {
             return Err(Error::schema(
@@ -119,13 +149,25 @@ impl DatasetDir {
                 ),
             ));
         }
+        let _lock = self.lock()?;
         let mut all = self.read(kind)?;
-        all.extend_from_slice(records);
-        self.write(kind, &all)
+        let mut keys: HashSet<String> = all.iter().map(Record::key).collect();
+        let before = all.len();
+        all.extend(records.iter().filter(|r| keys.insert(r.key())).cloned());
+        let stored = all.len() - before;
+        if stored > 0 {
+            self.write_unlocked(kind, &all)?;
+        }
+        Ok(stored)
     }
 
-    /// Replaces the table of one kind atomically.
+    /// Replaces the table of one kind atomically, under the dataset's lock.
     pub fn write(&self, kind: ModuleKind, records: &[Record]) -> Result<()> {
+        let _lock = self.lock()?;
+        self.write_unlocked(kind, records)
+    }
+
+    fn write_unlocked(&self, kind: ModuleKind, records: &[Record]) -> Result<()> {
         let path = self.module_path(kind);
         let mut df = table::to_frame(kind, records).map_err(|e| Error::unreadable(&path, e))?;
         table::write_parquet_atomic(&path, &mut df)

@@ -32,6 +32,14 @@ pub enum Error {
         /// What is wrong, naming the column and value.
         message: String,
     },
+    /// An output directory that must not be written or replaced.
+    #[error("cannot write `{path}`: {message}")]
+    Destination {
+        /// The destination.
+        path: PathBuf,
+        /// Why, naming what it holds.
+        message: String,
+    },
     /// No dataset where one was expected.
     #[error("no dataset at `{path}`\n\nhint: create one with `perfcast profile --out {path}`", path = .0.display())]
     Missing(PathBuf),

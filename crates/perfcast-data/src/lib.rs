@@ -19,10 +19,11 @@ mod dataset;
 mod error;
 pub mod import;
 pub mod networks;
+pub mod outdir;
 mod record;
 pub mod summary;
 pub mod table;
 
-pub use dataset::{DEVICE_FILE, DatasetDir, write_atomic, write_atomic_with};
+pub use dataset::{DEVICE_FILE, DatasetDir, LOCK_FILE, write_atomic, write_atomic_with};
 pub use error::{Error, Result};
 pub use record::{Outcome, Record, Timing, measurement_key};

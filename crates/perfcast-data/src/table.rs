@@ -207,6 +207,9 @@ fn check_usize(path: &Path, column: &str, row: usize, v: i64) -> Result<usize> {
     })
 }
 
+/// Largest time a dataset may store for one call, ms (a day).
+pub const MAX_TIME_MS: f64 = 86_400_000.0;
+
 fn finite_positive(path: &Path, column: &str, row: usize, v: f64) -> Result<f64> {
     if v.is_nan() {
         return Err(Error::schema(path, format!("row {row}: `{column}` is NaN")));
@@ -215,6 +218,13 @@ fn finite_positive(path: &Path, column: &str, row: usize, v: f64) -> Result<f64>
         return Err(Error::schema(
             path,
             format!("row {row}: `{column}` must be a non-negative finite time, got {v}"),
+        ));
+    }
+    // A day per call is beyond anything measured; larger values (1e308) trained into `inf%`.
+    if v > MAX_TIME_MS {
+        return Err(Error::schema(
+            path,
+            format!("row {row}: `{column}` is {v} ms, more than a day ({MAX_TIME_MS} ms)"),
         ));
     }
     Ok(v)

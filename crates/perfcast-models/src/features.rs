@@ -73,9 +73,11 @@ fn im2col_mib_of(spec: &ModuleSpec, batch: usize, out: &[usize]) -> f64 {
     if pointwise + depthwise + small > 0.0 {
         return 0.0;
     }
-    let positions: usize = out.iter().skip(1).product();
-    let per_group = (c.in_channels / c.groups.max(1)) * c.kernel[0] * c.kernel[1];
-    4.0 * (batch * positions * per_group * c.groups.max(1)) as f64 / (1024.0 * 1024.0)
+    // In f64: batch x positions x taps can pass 2^64 for valid specs at large batches (the
+    // products are exact below 2^53, where every real layer is).
+    let positions: f64 = out.iter().skip(1).map(|&d| d as f64).product();
+    let per_group = (c.in_channels / c.groups.max(1)) as f64 * (c.kernel[0] * c.kernel[1]) as f64;
+    4.0 * (batch as f64 * positions * per_group * c.groups.max(1) as f64) / (1024.0 * 1024.0)
 }
 
 /// Bytes above which burn-flex's transposed convolution tiles its column buffer.

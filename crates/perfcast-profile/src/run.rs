@@ -76,7 +76,8 @@ pub struct KindCounts {
     pub measured: usize,
     /// Rows that failed in this run.
     pub failed: usize,
-    /// Rows skipped because they were already stored.
+    /// Rows skipped because they were already stored (before the run, or by a concurrent
+    /// writer while this run measured them).
     pub skipped: usize,
     /// Rows in the dataset after the run.
     pub total_rows: usize,
@@ -309,12 +310,17 @@ pub fn run(
         let mut saved = Ok(());
         for record in &records {
             let kind = record.spec.kind();
-            if let Err(e) = dataset.append(kind, std::slice::from_ref(record)) {
-                saved = Err(e);
-                break;
-            }
+            let stored = match dataset.append(kind, std::slice::from_ref(record)) {
+                Ok(n) => n,
+                Err(e) => {
+                    saved = Err(e);
+                    break;
+                }
+            };
             let counts = kinds.entry(kind.name().to_string()).or_default();
             match &record.outcome {
+                // Another writer (a concurrent `--resume` run) stored this row first.
+                _ if stored == 0 => counts.skipped += 1,
                 Outcome::Ok(_) => counts.measured += 1,
                 Outcome::Failed { reason } => {
                     counts.failed += 1;

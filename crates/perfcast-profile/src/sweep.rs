@@ -102,6 +102,9 @@ pub enum Method {
     Random,
 }
 
+/// Most configurations one sweep draws per kind: the draws are held in memory up front.
+pub const MAX_SAMPLES: usize = 100_000;
+
 /// A complete, validated sweep.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sweep {
@@ -411,6 +414,12 @@ impl Sweep {
         if self.phases.is_empty() {
             return Err("`phases` is empty".into());
         }
+        if self.samples == 0 || self.samples > MAX_SAMPLES {
+            return Err(format!(
+                "`samples` must be in [1, {MAX_SAMPLES}], got {}",
+                self.samples
+            ));
+        }
         self.timing.validate()?;
         for kind in &self.modules {
             for (name, param) in self.params_of(*kind) {
@@ -430,6 +439,38 @@ impl Sweep {
                             && *x < 0.0
                         {
                             return Err(format!("`{kind}.{name}` must not be negative, got {x}"));
+                        }
+                    }
+                }
+                // Sizes are at least 1 (a kernel or groups of 0 used to run as 1), padding and
+                // flags at least 0; none above what a spec accepts.
+                let lowest = if matches!(name.as_str(), "padding" | "bias") {
+                    0.0
+                } else {
+                    1.0
+                };
+                let in_range = |x: f64| x >= lowest && x <= perfcast_core::MAX_AXIS as f64;
+                let bad = |x: f64| {
+                    Err(format!(
+                        "`{kind}.{name}` values must be in [{lowest}, {}], got {x:?}",
+                        perfcast_core::MAX_AXIS
+                    ))
+                };
+                match &param {
+                    Param::Range { min, max, .. } => {
+                        for x in [*min, *max] {
+                            if !in_range(x) {
+                                return bad(x);
+                            }
+                        }
+                    }
+                    Param::Choice(values) => {
+                        for v in values {
+                            if let Value::Num(x) = v
+                                && !in_range(*x)
+                            {
+                                return bad(*x);
+                            }
                         }
                     }
                 }
@@ -888,6 +929,23 @@ mod tests {
                 "`linear.in_features` must not be negative, got -4",
             ),
             ("colour = 3", "unknown key `colour`"),
+            // Issue 21: these ran as 1, or allocated the draws up front.
+            (
+                "[conv2d]\nkernel = [0]",
+                "`conv2d.kernel` values must be in [1, 16777216], got 0",
+            ),
+            (
+                "[conv2d]\ngroups = [0]",
+                "`conv2d.groups` values must be in [1",
+            ),
+            (
+                "[linear]\nin_features = { min = 1, max = 1e30 }",
+                "`linear.in_features` values must be in [1, 16777216], got 1e30",
+            ),
+            (
+                "samples = 9223372036854775807",
+                "`samples` must be in [1, 100000], got 9223372036854775807",
+            ),
             ("[timing]\nmax_time_s = -1.0", "timing.max_time_s"),
         ];
         for (text, expected) in cases {

@@ -37,6 +37,9 @@ use crate::link::Link;
 /// PyTorch DDP's default bucket size (`bucket_cap_mb = 25`), bytes.
 pub const DEFAULT_BUCKET_BYTES: f64 = 25.0 * 1024.0 * 1024.0;
 
+/// Most devices one estimate spreads a step over (2^20).
+pub const MAX_DEVICES: usize = 1 << 20;
+
 /// One layer's part of a training step on one device, at the per-device batch.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LayerCost {
@@ -213,6 +216,21 @@ impl DataParallelModel {
             return Err(Error::invalid(
                 "device count",
                 "at least 1 device is needed, got 0",
+            ));
+        }
+        if global_batch > perfcast_core::MAX_BATCH {
+            return Err(Error::invalid(
+                "batch",
+                format!(
+                    "the global batch must be at most {} (2^24), got {global_batch}",
+                    perfcast_core::MAX_BATCH
+                ),
+            ));
+        }
+        if devices > MAX_DEVICES {
+            return Err(Error::invalid(
+                "device count",
+                format!("at most {MAX_DEVICES} devices are modelled, got {devices}"),
             ));
         }
         if global_batch < devices {

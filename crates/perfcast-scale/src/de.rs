@@ -64,6 +64,10 @@ pub struct DeResult {
     pub converged: bool,
 }
 
+/// Largest population accepted: the population is allocated up front (one vector per member),
+/// and a few hundred members already cover the expressions fitted here.
+pub const MAX_POPULATION: usize = 100_000;
+
 impl DeConfig {
     fn validate(&self, bounds: &[(f64, f64)]) -> Result<()> {
         let bad = |m: String| Err(Error::invalid("differential evolution setting", m));
@@ -84,6 +88,12 @@ impl DeConfig {
         if self.population != 0 && self.population < 4 {
             return bad(format!(
                 "the population must be at least 4 (rand/1 draws three others), got {}",
+                self.population
+            ));
+        }
+        if self.population > MAX_POPULATION {
+            return bad(format!(
+                "the population must be at most {MAX_POPULATION}, got {}",
                 self.population
             ));
         }
@@ -285,6 +295,14 @@ mod tests {
                 },
                 vec![(0.0, 1.0)],
                 "at least 4",
+            ),
+            (
+                DeConfig {
+                    population: 4_294_967_295,
+                    ..DeConfig::default()
+                },
+                vec![(0.0, 1.0)],
+                "at most 100000, got 4294967295",
             ),
             (DeConfig::default(), vec![(1.0, 0.0)], "[1, 0]"),
             (DeConfig::default(), vec![], "at least one dimension"),

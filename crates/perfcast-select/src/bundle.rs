@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use perfcast_core::{DeviceSpec, ModuleKind};
+use perfcast_data::outdir::{self, OutputKind};
 use perfcast_models::{FeatureSchema, Regressor, SavedModel, TrainSet};
 use serde::{Deserialize, Serialize};
 
@@ -115,6 +116,54 @@ pub struct Bundle {
     models: BTreeMap<ModuleKind, Box<dyn Regressor>>,
 }
 
+/// Largest model file a bundle may hold (the shipped ones are under 4 MiB).
+pub const MAX_MODEL_BYTES: u64 = 256 << 20;
+/// Largest manifest a bundle may hold.
+pub const MAX_MANIFEST_BYTES: u64 = 16 << 20;
+
+/// Reads the bundle file `file` (as the manifest names it) from inside `dir` only: a relative
+/// path without `..`, a regular file once symlinks are resolved, still inside `dir`, and at
+/// most `cap` bytes (checked before reading, and bounded while reading). A manifest that names
+/// `../elsewhere`, an absolute path or `/dev/zero` is refused, not followed.
+fn read_inside(dir: &Path, file: &str, cap: u64) -> Result<Vec<u8>> {
+    use std::io::Read;
+    use std::path::Component;
+    let named = dir.join(file);
+    let refuse = |why: String| bundle_err(&named, why);
+    let rel = Path::new(file);
+    if file.is_empty() || !rel.components().all(|c| matches!(c, Component::Normal(_))) {
+        return Err(refuse(format!(
+            "model file `{file}` must be a path inside the bundle (no `..`, not absolute)"
+        )));
+    }
+    let root = std::fs::canonicalize(dir).map_err(|e| bundle_err(dir, e.to_string()))?;
+    let real = std::fs::canonicalize(&named).map_err(|e| refuse(e.to_string()))?;
+    if !real.starts_with(&root) {
+        return Err(refuse(format!(
+            "resolves to `{}`, outside the bundle",
+            real.display()
+        )));
+    }
+    let meta = std::fs::metadata(&real).map_err(|e| refuse(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(refuse("not a regular file".into()));
+    }
+    if meta.len() > cap {
+        return Err(refuse(format!(
+            "{} bytes, more than the {cap} a bundle file may hold",
+            meta.len()
+        )));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    std::fs::File::open(&real)
+        .and_then(|f| f.take(cap + 1).read_to_end(&mut bytes))
+        .map_err(|e| refuse(e.to_string()))?;
+    if bytes.len() as u64 > cap {
+        return Err(refuse(format!("grew past {cap} bytes while being read")));
+    }
+    Ok(bytes)
+}
+
 fn bundle_err(path: &Path, message: impl Into<String>) -> Error {
     Error::Bundle {
         path: path.to_path_buf(),
@@ -129,15 +178,9 @@ pub fn write_bundle(
     manifest: &Manifest,
     models: &[(String, SavedModel)],
 ) -> Result<()> {
-    let parent = match dir.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&parent).map_err(|e| bundle_err(&parent, e.to_string()))?;
-    let staging = tempfile::Builder::new()
-        .prefix(".perfcast-bundle-")
-        .tempdir_in(&parent)
-        .map_err(|e| bundle_err(&parent, e.to_string()))?;
+    // Only an earlier bundle is replaced, never another folder (issue 21).
+    outdir::check_destination(dir, OutputKind::Bundle, true, &[])?;
+    let staging = outdir::stage_beside(dir, "bundle")?;
     for entry in manifest.kinds.values() {
         if !models.iter().any(|(f, _)| f == &entry.file) {
             return Err(bundle_err(
@@ -158,11 +201,9 @@ pub fn write_bundle(
     let json = serde_json::to_vec_pretty(manifest)
         .map_err(|e| bundle_err(&manifest_path, e.to_string()))?;
     std::fs::write(&manifest_path, json).map_err(|e| bundle_err(&manifest_path, e.to_string()))?;
-    let staged = staging.keep();
-    if dir.exists() {
-        std::fs::remove_dir_all(dir).map_err(|e| bundle_err(dir, e.to_string()))?;
-    }
-    std::fs::rename(&staged, dir).map_err(|e| bundle_err(dir, e.to_string()))?;
+    outdir::mark(staging.path(), OutputKind::Bundle)?;
+    // Swapped in atomically: a kill leaves the old bundle or the new one, never neither.
+    outdir::replace_with(staging, dir)?;
     Ok(())
 }
 
@@ -183,12 +224,13 @@ impl Bundle {
         if !dir.is_dir() {
             return Err(bundle_err(dir, "no such bundle directory"));
         }
-        let bytes = std::fs::read(&path).map_err(|e| {
-            bundle_err(
+        if std::fs::symlink_metadata(&path).is_err() {
+            return Err(bundle_err(
                 &path,
-                format!("{e} (not a bundle: `perfcast train --bundle` writes one)"),
-            )
-        })?;
+                "no such file (not a bundle: `perfcast train --bundle` writes one)",
+            ));
+        }
+        let bytes = read_inside(dir, "manifest.json", MAX_MANIFEST_BYTES)?;
         let manifest: Manifest = serde_json::from_slice(&bytes)
             .map_err(|e| bundle_err(&path, format!("corrupt or truncated manifest: {e}")))?;
         if manifest.format != FORMAT {
@@ -249,7 +291,7 @@ impl Bundle {
                 )
             })?;
             let path = dir.join(&entry.file);
-            let bytes = std::fs::read(&path).map_err(|e| bundle_err(&path, e.to_string()))?;
+            let bytes = read_inside(dir, &entry.file, MAX_MODEL_BYTES)?;
             let mut saved: SavedModel = serde_json::from_slice(&bytes)
                 .map_err(|e| bundle_err(&path, format!("corrupt or truncated model: {e}")))?;
             if let Some(device) = device {

@@ -31,6 +31,9 @@ pub enum Error {
     /// From the models crate.
     #[error(transparent)]
     Models(#[from] perfcast_models::Error),
+    /// From the data crate (output directories).
+    #[error(transparent)]
+    Data(#[from] perfcast_data::Error),
     /// From the core crate.
     #[error(transparent)]
     Core(#[from] perfcast_core::Error),

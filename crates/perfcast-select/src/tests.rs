@@ -176,6 +176,58 @@ fn corrupt_truncated_or_mismatched_bundles_are_refused() {
     assert!(err.contains("no such bundle"), "{err}");
 }
 
+/// Issue 21: a manifest could name a model file outside the bundle (`../x`, an absolute
+/// path, a symlink out, `/dev/zero`, read without bound).
+#[test]
+fn model_files_are_read_from_inside_the_bundle_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    write(&dir);
+    let manifest = dir.join("manifest.json");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::copy(dir.join("linear/ridge.json"), outside.join("ridge.json")).unwrap();
+    let abs = outside.join("ridge.json").display().to_string();
+    for (file, needle) in [
+        ("../outside/ridge.json", "inside the bundle"),
+        (abs.as_str(), "inside the bundle"),
+        ("", "inside the bundle"),
+        ("/dev/zero", "inside the bundle"),
+    ] {
+        std::fs::write(&manifest, text.replace("linear/ridge.json", file)).unwrap();
+        let err = Bundle::load(&dir).unwrap_err().to_string();
+        assert!(err.contains(needle), "{file}: {err}");
+    }
+    // A symlink inside the bundle that leads out of it, or to a device file.
+    #[cfg(unix)]
+    for target in [
+        outside.join("ridge.json"),
+        std::path::PathBuf::from("/dev/zero"),
+    ] {
+        let link = dir.join("linear/link.json");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        std::fs::write(
+            &manifest,
+            text.replace("linear/ridge.json", "linear/link.json"),
+        )
+        .unwrap();
+        let err = Bundle::load(&dir).unwrap_err().to_string();
+        assert!(
+            err.contains("outside the bundle"),
+            "{}: {err}",
+            target.display()
+        );
+    }
+    // A model file over the cap is refused before it is read.
+    std::fs::write(&manifest, &text).unwrap();
+    let big = std::fs::File::create(dir.join("linear/ridge.json")).unwrap();
+    big.set_len(crate::bundle::MAX_MODEL_BYTES + 1).unwrap();
+    let err = Bundle::load(&dir).unwrap_err().to_string();
+    assert!(err.contains("more than the"), "{err}");
+}
+
 #[test]
 fn networks_sum_their_layers() {
     let tmp = tempfile::tempdir().unwrap();

@@ -6,6 +6,7 @@ mod import;
 mod networks;
 mod predict;
 mod profile;
+mod robustness;
 mod scale;
 mod serve;
 mod train;

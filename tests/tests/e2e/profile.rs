@@ -273,7 +273,7 @@ fn impossible_shapes_are_named() {
     assert_eq!(o.status.code(), Some(2));
     let err = stderr(&o);
     assert!(
-        err.contains("conv.toml") && err.contains("`in_channels` must be at least 1, got 0"),
+        err.contains("conv.toml") && err.contains("`conv2d.in_channels` values must be in [1"),
         "{err}"
     );
 }

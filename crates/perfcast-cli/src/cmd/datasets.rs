@@ -260,10 +260,25 @@ fn remeasure(args: RemeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         .filter(|r| r.timing().is_some())
         .collect();
     anyhow::ensure!(
+        args.all || args.rows > 0,
+        "`--rows` must be at least 1, got 0"
+    );
+    anyhow::ensure!(
         !rows.is_empty(),
         "`{}` holds no measured rows",
         args.dir.display()
     );
+    // A row stored twice (two writers before datasets were locked) is re-measured once.
+    let before = rows.len();
+    let mut keys = std::collections::HashSet::new();
+    rows.retain(|r| keys.insert(r.key()));
+    if rows.len() < before {
+        ui.info(format!(
+            "note: `{}` stores {} rows twice; each is re-measured once",
+            args.dir.display(),
+            before - rows.len()
+        ));
+    }
     // Deterministic shuffle (Fisher-Yates over a splitmix64 stream) so `--seed` picks the rows.
     let mut state = args.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
     let mut next = || {
@@ -451,6 +466,8 @@ fn write_dataset(
 struct MergedKind {
     kind: String,
     rows: usize,
+    /// Rows found more than once within one input (merged into one row).
+    duplicates: usize,
     /// Rows by how many sessions measured them (index 0: one session).
     by_sessions: Vec<usize>,
     /// Median relative change of the label against the first input's, over rows it has.
@@ -495,15 +512,24 @@ fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
     for kind in ModuleKind::ALL {
         // Rows in first-seen order, each with the timings of every session that has it.
         let mut order: Vec<String> = Vec::new();
-        let mut rows: std::collections::HashMap<String, (Record, Vec<Timing>, Option<f64>)> =
-            std::collections::HashMap::new();
+        // Per row: the record, every timing, the first input's label, the sessions that have it.
+        type Merging = (Record, Vec<Timing>, Option<f64>, Vec<usize>);
+        let mut rows: std::collections::HashMap<String, Merging> = std::collections::HashMap::new();
+        // Rows stored twice in one session (two writers before datasets were locked): their
+        // timings all count, the row once (issue 21: this used to index out of bounds).
+        let mut duplicates = 0;
         for (i, d) in dirs.iter().enumerate() {
             for r in d.read(kind)? {
                 let key = r.key();
                 let entry = rows.entry(key.clone()).or_insert_with(|| {
                     order.push(key);
-                    (r.clone(), Vec::new(), None)
+                    (r.clone(), Vec::new(), None, Vec::new())
                 });
+                if entry.3.last() == Some(&i) {
+                    duplicates += 1;
+                } else {
+                    entry.3.push(i);
+                }
                 if let Some(t) = r.timing() {
                     entry.1.push(t.clone());
                     if i == 0 {
@@ -518,13 +544,14 @@ fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
         let mut by_sessions = vec![0; dirs.len()];
         let mut changes = Vec::new();
         for key in &order {
-            let (mut record, timings, first) = rows.remove(key).expect("key was inserted");
+            let (mut record, timings, first, sessions) =
+                rows.remove(key).expect("key was inserted");
             if let Some(t) = args.combine.apply(&timings) {
                 if let Some(first) = first {
                     changes.push((t.median_ms - first).abs() / first);
                 }
                 record.outcome = Outcome::Ok(t);
-                by_sessions[timings.len() - 1] += 1;
+                by_sessions[sessions.len() - 1] += 1;
             }
             merged.push(record);
         }
@@ -532,6 +559,7 @@ fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
         report.push(MergedKind {
             kind: kind.name().into(),
             rows: order.len(),
+            duplicates,
             by_sessions,
             median_rel_change: quantile(&changes, 0.5),
             p90_rel_change: quantile(&changes, 0.9),
@@ -567,6 +595,12 @@ fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
                 sig3(100.0 * k.median_rel_change),
                 sig3(100.0 * k.p90_rel_change)
             ));
+            if k.duplicates > 0 {
+                t.push_str(&format!(
+                    "    {} duplicate rows within one input merged into their row\n",
+                    k.duplicates
+                ));
+            }
         }
         emit(&t)?;
     }

@@ -253,14 +253,8 @@ fn save_layers(
         });
     }
     for (kind, records) in by_kind {
-        let stored = dataset.measured_keys(kind)?;
-        let fresh: Vec<Record> = records
-            .into_iter()
-            .filter(|r| !stored.contains(&measurement_key(&r.spec, &r.context, &r.backend)))
-            .collect();
-        if !fresh.is_empty() {
-            dataset.append(kind, &fresh)?;
-        }
+        // Rows the dataset already holds are not stored again (append checks the keys).
+        dataset.append(kind, &records)?;
     }
     Ok(())
 }

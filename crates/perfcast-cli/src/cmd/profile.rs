@@ -82,7 +82,11 @@ fn build_sweep(args: &ProfileArgs) -> anyhow::Result<Sweep> {
         sweep.modules = kinds;
     }
     if let Some(n) = args.samples {
-        anyhow::ensure!(n > 0, "`--samples` must be at least 1, got 0");
+        let most = perfcast_profile::sweep::MAX_SAMPLES;
+        anyhow::ensure!(
+            (1..=most).contains(&n),
+            "`--samples` must be in [1, {most}], got {n}"
+        );
         sweep.samples = n;
     }
     if let Some(seed) = args.seed {

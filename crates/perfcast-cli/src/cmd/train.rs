@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use clap::Args;
 use perfcast_core::{Metrics, ModuleKind, Phase};
 use perfcast_data::DatasetDir;
+use perfcast_data::outdir::{self, OutputKind};
 use perfcast_models::eval::{
     ModelParams, PredictionCost, Split, cross_validate, holdout, kfold, prediction_cost, score,
 };
@@ -228,11 +229,16 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     };
     budget.validate()?;
     anyhow::ensure!(!params.is_empty(), "`--models` is empty");
-    anyhow::ensure!(
-        args.force || !args.out.exists(),
-        "`{}` already exists\n\nhint: pass `--force` to replace it, or choose another `--out`",
-        args.out.display()
-    );
+    // Checked before any training: `--out` and `--bundle` replace only perfcast outputs of
+    // their kind, never a folder holding the input data or each other (issue 21).
+    let inputs: Vec<&std::path::Path> = args.data.iter().map(PathBuf::as_path).collect();
+    outdir::check_destination(&args.out, OutputKind::Models, args.force, &inputs)?;
+    if let Some(name) = &args.bundle {
+        let bundle = bundle_dir(name);
+        let mut taken = inputs.clone();
+        taken.push(&args.out);
+        outdir::check_destination(&bundle, OutputKind::Bundle, true, &taken)?;
+    }
     let source = crate::cmd::devices_eval::TrainSource::open(&args.data)?;
     let device = source.device.clone();
     let params = source.params(params);
@@ -256,17 +262,10 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         );
     }
 
-    // Everything is written into a temp directory beside `--out`, renamed into place at the end:
-    // a failed run leaves no partial model directory.
-    let parent = match args.out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&parent).with_context(|| format!("creating `{}`", parent.display()))?;
-    let staging = tempfile::Builder::new()
-        .prefix(".perfcast-train-")
-        .tempdir_in(&parent)
-        .with_context(|| format!("creating a temp directory in `{}`", parent.display()))?;
+    // Everything is written into a temp directory beside `--out`, swapped into place at the end:
+    // a failed or killed run leaves no partial model directory (and the next run removes its
+    // staging directory).
+    let staging = outdir::stage_beside(&args.out, "train")?;
 
     // One bar over (kind, model) pairs, and one the neural models fill with epochs, loss and
     // validation MAPE while they train.
@@ -536,13 +535,8 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         &staging.path().join("report.json"),
         &serde_json::to_vec_pretty(&report)?,
     )?;
-    let staged = staging.keep();
-    if args.out.exists() {
-        std::fs::remove_dir_all(&args.out)
-            .with_context(|| format!("replacing `{}`", args.out.display()))?;
-    }
-    std::fs::rename(&staged, &args.out)
-        .with_context(|| format!("moving the models into `{}`", args.out.display()))?;
+    outdir::mark(staging.path(), OutputKind::Models)?;
+    outdir::replace_with(staging, &args.out)?;
 
     match args.format {
         Format::Json => emit_json(&report)?,

@@ -44,7 +44,7 @@ use perfcast_core::{Context, DeviceKind, DeviceSpec, ModuleKind, ModuleSpec, Pha
 use serde::Deserialize;
 
 use super::read::{Col, CsvFile, line};
-use super::{DeviceRows, Import, ImportSummary, replace_dir, temp_dir_in};
+use super::{DeviceRows, Import, ImportSummary};
 use crate::dataset::DatasetDir;
 use crate::error::{Error, Result};
 use crate::record::{Outcome, Record, Timing};
@@ -517,18 +517,12 @@ pub fn write(import: &Import, out: &Path, force: bool) -> Result<ImportSummary> 
         return Ok(summary);
     };
     if std::fs::symlink_metadata(out).is_err() {
-        let parent = super::parent_of(out);
-        std::fs::create_dir_all(parent).map_err(|source| Error::Io {
-            action: "create",
-            path: parent.to_path_buf(),
-            source,
-        })?;
-        let tmp = temp_dir_in(parent, ".perfcast-import-")?;
+        let tmp = crate::outdir::stage_beside(out, "import")?;
         let dir = DatasetDir::create_or_open(tmp.path(), device)?;
         for (kind, records) in &rows.tables {
             dir.write(*kind, records)?;
         }
-        replace_dir(tmp, out)?;
+        crate::outdir::replace_with(tmp, out)?;
         return Ok(summary);
     }
     if !out.join(crate::DEVICE_FILE).is_file() {

@@ -299,17 +299,11 @@ impl Import {
     /// Everything is built in a temp directory beside `out` and renamed into place at the end,
     /// so a failed import leaves nothing. An existing `out` is refused unless `force`; then it
     /// must look like an earlier import (only dataset directories and [`IMPORT_FILE`]), and it is
-    /// swapped out by two renames and deleted.
+    /// swapped out atomically ([`crate::outdir::replace_with`]) and deleted.
     pub fn write(&self, out: &Path, force: bool) -> Result<ImportSummary> {
         check_out(out, force)?;
         let summary = self.summary(out);
-        let parent = parent_of(out);
-        std::fs::create_dir_all(parent).map_err(|source| Error::Io {
-            action: "create",
-            path: parent.to_path_buf(),
-            source,
-        })?;
-        let tmp = temp_dir_in(parent, ".perfcast-import-")?;
+        let tmp = crate::outdir::stage_beside(out, "import")?;
         let mut slugs: HashMap<String, &str> = HashMap::new();
         for d in &self.devices {
             let Some(spec) = &d.device else { continue };
@@ -334,7 +328,8 @@ impl Import {
         let json = serde_json::to_string_pretty(&summary)
             .map_err(|e| Error::unreadable(&tmp.path().join(IMPORT_FILE), e))?;
         write_atomic(&tmp.path().join(IMPORT_FILE), json.as_bytes())?;
-        replace_dir(tmp, out)?;
+        crate::outdir::mark(tmp.path(), crate::outdir::OutputKind::Import)?;
+        crate::outdir::replace_with(tmp, out)?;
         Ok(summary)
     }
 }
@@ -354,7 +349,8 @@ pub fn check_out(out: &Path, force: bool) -> Result<()> {
     let entries = std::fs::read_dir(out).map_err(|e| cannot_read(out, &e))?;
     for entry in entries.flatten() {
         let path = entry.path();
-        let is_import_file = entry.file_name() == IMPORT_FILE;
+        let is_import_file =
+            entry.file_name() == IMPORT_FILE || entry.file_name() == crate::outdir::MARKER;
         let is_dataset = path.join(crate::DEVICE_FILE).is_file();
         if !(is_import_file || is_dataset) {
             return Err(refuse(format!(
@@ -363,54 +359,6 @@ pub fn check_out(out: &Path, force: bool) -> Result<()> {
             )));
         }
     }
-    Ok(())
-}
-
-fn parent_of(path: &Path) -> &Path {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    }
-}
-
-fn temp_dir_in(parent: &Path, prefix: &str) -> Result<tempfile::TempDir> {
-    let mut builder = tempfile::Builder::new();
-    builder.prefix(prefix);
-    // Temp directories are private by default; the result is an ordinary data folder.
-    #[cfg(unix)]
-    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o755));
-    builder.tempdir_in(parent).map_err(|source| Error::Io {
-        action: "create a temp directory in",
-        path: parent.to_path_buf(),
-        source,
-    })
-}
-
-/// Renames the finished temp directory to `out`, first moving an existing `out` aside (and
-/// back, should the second rename fail).
-pub(crate) fn replace_dir(tmp: tempfile::TempDir, out: &Path) -> Result<()> {
-    let rename_err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| Error::Io {
-            action: "rename into",
-            path,
-            source,
-        }
-    };
-    if std::fs::symlink_metadata(out).is_err() {
-        std::fs::rename(tmp.path(), out).map_err(rename_err(out))?;
-        let _ = tmp.keep();
-        return Ok(());
-    }
-    // Removed with its contents (the old `out`) when dropped.
-    let trash = temp_dir_in(parent_of(out), ".perfcast-replaced-")?;
-    let old = trash.path().join("old");
-    std::fs::rename(out, &old).map_err(rename_err(&old))?;
-    if let Err(e) = std::fs::rename(tmp.path(), out) {
-        let _ = std::fs::rename(&old, out);
-        return Err(rename_err(out)(e));
-    }
-    let _ = tmp.keep();
     Ok(())
 }
 

@@ -31,6 +31,7 @@ impl CsvFile {
         if let Err(e) = std::fs::metadata(path) {
             return Err(super::cannot_read(path, &e));
         }
+        check_header(path)?;
         let df = CsvReadOptions::default()
             .with_has_header(true)
             // 0: no type inference, every column is text.
@@ -104,7 +105,12 @@ impl<'a> Col<'a> {
     fn fail(&self, row: usize, message: String) -> Error {
         Error::schema(
             self.path,
-            format!("line {}: column `{}`: {message}", line(row), self.name),
+            format!(
+                "line {}: column `{}`: {}",
+                line(row),
+                self.name,
+                clip(&message)
+            ),
         )
     }
 
@@ -179,6 +185,50 @@ impl<'a> Col<'a> {
     }
 }
 
+/// Longest message about one cell: a cell's value is echoed, and a 5 MB cell made a 5 MB
+/// error line (issue 21).
+const MAX_MESSAGE: usize = 200;
+
+/// `message` cut to [`MAX_MESSAGE`] bytes (on a character boundary), saying how much was cut.
+pub(crate) fn clip(message: &str) -> std::borrow::Cow<'_, str> {
+    if message.len() <= MAX_MESSAGE {
+        return message.into();
+    }
+    let mut end = MAX_MESSAGE;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}... ({} more bytes)",
+        &message[..end],
+        message.len() - end
+    )
+    .into()
+}
+
+/// Refuses a header that names a column twice (polars would rename the second copy and the
+/// importer would read the first silently). Reads only the first line, at most 1 MiB.
+fn check_header(path: &Path) -> Result<()> {
+    use std::io::{BufRead, Read};
+    let file = std::fs::File::open(path).map_err(|e| super::cannot_read(path, &e))?;
+    let mut first = Vec::new();
+    std::io::BufReader::new(file.take(1 << 20))
+        .read_until(b'\n', &mut first)
+        .map_err(|e| super::cannot_read(path, &e))?;
+    let header = String::from_utf8_lossy(&first);
+    let mut seen = std::collections::HashSet::new();
+    for name in header.trim_end_matches(['\r', '\n']).split(',') {
+        let name = name.trim().trim_matches('"');
+        if !name.is_empty() && !seen.insert(name) {
+            return Err(Error::schema(
+                path,
+                format!("line 1: the header names column `{}` twice", clip(name)),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Parses an integer, accepting a float spelling with no fraction (`3.0`).
 pub(crate) fn parse_integer(s: &str) -> std::result::Result<i64, String> {
     if let Ok(v) = s.parse::<i64>() {
@@ -248,6 +298,33 @@ mod tests {
         let err = f.column("d").err().unwrap().to_string();
         assert!(
             err.contains("missing column `d`") && err.contains("a, b, c"),
+            "{err}"
+        );
+    }
+
+    /// Issue 21: a duplicate header was taken silently; a 5 MB cell was echoed whole.
+    #[test]
+    fn duplicate_headers_and_huge_cells_are_reported_in_one_short_line() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("dup.csv");
+        std::fs::write(&path, "a,b,a\n1,2,3\n").unwrap();
+        let err = CsvFile::read(&path).err().unwrap().to_string();
+        assert!(
+            err.contains("dup.csv") && err.contains("column `a` twice"),
+            "{err}"
+        );
+        let path = tmp.path().join("big.csv");
+        let cell = "9".repeat(5 << 20) + "x";
+        std::fs::write(&path, format!("a\n{cell}\n")).unwrap();
+        let f = CsvFile::read(&path).unwrap();
+        let err = f.column("a").unwrap().number(0).unwrap_err().to_string();
+        assert!(
+            err.len() < 400 && !err.contains('\n'),
+            "{} bytes",
+            err.len()
+        );
+        assert!(
+            err.contains("big.csv") && err.contains("more bytes"),
             "{err}"
         );
     }

@@ -85,13 +85,61 @@ fn append_keeps_old_rows_and_leaves_no_temp_files() {
     let rows = dir.read(ModuleKind::Conv2d).unwrap();
     assert_eq!(rows.len(), 2);
     assert_eq!(dir.measured_keys(ModuleKind::Conv2d).unwrap().len(), 2);
+    // Issue 21: a row the table holds (or that repeats within the call) is not stored again.
+    let stored = dir
+        .append(
+            ModuleKind::Conv2d,
+            &[
+                record(spec.clone(), 2, 5.0),
+                record(spec.clone(), 3, 3.0),
+                record(spec.clone(), 3, 4.0),
+            ],
+        )
+        .unwrap();
+    assert_eq!(stored, 1);
+    let rows = dir.read(ModuleKind::Conv2d).unwrap();
+    assert_eq!(rows.len(), 3);
+    assert_eq!(
+        rows[1].timing().unwrap().median_ms,
+        2.0,
+        "the first copy stays"
+    );
     let names: Vec<String> = std::fs::read_dir(tmp.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     let mut sorted = names.clone();
     sorted.sort();
-    assert_eq!(sorted, vec!["conv2d.parquet", "device.json"], "{names:?}");
+    // The lock file stays (it is locked, never replaced); no temp file does.
+    assert_eq!(
+        sorted,
+        vec![".perfcast.lock", "conv2d.parquet", "device.json"],
+        "{names:?}"
+    );
+}
+
+/// Issue 21: threads appending to one dataset at once lose no row and store none twice.
+#[test]
+fn concurrent_appends_store_every_row_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = DatasetDir::create_or_open(tmp.path(), &device("cpu a")).unwrap();
+    let spec = testing::one_of_each_kind().remove(0);
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let (dir, spec) = (dir.clone(), spec.clone());
+            s.spawn(move || {
+                // Every thread offers batches 1..=12, in its own order.
+                for i in 0..12 {
+                    let b = 1 + (i * 5 + t * 3) % 12;
+                    dir.append(ModuleKind::Conv2d, &[record(spec.clone(), b, b as f64)])
+                        .unwrap();
+                }
+            });
+        }
+    });
+    let rows = dir.read(ModuleKind::Conv2d).unwrap();
+    let keys: std::collections::HashSet<String> = rows.iter().map(|r| r.key()).collect();
+    assert_eq!((rows.len(), keys.len()), (12, 12));
 }
 
 #[test]
