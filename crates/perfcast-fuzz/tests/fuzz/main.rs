@@ -1,0 +1,14 @@
+//! The fuzz harness of issue 21: every reader of outside input, on mutated valid inputs and on
+//! extreme values. A panic, a non-finite derived number or a row lost between an import and a
+//! read fails the target, with the shrunk input.
+//!
+//! `PERFCAST_FUZZ_CASES` sets the cases of the cheap targets (default 1024; file-system targets
+//! run an eighth of it) and `PERFCAST_FUZZ_SEED` replays a run; each target prints its cases,
+//! executions and time to stderr (`-- --nocapture` shows them).
+
+mod core;
+mod data;
+mod harness;
+mod mutate;
+mod profile;
+mod select;
