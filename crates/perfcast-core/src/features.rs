@@ -17,7 +17,15 @@ pub const F32_BYTES: f64 = 4.0;
 /// rank work; the regressors learn each kind's true cost.
 fn per_element_flops(spec: &ModuleSpec) -> f64 {
     match spec {
-        ModuleSpec::Relu(_) | ModuleSpec::Add(_) | ModuleSpec::Mul(_) => 1.0,
+        ModuleSpec::Relu(_)
+        | ModuleSpec::Add(_)
+        | ModuleSpec::Mul(_)
+        | ModuleSpec::Div(_)
+        | ModuleSpec::AddScalar(_)
+        | ModuleSpec::MulScalar(_)
+        | ModuleSpec::DivScalar(_) => 1.0,
+        // exp(b ln a): a log, a multiply and an exp.
+        ModuleSpec::Pow(_) | ModuleSpec::PowScalar(_) => 8.0,
         ModuleSpec::Sigmoid(_) | ModuleSpec::Tanh(_) => 4.0,
         ModuleSpec::Gelu(_) => 8.0,
         ModuleSpec::Softmax(_) => 5.0,
@@ -96,7 +104,7 @@ pub fn derive_with(spec: &ModuleSpec, batch: usize, out: &[usize]) -> Derived {
             2.0 * l.features as f64,
             0.0,
         ),
-        ModuleSpec::Add(_) | ModuleSpec::Mul(_) => {
+        ModuleSpec::Add(_) | ModuleSpec::Mul(_) | ModuleSpec::Div(_) | ModuleSpec::Pow(_) => {
             (in_elems * per_element_flops(spec), 0.0, in_elems)
         }
         _ => (in_elems * per_element_flops(spec), 0.0, 0.0),

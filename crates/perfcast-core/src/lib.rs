@@ -16,6 +16,7 @@
 //! assert!(derived.flops > 1e9);
 //! ```
 
+pub mod canonical;
 mod context;
 mod device;
 mod error;

@@ -149,7 +149,9 @@ impl Layer {
 /// The shape of the second operand a two-operand spec expects; `None` for one-operand kinds.
 fn second_operand_shape(spec: &ModuleSpec) -> Option<Vec<usize>> {
     match spec {
-        ModuleSpec::Add(e) | ModuleSpec::Mul(e) => Some(e.shape.to_vec()),
+        ModuleSpec::Add(e) | ModuleSpec::Mul(e) | ModuleSpec::Div(e) | ModuleSpec::Pow(e) => {
+            Some(e.shape.to_vec())
+        }
         ModuleSpec::Matmul(m) => Some(vec![m.heads, m.k, m.n]),
         _ => None,
     }

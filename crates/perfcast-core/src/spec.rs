@@ -40,11 +40,27 @@ pub enum ModuleKind {
     Mul,
     /// Softmax over the last dimension.
     Softmax,
+    /// Element-wise division of two tensors of one shape.
+    Div,
+    /// Element-wise power of two tensors of one shape.
+    Pow,
+    /// A scalar added to every element.
+    #[serde(rename = "add_scalar")]
+    AddScalar,
+    /// Every element multiplied by a scalar.
+    #[serde(rename = "mul_scalar")]
+    MulScalar,
+    /// Every element divided by a scalar.
+    #[serde(rename = "div_scalar")]
+    DivScalar,
+    /// Every element raised to a scalar power.
+    #[serde(rename = "pow_scalar")]
+    PowScalar,
 }
 
 impl ModuleKind {
     /// All kinds, in a stable order.
-    pub const ALL: [ModuleKind; 14] = [
+    pub const ALL: [ModuleKind; 20] = [
         ModuleKind::Conv2d,
         ModuleKind::Linear,
         ModuleKind::Matmul,
@@ -59,6 +75,12 @@ impl ModuleKind {
         ModuleKind::Add,
         ModuleKind::Mul,
         ModuleKind::Softmax,
+        ModuleKind::Div,
+        ModuleKind::Pow,
+        ModuleKind::AddScalar,
+        ModuleKind::MulScalar,
+        ModuleKind::DivScalar,
+        ModuleKind::PowScalar,
     ];
 
     /// The kind's name, as used in file names, JSON and the CLI.
@@ -78,6 +100,12 @@ impl ModuleKind {
             ModuleKind::Add => "add",
             ModuleKind::Mul => "mul",
             ModuleKind::Softmax => "softmax",
+            ModuleKind::Div => "div",
+            ModuleKind::Pow => "pow",
+            ModuleKind::AddScalar => "add_scalar",
+            ModuleKind::MulScalar => "mul_scalar",
+            ModuleKind::DivScalar => "div_scalar",
+            ModuleKind::PowScalar => "pow_scalar",
         }
     }
 
@@ -119,7 +147,13 @@ impl ModuleKind {
             | ModuleKind::Tanh
             | ModuleKind::Add
             | ModuleKind::Mul
-            | ModuleKind::Softmax => &["c", "h", "w"],
+            | ModuleKind::Softmax
+            | ModuleKind::Div
+            | ModuleKind::Pow
+            | ModuleKind::AddScalar
+            | ModuleKind::MulScalar
+            | ModuleKind::DivScalar
+            | ModuleKind::PowScalar => &["c", "h", "w"],
         }
     }
 
@@ -168,6 +202,11 @@ impl std::str::FromStr for ModuleKind {
             "avgpool" | "avg_pool2d" | "avgpool2d" => "avgpool2d",
             "batchnorm" | "bn" | "batch_norm" | "batchnorm2d" => "batchnorm2d",
             "layer_norm" | "ln" | "layernorm" => "layernorm",
+            // NeuSight's names of the scalar forms.
+            "addu" | "add_scalar" => "add_scalar",
+            "mulu" | "mul_scalar" => "mul_scalar",
+            "divu" | "div_scalar" => "div_scalar",
+            "powu" | "pow_scalar" => "pow_scalar",
             other => other,
         };
         Self::ALL
@@ -337,6 +376,22 @@ pub enum ModuleSpec {
     Mul(Elementwise),
     /// Softmax over the last dim of an [`Elementwise`] shape.
     Softmax(Elementwise),
+    /// Element-wise division of two tensors of one shape, on an [`Elementwise`] shape.
+    Div(Elementwise),
+    /// Element-wise power of two tensors of one shape, on an [`Elementwise`] shape.
+    Pow(Elementwise),
+    /// A scalar added to every element, on an [`Elementwise`] shape.
+    #[serde(rename = "add_scalar")]
+    AddScalar(Elementwise),
+    /// Every element multiplied by a scalar, on an [`Elementwise`] shape.
+    #[serde(rename = "mul_scalar")]
+    MulScalar(Elementwise),
+    /// Every element divided by a scalar, on an [`Elementwise`] shape.
+    #[serde(rename = "div_scalar")]
+    DivScalar(Elementwise),
+    /// Every element raised to a scalar power, on an [`Elementwise`] shape.
+    #[serde(rename = "pow_scalar")]
+    PowScalar(Elementwise),
 }
 
 fn one() -> usize {
@@ -527,6 +582,12 @@ impl ModuleSpec {
             ModuleSpec::Add(_) => ModuleKind::Add,
             ModuleSpec::Mul(_) => ModuleKind::Mul,
             ModuleSpec::Softmax(_) => ModuleKind::Softmax,
+            ModuleSpec::Div(_) => ModuleKind::Div,
+            ModuleSpec::Pow(_) => ModuleKind::Pow,
+            ModuleSpec::AddScalar(_) => ModuleKind::AddScalar,
+            ModuleSpec::MulScalar(_) => ModuleKind::MulScalar,
+            ModuleSpec::DivScalar(_) => ModuleKind::DivScalar,
+            ModuleSpec::PowScalar(_) => ModuleKind::PowScalar,
         }
     }
 
@@ -589,7 +650,13 @@ impl ModuleSpec {
             | ModuleSpec::Tanh(e)
             | ModuleSpec::Add(e)
             | ModuleSpec::Mul(e)
-            | ModuleSpec::Softmax(e) => Dims::new(e.shape),
+            | ModuleSpec::Softmax(e)
+            | ModuleSpec::Div(e)
+            | ModuleSpec::Pow(e)
+            | ModuleSpec::AddScalar(e)
+            | ModuleSpec::MulScalar(e)
+            | ModuleSpec::DivScalar(e)
+            | ModuleSpec::PowScalar(e) => Dims::new(e.shape),
         }
     }
 
@@ -710,7 +777,13 @@ impl ModuleSpec {
             | ModuleSpec::Tanh(e)
             | ModuleSpec::Add(e)
             | ModuleSpec::Mul(e)
-            | ModuleSpec::Softmax(e) => {
+            | ModuleSpec::Softmax(e)
+            | ModuleSpec::Div(e)
+            | ModuleSpec::Pow(e)
+            | ModuleSpec::AddScalar(e)
+            | ModuleSpec::MulScalar(e)
+            | ModuleSpec::DivScalar(e)
+            | ModuleSpec::PowScalar(e) => {
                 for (name, v) in ["c", "h", "w"].iter().zip(e.shape) {
                     positive_axis(kind, "shape", name, v)?;
                 }
@@ -783,7 +856,13 @@ impl ModuleSpec {
             | ModuleSpec::Tanh(e)
             | ModuleSpec::Add(e)
             | ModuleSpec::Mul(e)
-            | ModuleSpec::Softmax(e) => all(&e.shape.map(u)),
+            | ModuleSpec::Softmax(e)
+            | ModuleSpec::Div(e)
+            | ModuleSpec::Pow(e)
+            | ModuleSpec::AddScalar(e)
+            | ModuleSpec::MulScalar(e)
+            | ModuleSpec::DivScalar(e)
+            | ModuleSpec::PowScalar(e) => all(&e.shape.map(u)),
         }
     }
 
@@ -924,7 +1003,13 @@ impl ModuleSpec {
             | ModuleKind::Tanh
             | ModuleKind::Add
             | ModuleKind::Mul
-            | ModuleKind::Softmax => {
+            | ModuleKind::Softmax
+            | ModuleKind::Div
+            | ModuleKind::Pow
+            | ModuleKind::AddScalar
+            | ModuleKind::MulScalar
+            | ModuleKind::DivScalar
+            | ModuleKind::PowScalar => {
                 let e = Elementwise {
                     shape: [v[0], v[1], v[2]],
                 };
@@ -935,6 +1020,12 @@ impl ModuleSpec {
                     ModuleKind::Tanh => ModuleSpec::Tanh(e),
                     ModuleKind::Add => ModuleSpec::Add(e),
                     ModuleKind::Mul => ModuleSpec::Mul(e),
+                    ModuleKind::Div => ModuleSpec::Div(e),
+                    ModuleKind::Pow => ModuleSpec::Pow(e),
+                    ModuleKind::AddScalar => ModuleSpec::AddScalar(e),
+                    ModuleKind::MulScalar => ModuleSpec::MulScalar(e),
+                    ModuleKind::DivScalar => ModuleSpec::DivScalar(e),
+                    ModuleKind::PowScalar => ModuleSpec::PowScalar(e),
                     _ => ModuleSpec::Softmax(e),
                 }
             }
@@ -1002,7 +1093,13 @@ impl ModuleSpec {
             | ModuleSpec::Tanh(e)
             | ModuleSpec::Add(e)
             | ModuleSpec::Mul(e)
-            | ModuleSpec::Softmax(e) => format!(
+            | ModuleSpec::Softmax(e)
+            | ModuleSpec::Div(e)
+            | ModuleSpec::Pow(e)
+            | ModuleSpec::AddScalar(e)
+            | ModuleSpec::MulScalar(e)
+            | ModuleSpec::DivScalar(e)
+            | ModuleSpec::PowScalar(e) => format!(
                 "{} {}x{}x{}",
                 self.kind(),
                 e.shape[0],

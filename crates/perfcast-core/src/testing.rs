@@ -54,7 +54,13 @@ pub fn one_of_each_kind() -> Vec<ModuleSpec> {
         ModuleSpec::Tanh(e.clone()),
         ModuleSpec::Add(e.clone()),
         ModuleSpec::Mul(e.clone()),
-        ModuleSpec::Softmax(e),
+        ModuleSpec::Softmax(e.clone()),
+        ModuleSpec::Div(e.clone()),
+        ModuleSpec::Pow(e.clone()),
+        ModuleSpec::AddScalar(e.clone()),
+        ModuleSpec::MulScalar(e.clone()),
+        ModuleSpec::DivScalar(e.clone()),
+        ModuleSpec::PowScalar(e),
     ]
 }
 

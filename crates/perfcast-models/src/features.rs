@@ -401,7 +401,12 @@ impl TrainSet {
                     t.median_ms
                 )));
             }
-            x.push_row(&row(&r.spec, &r.context, device));
+            // On a GPU the same work gets the same features however it was written down
+            // (issue 20): rows are built from the canonical form, as the predictor's are.
+            match gpu_canonical(&r.spec, &r.context, device) {
+                Some((spec, context)) => x.push_row(&row(&spec, &context, device)),
+                None => x.push_row(&row(&r.spec, &r.context, device)),
+            }
             y.push(t.median_ms);
             groups.push(group_of(&r.spec));
         }
@@ -432,6 +437,19 @@ impl TrainSet {
             groups: indices.iter().map(|&i| self.groups[i]).collect(),
         }
     }
+}
+
+/// [`perfcast_core::canonical::canonical`] when `device` is a GPU: what a GPU library runs.
+/// CPU rows keep the form they were measured in (a CPU backend's kernels differ by form).
+pub fn gpu_canonical(
+    spec: &ModuleSpec,
+    context: &Context,
+    device: &DeviceSpec,
+) -> Option<(ModuleSpec, Context)> {
+    if device.kind != perfcast_core::DeviceKind::Gpu {
+        return None;
+    }
+    perfcast_core::canonical::canonical(spec, context)
 }
 
 /// `ln(1 + max(v, 0))`: the transform for non-negative count-like features.

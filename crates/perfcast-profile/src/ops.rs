@@ -106,7 +106,7 @@ pub fn operand_shape(spec: &ModuleSpec, batch: usize) -> [usize; 4] {
 /// The rank-4 shape of the second operand of add, mul and matmul at `batch`.
 pub fn second_operand_shape(spec: &ModuleSpec, batch: usize) -> Option<[usize; 4]> {
     match spec {
-        ModuleSpec::Add(e) | ModuleSpec::Mul(e) => {
+        ModuleSpec::Add(e) | ModuleSpec::Mul(e) | ModuleSpec::Div(e) | ModuleSpec::Pow(e) => {
             Some([batch, e.shape[0], e.shape[1], e.shape[2]])
         }
         ModuleSpec::Matmul(m) => Some([batch, m.heads, m.k, m.n]),
@@ -244,6 +244,13 @@ impl LayerOp {
             ModuleSpec::Softmax(_) => softmax(x, 3),
             ModuleSpec::Add(_) => x + second(),
             ModuleSpec::Mul(_) => x * second(),
+            ModuleSpec::Div(_) => x / second(),
+            ModuleSpec::Pow(_) => x.powf(second()),
+            // Scalars as PyTorch's `x + 0.5`, `x * 0.5`, `x / 3.0`, `x ** 2.0`.
+            ModuleSpec::AddScalar(_) => x.add_scalar(0.5),
+            ModuleSpec::MulScalar(_) => x.mul_scalar(0.5),
+            ModuleSpec::DivScalar(_) => x.div_scalar(3.0),
+            ModuleSpec::PowScalar(_) => x.powf_scalar(2.0),
         }
     }
 

@@ -245,7 +245,13 @@ pub fn default_params(kind: ModuleKind) -> BTreeMap<String, Param> {
         | ModuleKind::Tanh
         | ModuleKind::Add
         | ModuleKind::Mul
-        | ModuleKind::Softmax => {
+        | ModuleKind::Softmax
+        | ModuleKind::Div
+        | ModuleKind::Pow
+        | ModuleKind::AddScalar
+        | ModuleKind::MulScalar
+        | ModuleKind::DivScalar
+        | ModuleKind::PowScalar => {
             set("c", Param::log(1.0, 2048.0));
             set("h", Param::log(1.0, 512.0));
             set("w", Param::log(1.0, 8192.0));
@@ -699,6 +705,12 @@ fn build_sample(
         ModuleKind::Add => ModuleSpec::Add(elementwise()?),
         ModuleKind::Mul => ModuleSpec::Mul(elementwise()?),
         ModuleKind::Softmax => ModuleSpec::Softmax(elementwise()?),
+        ModuleKind::Div => ModuleSpec::Div(elementwise()?),
+        ModuleKind::Pow => ModuleSpec::Pow(elementwise()?),
+        ModuleKind::AddScalar => ModuleSpec::AddScalar(elementwise()?),
+        ModuleKind::MulScalar => ModuleSpec::MulScalar(elementwise()?),
+        ModuleKind::DivScalar => ModuleSpec::DivScalar(elementwise()?),
+        ModuleKind::PowScalar => ModuleSpec::PowScalar(elementwise()?),
     };
     spec.validate().map_err(|e| e.to_string())?;
     Ok(Sample {

@@ -361,6 +361,12 @@ mod small {
             ModuleKind::Add => ModuleSpec::Add(e),
             ModuleKind::Mul => ModuleSpec::Mul(e),
             ModuleKind::Softmax => ModuleSpec::Softmax(e),
+            ModuleKind::Div => ModuleSpec::Div(e),
+            ModuleKind::Pow => ModuleSpec::Pow(e),
+            ModuleKind::AddScalar => ModuleSpec::AddScalar(e),
+            ModuleKind::MulScalar => ModuleSpec::MulScalar(e),
+            ModuleKind::DivScalar => ModuleSpec::DivScalar(e),
+            ModuleKind::PowScalar => ModuleSpec::PowScalar(e),
         }
     }
 

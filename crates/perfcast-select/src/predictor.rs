@@ -5,6 +5,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use perfcast_core::canonical::{canonical, least_time_s};
 use perfcast_core::{Context, ModuleKind, ModuleSpec, Network, Phase, features};
 use perfcast_models::Regressor;
 use perfcast_models::features::{MAX_ROW, row, row_into};
@@ -92,6 +93,9 @@ struct Clamps {
     /// Index of `roofline_ms` in the model's schema.
     roofline: Option<usize>,
 }
+
+/// The warning of a GPU prediction a model put below the device's roofline.
+const RAISED: &str = "raised to the least time the device's spec allows (the model predicted less)";
 
 /// The warning of a query predicted at its nearest trained configuration.
 const EXTRAPOLATED: &str =
@@ -230,7 +234,11 @@ impl Predictor {
 
     /// One validated query on the fast path: [`Predictor::predict_many`] of one, with one
     /// allocation (the row) when the query is inside the trained ranges.
-    fn predict_one(&self, spec: &ModuleSpec, context: &Context) -> Result<ModulePrediction> {
+    fn predict_one_as_given(
+        &self,
+        spec: &ModuleSpec,
+        context: &Context,
+    ) -> Result<ModulePrediction> {
         let kind = spec.kind();
         if let Some(model) = self.bundle.model(kind) {
             let mut x = Vec::with_capacity(MAX_ROW);
@@ -265,7 +273,10 @@ impl Predictor {
     /// predicted at its nearest trained configuration in the same batch, scaled as the
     /// reference path scales it; kinds without a model get the spec roofline. Results are
     /// identical to [`Predictor::predict_module_reference`]'s.
-    fn predict_many(&self, queries: &[(&ModuleSpec, &Context)]) -> Result<Vec<ModulePrediction>> {
+    fn predict_many_as_given(
+        &self,
+        queries: &[(&ModuleSpec, &Context)],
+    ) -> Result<Vec<ModulePrediction>> {
         let device = &self.bundle.manifest.device;
         let n = queries.len();
         let mut ms = vec![f64::NAN; n];
@@ -377,6 +388,67 @@ impl Predictor {
         Ok(predictions)
     }
 
+    /// Whether queries are rewritten into their canonical GPU form and bounded by the spec
+    /// roofline (a GPU bundle; CPU bundles answer the form their backend measured).
+    fn gpu(&self) -> bool {
+        self.bundle.manifest.device.kind == perfcast_core::DeviceKind::Gpu
+    }
+
+    /// Raises a GPU prediction to the least time the device's spec allows for the query (a
+    /// model can only be wrong upwards from there), saying so when it had to.
+    fn bounded(
+        &self,
+        mut p: ModulePrediction,
+        spec: &ModuleSpec,
+        context: &Context,
+    ) -> ModulePrediction {
+        if self.gpu() {
+            let floor = least_time_s(spec, context, &self.bundle.manifest.device) * 1e3;
+            // A NaN from a model is raised too.
+            if p.ms.is_nan() || p.ms < floor {
+                p.ms = floor;
+                p.warnings.push(RAISED.into());
+            }
+        }
+        p
+    }
+
+    /// [`Predictor::predict_valid_as_given`] on the query's canonical form, bounded.
+    fn predict_valid(&self, spec: &ModuleSpec, context: &Context) -> Result<ModulePrediction> {
+        match self.gpu().then(|| canonical(spec, context)).flatten() {
+            Some((s, c)) => Ok(self.bounded(self.predict_valid_as_given(&s, &c)?, &s, &c)),
+            None => Ok(self.bounded(self.predict_valid_as_given(spec, context)?, spec, context)),
+        }
+    }
+
+    /// [`Predictor::predict_one_as_given`] on the query's canonical form, bounded.
+    fn predict_one(&self, spec: &ModuleSpec, context: &Context) -> Result<ModulePrediction> {
+        match self.gpu().then(|| canonical(spec, context)).flatten() {
+            Some((s, c)) => Ok(self.bounded(self.predict_one_as_given(&s, &c)?, &s, &c)),
+            None => Ok(self.bounded(self.predict_one_as_given(spec, context)?, spec, context)),
+        }
+    }
+
+    /// [`Predictor::predict_many_as_given`] on the queries' canonical forms, bounded.
+    fn predict_many(&self, queries: &[(&ModuleSpec, &Context)]) -> Result<Vec<ModulePrediction>> {
+        if !self.gpu() {
+            return self.predict_many_as_given(queries);
+        }
+        let canon: Vec<Option<(ModuleSpec, Context)>> =
+            queries.iter().map(|(s, c)| canonical(s, c)).collect();
+        let queries: Vec<(&ModuleSpec, &Context)> = queries
+            .iter()
+            .zip(&canon)
+            .map(|(q, k)| k.as_ref().map_or(*q, |(s, c)| (s, c)))
+            .collect();
+        let out = self.predict_many_as_given(&queries)?;
+        Ok(out
+            .into_iter()
+            .zip(&queries)
+            .map(|(p, (s, c))| self.bounded(p, s, c))
+            .collect())
+    }
+
     /// The warning of every user-set input of a row outside its trained range.
     fn range_warnings(&self, kind: ModuleKind, x: &[f64]) -> Vec<String> {
         let (Some(cols), Some(entry)) = (
@@ -400,7 +472,11 @@ impl Predictor {
 
     /// [`Predictor::predict_module`] for a spec and context already validated, through the
     /// reference path: the query's own feature row and the model's `predict_row`.
-    fn predict_valid(&self, spec: &ModuleSpec, context: &Context) -> Result<ModulePrediction> {
+    fn predict_valid_as_given(
+        &self,
+        spec: &ModuleSpec,
+        context: &Context,
+    ) -> Result<ModulePrediction> {
         let kind = spec.kind();
         let device = &self.bundle.manifest.device;
         let Some(model) = self.bundle.model(kind) else {

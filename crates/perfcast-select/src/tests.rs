@@ -244,3 +244,128 @@ fn networks_sum_their_layers() {
     // Only the linear layers have a model in this bundle.
     assert!(p.fallback_layers > 0 && p.fallback_layers < p.layers.len());
 }
+
+/// The shipped cross-device GPU bundle.
+fn gpu_bundle(device: &DeviceSpec) -> Predictor {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../checkpoints/gpu");
+    Predictor::new(Bundle::load_for_device(&dir, device).unwrap())
+}
+
+/// A GPU spec around a V100, scaled by the draws.
+fn gpu(peak: f64, bandwidth: f64, sms: u32) -> DeviceSpec {
+    DeviceSpec {
+        name: format!("GPU {peak} {bandwidth} {sms}"),
+        kind: perfcast_core::DeviceKind::Gpu,
+        peak_gflops: peak,
+        mem_bandwidth_gbs: bandwidth,
+        cores: sms,
+        threads: sms * 64,
+        clock_mhz: 1400.0,
+        memory_gb: 32.0,
+        cache_mb: 6.0,
+        caches: perfcast_core::Caches::default(),
+        source: perfcast_core::SpecSource::Published,
+        software: None,
+    }
+}
+
+/// A small xorshift stream: deterministic draws without a dependency.
+struct Draws(u64);
+
+impl Draws {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+
+    fn pow2(&mut self, max_log: u64) -> usize {
+        1 << self.below(max_log + 1)
+    }
+}
+
+/// Issue 20: the same GEMM written as batch x tokens or batch x heads gets one prediction on a
+/// GPU bundle, whatever the split.
+#[test]
+fn gpu_predictions_do_not_depend_on_how_the_work_is_split() {
+    let p = gpu_bundle(&gpu(14_029.0, 900.0, 80));
+    let mut d = Draws(0x9e37_79b9_7f4a_7c15);
+    for _ in 0..200 {
+        let rows = d.pow2(12);
+        let split = d.pow2(rows.trailing_zeros() as u64);
+        let (inf, outf) = (1 + d.below(4096) as usize, 1 + d.below(4096) as usize);
+        let phase = if d.below(2) == 0 {
+            Phase::Inference
+        } else {
+            Phase::Training
+        };
+        let linear = |tokens| {
+            ModuleSpec::Linear(perfcast_core::Linear {
+                tokens,
+                in_features: inf,
+                out_features: outf,
+                bias: true,
+            })
+        };
+        let a = p.predict_module(&linear(rows), &ctx(1, phase)).unwrap();
+        let b = p
+            .predict_module(&linear(rows / split), &ctx(split, phase))
+            .unwrap();
+        assert_eq!(
+            a.ms.to_bits(),
+            b.ms.to_bits(),
+            "{rows} rows as {split} x {}",
+            rows / split
+        );
+        let bmm = |heads| {
+            ModuleSpec::Matmul(perfcast_core::Matmul {
+                heads,
+                m: inf,
+                k: 64,
+                n: outf,
+                trans_a: false,
+                trans_b: false,
+            })
+        };
+        let a = p.predict_module(&bmm(rows), &ctx(1, phase)).unwrap();
+        let b = p
+            .predict_module(&bmm(rows / split), &ctx(split, phase))
+            .unwrap();
+        assert_eq!(
+            a.ms.to_bits(),
+            b.ms.to_bits(),
+            "{rows} matrices as {split} x {}",
+            rows / split
+        );
+    }
+}
+
+/// Issue 20: no GPU prediction is below the roofline of the device's own spec, for random
+/// specs and every kind, both phases.
+#[test]
+fn gpu_predictions_never_beat_the_spec_roofline() {
+    let mut d = Draws(0x2545_f491_4f6c_dd1d);
+    for _ in 0..12 {
+        let device = gpu(
+            1_000.0 * (1 + d.below(100)) as f64,
+            100.0 * (1 + d.below(60)) as f64,
+            8 + d.below(140) as u32,
+        );
+        let p = gpu_bundle(&device);
+        for spec in perfcast_core::testing::one_of_each_kind() {
+            for batch in [1, 8, 256] {
+                for phase in [Phase::Inference, Phase::Training] {
+                    let c = ctx(batch, phase);
+                    let ms = p.predict_module(&spec, &c).unwrap().ms;
+                    let floor = perfcast_core::canonical::least_time_s(&spec, &c, &device) * 1e3;
+                    assert!(
+                        ms >= floor,
+                        "{} at {batch}: {ms} < {floor}",
+                        spec.describe()
+                    );
+                }
+            }
+        }
+    }
+}

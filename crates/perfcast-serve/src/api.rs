@@ -421,7 +421,13 @@ fn diagnose_module(field: &str, value: Value) -> Result<(), ApiError> {
         | ModuleKind::Tanh
         | ModuleKind::Add
         | ModuleKind::Mul
-        | ModuleKind::Softmax => typed::<Elementwise>(field, rest).map(drop),
+        | ModuleKind::Softmax
+        | ModuleKind::Div
+        | ModuleKind::Pow
+        | ModuleKind::AddScalar
+        | ModuleKind::MulScalar
+        | ModuleKind::DivScalar
+        | ModuleKind::PowScalar => typed::<Elementwise>(field, rest).map(drop),
     }
 }
 

@@ -28,7 +28,7 @@ fn import_neusight_writes_datasets_that_show_reads() {
     assert!(o.status.success(), "{}", stderr(&o));
     let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(summary["source"], "neusight");
-    assert_eq!(summary["imported"], 55);
+    assert_eq!(summary["imported"], 78);
     assert_eq!(summary["skipped"], 0);
     let v100 = &summary["devices"][1];
     assert_eq!(v100["dataset"], "tesla-v100-pcie-32gb");
@@ -63,7 +63,11 @@ fn import_neusight_writes_datasets_that_show_reads() {
         [
             ("conv2d".to_string(), 10),
             ("linear".to_string(), 20),
-            ("matmul".to_string(), 20)
+            ("matmul".to_string(), 20),
+            ("layernorm".to_string(), 5),
+            ("add".to_string(), 5),
+            ("softmax".to_string(), 5),
+            ("add_scalar".to_string(), 5)
         ]
     );
     let o = run(&["datasets", "show", dataset.to_str().unwrap()]);

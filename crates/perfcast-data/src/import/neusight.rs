@@ -5,7 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use perfcast_core::{Caches, Conv2d, DeviceKind, DeviceSpec, Linear, Matmul, ModuleSpec, Phase};
+use perfcast_core::{
+    Caches, Conv2d, DeviceKind, DeviceSpec, LayerNorm, Linear, Matmul, ModuleSpec, Phase,
+};
 use perfcast_core::{ModuleKind, SpecSource};
 use serde::Deserialize;
 
@@ -20,11 +22,26 @@ pub const BACKEND: &str = "neusight:pytorch-2.1";
 /// Folder of the device specs.
 pub const CONFIG_DIR: &str = "device_configs";
 
-/// The layer folders and the kind each holds.
-const FOLDERS: [(&str, ModuleKind); 3] = [
+/// The layer folders and the kind each holds. The element-wise, `ln` and `softmax` folders
+/// hold `B x H` tensors (columns `B,H,Latency`): imported as `[1, 1, H]` per sample at batch
+/// `B` (LayerNorm: one token of `H` features), so softmax and LayerNorm reduce over `H`.
+const FOLDERS: [(&str, ModuleKind); 16] = [
     ("linear", ModuleKind::Linear),
     ("bmm", ModuleKind::Matmul),
     ("conv", ModuleKind::Conv2d),
+    ("add", ModuleKind::Add),
+    ("mul", ModuleKind::Mul),
+    ("div", ModuleKind::Div),
+    ("pow", ModuleKind::Pow),
+    ("addu", ModuleKind::AddScalar),
+    ("mulu", ModuleKind::MulScalar),
+    ("divu", ModuleKind::DivScalar),
+    ("powu", ModuleKind::PowScalar),
+    ("gelu", ModuleKind::Gelu),
+    ("relu", ModuleKind::Relu),
+    ("tanh", ModuleKind::Tanh),
+    ("ln", ModuleKind::LayerNorm),
+    ("softmax", ModuleKind::Softmax),
 ];
 
 /// A `device_configs/*.json` file as NeuSight publishes it.
@@ -164,7 +181,7 @@ pub fn import(dir: &Path) -> Result<Import> {
         }
         return Err(Error::schema(
             dir,
-            "the folder holds none of linear/, bmm/, conv/ (is it NeuSight's data folder?)",
+            "the folder holds none of linear/, bmm/, conv/, add/, ln/, softmax/, ... (is it NeuSight's data folder?)",
         ));
     }
     let configs = config_dir(dir);
@@ -243,7 +260,16 @@ fn read_file(
                 }))
             })
         }
-        _ => {
+        ModuleKind::LayerNorm => {
+            let h = csv.column("H")?;
+            Box::new(move |row| {
+                Ok(ModuleSpec::LayerNorm(LayerNorm {
+                    tokens: 1,
+                    features: h.count(row)?,
+                }))
+            })
+        }
+        ModuleKind::Conv2d => {
             let cin = csv.column("Input_Channel")?;
             let cout = csv.column("Output_Channel")?;
             // Sic: NeuSight's header spells it `Kernel_Szie`.
@@ -264,6 +290,15 @@ fn read_file(
                     groups: 1,
                     bias: false,
                 }))
+            })
+        }
+        elementwise => {
+            let h = csv.column("H")?;
+            Box::new(move |row| {
+                let shape = [1, 1, h.count(row)?];
+                ModuleSpec::from_config(elementwise, &shape.map(|v| v as i64)).map_err(|e| {
+                    Error::schema(path, format!("line {}: {e}", super::read::line(row)))
+                })
             })
         }
     };

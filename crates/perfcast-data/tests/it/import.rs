@@ -59,7 +59,10 @@ fn edit_line(path: &Path, line: usize, from: &str, to: &str) {
 fn neusight_sample_maps_every_kind() {
     let import = import::neusight::import(&data("neusight")).unwrap();
     let ids: Vec<&str> = import.devices.iter().map(|d| d.id.as_str()).collect();
-    assert_eq!(ids, ["Tesla_T4", "Tesla_V100-PCIE-32GB"]);
+    assert_eq!(
+        ids,
+        ["Tesla_T4", "Tesla_V100-PCIE-32GB", "AMD_Instinct_MI100"]
+    );
     let v100 = device(&import, "Tesla_V100-PCIE-32GB");
     assert_eq!(rows(v100, ModuleKind::Linear).len(), 20);
     assert_eq!(rows(v100, ModuleKind::Matmul).len(), 20);
@@ -122,6 +125,32 @@ fn neusight_sample_maps_every_kind() {
     assert_eq!(r.context.batch, 38);
     assert_eq!(r.timing().unwrap().median_ms, 0.8809813261032104);
 
+    // Element-wise, LayerNorm and softmax (issue 20): a B x H tensor is [1, 1, H] at batch B.
+    for kind in [
+        ModuleKind::Add,
+        ModuleKind::AddScalar,
+        ModuleKind::LayerNorm,
+        ModuleKind::Softmax,
+    ] {
+        assert_eq!(rows(v100, kind).len(), 5, "{kind}");
+    }
+    let r = &rows(v100, ModuleKind::Add)[0];
+    let e = perfcast_core::Elementwise { shape: [1, 1, 168] };
+    assert_eq!(r.spec, ModuleSpec::Add(e));
+    assert_eq!(r.context.batch, 127);
+    assert_eq!(r.timing().unwrap().median_ms, 0.032531199604272844);
+    let r = &rows(v100, ModuleKind::LayerNorm)[0];
+    let ln = perfcast_core::LayerNorm {
+        tokens: 1,
+        features: 272,
+    };
+    assert_eq!(r.spec, ModuleSpec::LayerNorm(ln));
+    assert_eq!(r.context.batch, 60);
+    // AMD rows come with their own spec (the vector fp32 peak).
+    let mi100 = device(&import, "AMD_Instinct_MI100");
+    assert_eq!(rows(mi100, ModuleKind::Add).len(), 3);
+    assert_eq!(mi100.device.as_ref().unwrap().peak_gflops, 23100.0);
+
     let spec = v100.device.as_ref().unwrap();
     assert_eq!(spec.name, "Tesla V100-PCIE-32GB");
     assert_eq!(spec.kind, DeviceKind::Gpu);
@@ -168,12 +197,20 @@ fn imports_write_datasets_that_read_back() {
     let out = tmp.path().join("neusight");
     let import = import::neusight::import(&data("neusight")).unwrap();
     let summary = import.write(&out, false).unwrap();
-    assert_eq!(summary.imported, 55);
+    assert_eq!(summary.imported, 78);
     assert_eq!(summary.skipped, 0);
     let v100 = DatasetDir::open(out.join("tesla-v100-pcie-32gb")).unwrap();
     assert_eq!(
         v100.kinds(),
-        [ModuleKind::Conv2d, ModuleKind::Linear, ModuleKind::Matmul]
+        [
+            ModuleKind::Conv2d,
+            ModuleKind::Linear,
+            ModuleKind::Matmul,
+            ModuleKind::LayerNorm,
+            ModuleKind::Add,
+            ModuleKind::Softmax,
+            ModuleKind::AddScalar
+        ]
     );
     let source = device(&import, "Tesla_V100-PCIE-32GB");
     for kind in v100.kinds() {
