@@ -371,9 +371,20 @@ pub fn read_parquet(path: &Path) -> Result<DataFrame> {
         path: path.to_path_buf(),
         source,
     })?;
-    ParquetReader::new(file)
-        .finish()
-        .map_err(|e| Error::unreadable(path, e))
+    // polars' decoders assert on some corrupt pages instead of returning an error (a flipped
+    // byte in a conv2d table tripped `offset + length <= self.length` in polars-arrow): a
+    // corrupt file is outside input, so its panic becomes the file's error, reported once.
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let read = std::panic::catch_unwind(move || ParquetReader::new(file).finish());
+    std::panic::set_hook(previous);
+    match read {
+        Ok(df) => df.map_err(|e| Error::unreadable(path, e)),
+        Err(_) => Err(Error::unreadable(
+            path,
+            "the Parquet data is corrupt (the decoder failed on it)",
+        )),
+    }
 }
 
 /// Writes a DataFrame to `path` atomically: a temp file beside it, then a rename.

@@ -32,6 +32,7 @@ impl Default for RidgeParams {
 
 /// Fitted ridge model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "SavedRidge")]
 pub struct FittedRidge {
     schema: FeatureSchema,
     scaler: LogStandardiser,
@@ -40,6 +41,76 @@ pub struct FittedRidge {
     degree: u8,
     intercept: f64,
     weights: Vec<f64>,
+}
+
+/// [`FittedRidge`] as read from a file, checked before it becomes a model: the prediction
+/// path indexes rows by `active` and the scaler, and a saved file is outside input (issue 21:
+/// a corrupt `active` index panicked on the first prediction).
+#[derive(Deserialize)]
+struct SavedRidge {
+    schema: FeatureSchema,
+    scaler: LogStandardiser,
+    active: Vec<usize>,
+    degree: u8,
+    intercept: f64,
+    weights: Vec<f64>,
+}
+
+impl TryFrom<SavedRidge> for FittedRidge {
+    type Error = String;
+
+    fn try_from(s: SavedRidge) -> std::result::Result<Self, String> {
+        let width = s.schema.len();
+        if s.scaler.mean.len() != width || s.scaler.inv_std.len() != width {
+            return Err(format!(
+                "ridge scaler has {} and {} columns, the schema {width}",
+                s.scaler.mean.len(),
+                s.scaler.inv_std.len()
+            ));
+        }
+        if s.active.len() > MAX_ACTIVE {
+            return Err(format!(
+                "ridge has {} active columns, at most {MAX_ACTIVE}",
+                s.active.len()
+            ));
+        }
+        if let Some(bad) = s.active.iter().find(|&&i| i >= width) {
+            return Err(format!(
+                "ridge active column {bad} is past the schema's {width}"
+            ));
+        }
+        if !(1..=2).contains(&s.degree) {
+            return Err(format!("ridge degree must be 1 or 2, got {}", s.degree));
+        }
+        let n = s.active.len();
+        let terms = if s.degree >= 2 {
+            n + n * (n + 1) / 2
+        } else {
+            n
+        };
+        if s.weights.len() != terms {
+            return Err(format!(
+                "ridge has {} weights, its expansion {terms} terms",
+                s.weights.len()
+            ));
+        }
+        let finite = |v: &[f64]| v.iter().all(|x| x.is_finite());
+        if !(s.intercept.is_finite()
+            && finite(&s.weights)
+            && finite(&s.scaler.mean)
+            && finite(&s.scaler.inv_std))
+        {
+            return Err("ridge holds a value that is not finite".into());
+        }
+        Ok(FittedRidge {
+            schema: s.schema,
+            scaler: s.scaler,
+            active: s.active,
+            degree: s.degree,
+            intercept: s.intercept,
+            weights: s.weights,
+        })
+    }
 }
 
 /// Largest expansion width the stack buffer of `predict_row` holds.

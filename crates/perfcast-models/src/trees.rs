@@ -592,6 +592,15 @@ impl TryFrom<UncheckedTrees> for FittedTrees {
         if let Some(r) = t.roots.iter().find(|r| **r as usize >= n) {
             return Err(format!("root {r} is past the {n} nodes"));
         }
+        // Every node hangs off one parent (or is one root): the trees are a forest, so a walk
+        // visits each node once (a node shared by two parents made the leaf numbering of
+        // `Masks` underflow, issue 21).
+        let mut owned = vec![false; n];
+        for &r in &t.roots {
+            if std::mem::replace(&mut owned[r as usize], true) {
+                return Err(format!("node {r} is a root twice"));
+            }
+        }
         for (i, node) in t.nodes.iter().enumerate() {
             if !node.value.is_finite() {
                 return Err(format!("node {i} holds {}", node.value));
@@ -612,6 +621,11 @@ impl TryFrom<UncheckedTrees> for FittedTrees {
                     "node {i} has children {left} and {} of {n} nodes",
                     left + 1
                 ));
+            }
+            for child in [left, left + 1] {
+                if std::mem::replace(&mut owned[child], true) {
+                    return Err(format!("node {child} has two parents (node {i} is one)"));
+                }
             }
         }
         Ok(FittedTrees {

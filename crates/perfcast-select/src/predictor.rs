@@ -395,13 +395,14 @@ impl Predictor {
     }
 
     /// Raises a GPU prediction to the least time the device's spec allows for the query (a
-    /// model can only be wrong upwards from there), saying so when it had to.
+    /// model can only be wrong upwards from there), saying so when it had to; refuses a
+    /// prediction that is not a finite time (a corrupt model), naming the model and the query.
     fn bounded(
         &self,
         mut p: ModulePrediction,
         spec: &ModuleSpec,
         context: &Context,
-    ) -> ModulePrediction {
+    ) -> Result<ModulePrediction> {
         if self.gpu() {
             let floor = least_time_s(spec, context, &self.bundle.manifest.device) * 1e3;
             // A NaN from a model is raised too.
@@ -410,29 +411,45 @@ impl Predictor {
                 p.warnings.push(RAISED.into());
             }
         }
-        p
+        if !(p.ms.is_finite() && p.ms >= 0.0) {
+            return Err(Error::Bundle {
+                path: self.bundle.dir.clone(),
+                message: format!(
+                    "the `{}` model predicted {} ms for {}: the bundle is corrupt; retrain it",
+                    p.model,
+                    p.ms,
+                    spec.describe()
+                ),
+            });
+        }
+        Ok(p)
     }
 
     /// [`Predictor::predict_valid_as_given`] on the query's canonical form, bounded.
     fn predict_valid(&self, spec: &ModuleSpec, context: &Context) -> Result<ModulePrediction> {
         match self.gpu().then(|| canonical(spec, context)).flatten() {
-            Some((s, c)) => Ok(self.bounded(self.predict_valid_as_given(&s, &c)?, &s, &c)),
-            None => Ok(self.bounded(self.predict_valid_as_given(spec, context)?, spec, context)),
+            Some((s, c)) => self.bounded(self.predict_valid_as_given(&s, &c)?, &s, &c),
+            None => self.bounded(self.predict_valid_as_given(spec, context)?, spec, context),
         }
     }
 
     /// [`Predictor::predict_one_as_given`] on the query's canonical form, bounded.
     fn predict_one(&self, spec: &ModuleSpec, context: &Context) -> Result<ModulePrediction> {
         match self.gpu().then(|| canonical(spec, context)).flatten() {
-            Some((s, c)) => Ok(self.bounded(self.predict_one_as_given(&s, &c)?, &s, &c)),
-            None => Ok(self.bounded(self.predict_one_as_given(spec, context)?, spec, context)),
+            Some((s, c)) => self.bounded(self.predict_one_as_given(&s, &c)?, &s, &c),
+            None => self.bounded(self.predict_one_as_given(spec, context)?, spec, context),
         }
     }
 
     /// [`Predictor::predict_many_as_given`] on the queries' canonical forms, bounded.
     fn predict_many(&self, queries: &[(&ModuleSpec, &Context)]) -> Result<Vec<ModulePrediction>> {
         if !self.gpu() {
-            return self.predict_many_as_given(queries);
+            let out = self.predict_many_as_given(queries)?;
+            return out
+                .into_iter()
+                .zip(queries)
+                .map(|(p, (s, c))| self.bounded(p, s, c))
+                .collect();
         }
         let canon: Vec<Option<(ModuleSpec, Context)>> =
             queries.iter().map(|(s, c)| canonical(s, c)).collect();
@@ -442,11 +459,10 @@ impl Predictor {
             .map(|(q, k)| k.as_ref().map_or(*q, |(s, c)| (s, c)))
             .collect();
         let out = self.predict_many_as_given(&queries)?;
-        Ok(out
-            .into_iter()
+        out.into_iter()
             .zip(&queries)
             .map(|(p, (s, c))| self.bounded(p, s, c))
-            .collect())
+            .collect()
     }
 
     /// The warning of every user-set input of a row outside its trained range.

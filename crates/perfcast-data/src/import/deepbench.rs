@@ -342,7 +342,9 @@ fn conv_spec(cols: &[Col<'_>; 11], row: usize) -> Result<(ModuleSpec, usize)> {
     for (slot, col) in v.iter_mut().zip(cols.iter()) {
         *slot = col.count(row)?;
     }
-    let [w, h, c, n, k, s, r, pad_w, pad_h, stride_w, stride_h] = v;
+    let [w, h, c, _, k, s, r, pad_w, pad_h, stride_w, stride_h] = v;
+    // `N` is the batch: bounded as every imported batch is.
+    let n = cols[3].batch(row)?;
     Ok((
         ModuleSpec::Conv2d(Conv2d {
             in_channels: c,

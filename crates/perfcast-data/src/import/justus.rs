@@ -61,7 +61,7 @@ fn read_file(path: &Path, kind: ModuleKind, devices: &mut Devices) -> Result<()>
         let rows = devices.get(id, || gpus::justus(id).map(gpus::Published::spec));
         // Parse everything first: a malformed cell is an error even on a skipped row.
         let spec = shape.spec(row)?;
-        let b = batch.count(row)?;
+        let b = batch.batch(row)?;
         let phase = if forward_only.flag(row)? {
             Phase::Inference
         } else {

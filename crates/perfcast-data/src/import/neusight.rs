@@ -304,7 +304,7 @@ fn read_file(
     };
     for row in 0..csv.rows() {
         let spec = build(row)?;
-        let b = batch.count(row)?;
+        let b = batch.batch(row)?;
         let ms = latency.time_ms(row, 1.0)?;
         match checked_spec(spec) {
             Ok(spec) => rows.push(record(

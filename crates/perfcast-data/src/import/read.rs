@@ -149,7 +149,29 @@ impl<'a> Col<'a> {
         if v == 0.0 {
             return Err(self.fail(row, "latency `0` is not a measurement".into()));
         }
-        Ok(v * scale)
+        let ms = v * scale;
+        if ms > crate::table::MAX_TIME_MS {
+            return Err(self.fail(
+                row,
+                format!(
+                    "latency `{v}` is more than a day ({} ms)",
+                    crate::table::MAX_TIME_MS
+                ),
+            ));
+        }
+        Ok(ms)
+    }
+
+    /// A batch size: at least 1, at most [`perfcast_core::MAX_BATCH`].
+    pub(crate) fn batch(&self, row: usize) -> Result<usize> {
+        let v = self.count(row)?;
+        if v == 0 || v > perfcast_core::MAX_BATCH {
+            return Err(self.fail(
+                row,
+                format!("batch `{v}` must be in [1, {}]", perfcast_core::MAX_BATCH),
+            ));
+        }
+        Ok(v)
     }
 
     /// A non-negative integer (`3` or `3.0`, not `3.5`).

@@ -287,8 +287,6 @@ fn csv_import() {
 
 /// Nothing lost: what the CSV importer accepts writes and reads back row for row.
 #[test]
-#[ignore = "fails: the CSV importer accepts a latency above a day (`9223372036854775807` s) that \
-            the dataset reader refuses, so the written table does not read back; see report"]
 fn csv_import_reads_back() {
     fuzz_csv("csv_import_reads_back", true);
 }
@@ -405,8 +403,6 @@ fn neusight_files() -> Vec<(String, String)> {
 
 /// Nothing lost: what the NeuSight importer accepts writes and reads back row for row.
 #[test]
-#[ignore = "fails: NeuSight import accepts a `Latency` above a day (and `B` above 2^24) that the \
-            dataset reader refuses, so the written table does not read back; see report"]
 fn neusight_import_reads_back() {
     fuzz_source(
         "neusight_import_reads_back",
@@ -418,8 +414,6 @@ fn neusight_import_reads_back() {
 
 /// Nothing lost: what the Justus importer accepts writes and reads back row for row.
 #[test]
-#[ignore = "fails: Justus import accepts `batchsize` 2^32 and `timeUsed_median` 9.2e18 ms that the \
-            dataset reader refuses, so the written table does not read back; see report"]
 fn justus_import_reads_back() {
     let files = source_files("justus", &["conv.csv", "dense.csv"]);
     fuzz_source(
@@ -432,8 +426,6 @@ fn justus_import_reads_back() {
 
 /// Nothing lost: what the DeepBench importer accepts writes and reads back row for row.
 #[test]
-#[ignore = "fails: DeepBench import accepts a `time_ms` of 9.2e18 ms that the dataset reader \
-            refuses, so the written table does not read back; see report"]
 fn deepbench_import_reads_back() {
     let files = source_files("deepbench", &["conv.csv", "gemm.csv", "specs.csv"]);
     fuzz_source(
@@ -529,8 +521,6 @@ fn dataset() -> (tempfile::TempDir, Vec<Vec<u8>>) {
 
 /// `DatasetDir::read` on Parquet files with flipped, inserted, deleted bytes and truncation.
 #[test]
-#[ignore = "panics: polars-arrow bitmap/immutable.rs:329 (`offset + length <= self.length`) under \
-            perfcast-data `table::read_parquet` on a conv2d table with one byte flipped; see report"]
 fn parquet_bytes() {
     let (tmp, tables) = dataset();
     let work = DatasetDir::create_or_open(

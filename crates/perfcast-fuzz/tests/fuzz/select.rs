@@ -250,9 +250,6 @@ fn bundle_load() {
 
 /// As [`bundle_load`], on the shipped GPU checkpoint (tree ensembles across devices).
 #[test]
-#[ignore = "panics: perfcast-models trees.rs:380 (`bit_range`, `hi - lo` underflows) from \
-            `Masks::of` while `Bundle::load` deserialises a trees model with one number \
-            decremented; see report"]
 fn bundle_load_trees() {
     let templates = templates();
     let shipped = templates.len() - 1;
@@ -266,8 +263,6 @@ fn bundle_load_trees() {
 
 /// As [`bundle_load`], and a bundle that loads predicts every kind without panicking.
 #[test]
-#[ignore = "panics: perfcast-models ridge.rs:243 (`FittedRidge::standardise` indexes a row by a \
-            saved `active` column >= the schema width; `Bundle::load` accepts it), see report"]
 fn bundle_predict() {
     let templates = templates();
     fuzz(
@@ -281,8 +276,6 @@ fn bundle_predict() {
 /// As [`bundle_predict`], checking that the predictions that return are finite and
 /// non-negative.
 #[test]
-#[ignore = "fails: a ridge model whose weight is 2^24 loads and predicts `inf` ms (perfcast-select \
-            `Bundle::load` checks no saved values), see report"]
 fn bundle_predict_finite() {
     let templates = templates();
     fuzz(
