@@ -47,58 +47,20 @@ pub fn canonical(spec: &ModuleSpec, context: &Context) -> Option<(ModuleSpec, Co
             features: l.features,
         }),
         _ => {
-            let e = elementwise(spec)?;
+            let e = spec.as_elementwise()?;
             let rows = fold(e.shape[0].checked_mul(e.shape[1])?)?;
             if b == 1 && e.shape[0] == 1 {
                 return None;
             }
-            with_shape(
-                spec,
+            ModuleSpec::elementwise(
+                spec.kind(),
                 Elementwise {
                     shape: [1, rows, e.shape[2]],
                 },
-            )
+            )?
         }
     };
     Some((spec, at_one))
-}
-
-fn elementwise(spec: &ModuleSpec) -> Option<&Elementwise> {
-    match spec {
-        ModuleSpec::Relu(e)
-        | ModuleSpec::Gelu(e)
-        | ModuleSpec::Sigmoid(e)
-        | ModuleSpec::Tanh(e)
-        | ModuleSpec::Add(e)
-        | ModuleSpec::Mul(e)
-        | ModuleSpec::Softmax(e)
-        | ModuleSpec::Div(e)
-        | ModuleSpec::Pow(e)
-        | ModuleSpec::AddScalar(e)
-        | ModuleSpec::MulScalar(e)
-        | ModuleSpec::DivScalar(e)
-        | ModuleSpec::PowScalar(e) => Some(e),
-        _ => None,
-    }
-}
-
-/// `spec` (an element-wise kind) with another shape.
-fn with_shape(spec: &ModuleSpec, e: Elementwise) -> ModuleSpec {
-    match spec {
-        ModuleSpec::Relu(_) => ModuleSpec::Relu(e),
-        ModuleSpec::Gelu(_) => ModuleSpec::Gelu(e),
-        ModuleSpec::Sigmoid(_) => ModuleSpec::Sigmoid(e),
-        ModuleSpec::Tanh(_) => ModuleSpec::Tanh(e),
-        ModuleSpec::Add(_) => ModuleSpec::Add(e),
-        ModuleSpec::Mul(_) => ModuleSpec::Mul(e),
-        ModuleSpec::Div(_) => ModuleSpec::Div(e),
-        ModuleSpec::Pow(_) => ModuleSpec::Pow(e),
-        ModuleSpec::AddScalar(_) => ModuleSpec::AddScalar(e),
-        ModuleSpec::MulScalar(_) => ModuleSpec::MulScalar(e),
-        ModuleSpec::DivScalar(_) => ModuleSpec::DivScalar(e),
-        ModuleSpec::PowScalar(_) => ModuleSpec::PowScalar(e),
-        _ => ModuleSpec::Softmax(e),
-    }
 }
 
 /// How many times fewer multiplies than direct convolution the cheapest library algorithm

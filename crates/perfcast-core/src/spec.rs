@@ -141,19 +141,7 @@ impl ModuleKind {
             ],
             ModuleKind::BatchNorm2d => &["channels", "in_h", "in_w"],
             ModuleKind::LayerNorm => &["tokens", "features"],
-            ModuleKind::Relu
-            | ModuleKind::Gelu
-            | ModuleKind::Sigmoid
-            | ModuleKind::Tanh
-            | ModuleKind::Add
-            | ModuleKind::Mul
-            | ModuleKind::Softmax
-            | ModuleKind::Div
-            | ModuleKind::Pow
-            | ModuleKind::AddScalar
-            | ModuleKind::MulScalar
-            | ModuleKind::DivScalar
-            | ModuleKind::PowScalar => &["c", "h", "w"],
+            _ => &["c", "h", "w"],
         }
     }
 
@@ -170,6 +158,27 @@ impl ModuleKind {
             ModuleKind::Matmul => &["trans_a", "trans_b"],
             _ => &[],
         }
+    }
+
+    /// Whether the kind's spec is an [`Elementwise`] shape (activations, binary and scalar
+    /// element-wise ops, softmax).
+    pub fn is_elementwise(self) -> bool {
+        matches!(
+            self,
+            ModuleKind::Relu
+                | ModuleKind::Gelu
+                | ModuleKind::Sigmoid
+                | ModuleKind::Tanh
+                | ModuleKind::Add
+                | ModuleKind::Mul
+                | ModuleKind::Softmax
+                | ModuleKind::Div
+                | ModuleKind::Pow
+                | ModuleKind::AddScalar
+                | ModuleKind::MulScalar
+                | ModuleKind::DivScalar
+                | ModuleKind::PowScalar
+        )
     }
 
     /// Whether the kind has trainable parameters (its training step computes weight gradients).
@@ -598,6 +607,47 @@ impl ModuleSpec {
         Ok(spec)
     }
 
+    /// The spec of an element-wise `kind` ([`ModuleKind::is_elementwise`]) on `e`; `None` for
+    /// other kinds.
+    pub fn elementwise(kind: ModuleKind, e: Elementwise) -> Option<ModuleSpec> {
+        Some(match kind {
+            ModuleKind::Relu => ModuleSpec::Relu(e),
+            ModuleKind::Gelu => ModuleSpec::Gelu(e),
+            ModuleKind::Sigmoid => ModuleSpec::Sigmoid(e),
+            ModuleKind::Tanh => ModuleSpec::Tanh(e),
+            ModuleKind::Add => ModuleSpec::Add(e),
+            ModuleKind::Mul => ModuleSpec::Mul(e),
+            ModuleKind::Softmax => ModuleSpec::Softmax(e),
+            ModuleKind::Div => ModuleSpec::Div(e),
+            ModuleKind::Pow => ModuleSpec::Pow(e),
+            ModuleKind::AddScalar => ModuleSpec::AddScalar(e),
+            ModuleKind::MulScalar => ModuleSpec::MulScalar(e),
+            ModuleKind::DivScalar => ModuleSpec::DivScalar(e),
+            ModuleKind::PowScalar => ModuleSpec::PowScalar(e),
+            _ => return None,
+        })
+    }
+
+    /// The shape of an element-wise spec; `None` for other kinds.
+    pub fn as_elementwise(&self) -> Option<&Elementwise> {
+        match self {
+            ModuleSpec::Relu(e)
+            | ModuleSpec::Gelu(e)
+            | ModuleSpec::Sigmoid(e)
+            | ModuleSpec::Tanh(e)
+            | ModuleSpec::Add(e)
+            | ModuleSpec::Mul(e)
+            | ModuleSpec::Softmax(e)
+            | ModuleSpec::Div(e)
+            | ModuleSpec::Pow(e)
+            | ModuleSpec::AddScalar(e)
+            | ModuleSpec::MulScalar(e)
+            | ModuleSpec::DivScalar(e)
+            | ModuleSpec::PowScalar(e) => Some(e),
+            _ => None,
+        }
+    }
+
     /// Checks every hyper-parameter and that the shapes are possible; errors name the value.
     pub fn validate(&self) -> Result<()> {
         self.output_dims().map(|_| ())
@@ -997,37 +1047,12 @@ impl ModuleSpec {
                 tokens: v[0],
                 features: v[1],
             }),
-            ModuleKind::Relu
-            | ModuleKind::Gelu
-            | ModuleKind::Sigmoid
-            | ModuleKind::Tanh
-            | ModuleKind::Add
-            | ModuleKind::Mul
-            | ModuleKind::Softmax
-            | ModuleKind::Div
-            | ModuleKind::Pow
-            | ModuleKind::AddScalar
-            | ModuleKind::MulScalar
-            | ModuleKind::DivScalar
-            | ModuleKind::PowScalar => {
+            elementwise => {
                 let e = Elementwise {
                     shape: [v[0], v[1], v[2]],
                 };
-                match kind {
-                    ModuleKind::Relu => ModuleSpec::Relu(e),
-                    ModuleKind::Gelu => ModuleSpec::Gelu(e),
-                    ModuleKind::Sigmoid => ModuleSpec::Sigmoid(e),
-                    ModuleKind::Tanh => ModuleSpec::Tanh(e),
-                    ModuleKind::Add => ModuleSpec::Add(e),
-                    ModuleKind::Mul => ModuleSpec::Mul(e),
-                    ModuleKind::Div => ModuleSpec::Div(e),
-                    ModuleKind::Pow => ModuleSpec::Pow(e),
-                    ModuleKind::AddScalar => ModuleSpec::AddScalar(e),
-                    ModuleKind::MulScalar => ModuleSpec::MulScalar(e),
-                    ModuleKind::DivScalar => ModuleSpec::DivScalar(e),
-                    ModuleKind::PowScalar => ModuleSpec::PowScalar(e),
-                    _ => ModuleSpec::Softmax(e),
-                }
+                ModuleSpec::elementwise(elementwise, e)
+                    .ok_or_else(|| invalid(kind, "not an element-wise kind".into()))?
             }
         };
         spec.validate()?;

@@ -239,19 +239,7 @@ pub fn default_params(kind: ModuleKind) -> BTreeMap<String, Param> {
             set("tokens", Param::log(1.0, 512.0));
             set("features", Param::log(16.0, 8192.0));
         }
-        ModuleKind::Relu
-        | ModuleKind::Gelu
-        | ModuleKind::Sigmoid
-        | ModuleKind::Tanh
-        | ModuleKind::Add
-        | ModuleKind::Mul
-        | ModuleKind::Softmax
-        | ModuleKind::Div
-        | ModuleKind::Pow
-        | ModuleKind::AddScalar
-        | ModuleKind::MulScalar
-        | ModuleKind::DivScalar
-        | ModuleKind::PowScalar => {
+        _ => {
             set("c", Param::log(1.0, 2048.0));
             set("h", Param::log(1.0, 512.0));
             set("w", Param::log(1.0, 8192.0));
@@ -698,19 +686,8 @@ fn build_sample(
             tokens: num(v, "tokens")?,
             features: num(v, "features")?,
         }),
-        ModuleKind::Relu => ModuleSpec::Relu(elementwise()?),
-        ModuleKind::Gelu => ModuleSpec::Gelu(elementwise()?),
-        ModuleKind::Sigmoid => ModuleSpec::Sigmoid(elementwise()?),
-        ModuleKind::Tanh => ModuleSpec::Tanh(elementwise()?),
-        ModuleKind::Add => ModuleSpec::Add(elementwise()?),
-        ModuleKind::Mul => ModuleSpec::Mul(elementwise()?),
-        ModuleKind::Softmax => ModuleSpec::Softmax(elementwise()?),
-        ModuleKind::Div => ModuleSpec::Div(elementwise()?),
-        ModuleKind::Pow => ModuleSpec::Pow(elementwise()?),
-        ModuleKind::AddScalar => ModuleSpec::AddScalar(elementwise()?),
-        ModuleKind::MulScalar => ModuleSpec::MulScalar(elementwise()?),
-        ModuleKind::DivScalar => ModuleSpec::DivScalar(elementwise()?),
-        ModuleKind::PowScalar => ModuleSpec::PowScalar(elementwise()?),
+        elementwise_kind => ModuleSpec::elementwise(elementwise_kind, elementwise()?)
+            .ok_or_else(|| format!("`{elementwise_kind}` has no sweep parameters"))?,
     };
     spec.validate().map_err(|e| e.to_string())?;
     Ok(Sample {

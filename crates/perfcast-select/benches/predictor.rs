@@ -354,19 +354,7 @@ mod small {
                 tokens: 1 << (i % 9),
                 features: 64 + (i * 97) % 2000,
             }),
-            ModuleKind::Relu => ModuleSpec::Relu(e),
-            ModuleKind::Gelu => ModuleSpec::Gelu(e),
-            ModuleKind::Sigmoid => ModuleSpec::Sigmoid(e),
-            ModuleKind::Tanh => ModuleSpec::Tanh(e),
-            ModuleKind::Add => ModuleSpec::Add(e),
-            ModuleKind::Mul => ModuleSpec::Mul(e),
-            ModuleKind::Softmax => ModuleSpec::Softmax(e),
-            ModuleKind::Div => ModuleSpec::Div(e),
-            ModuleKind::Pow => ModuleSpec::Pow(e),
-            ModuleKind::AddScalar => ModuleSpec::AddScalar(e),
-            ModuleKind::MulScalar => ModuleSpec::MulScalar(e),
-            ModuleKind::DivScalar => ModuleSpec::DivScalar(e),
-            ModuleKind::PowScalar => ModuleSpec::PowScalar(e),
+            elementwise => ModuleSpec::elementwise(elementwise, e).expect("element-wise kind"),
         }
     }
 

@@ -79,6 +79,9 @@ pub struct Predictor {
     checks: BTreeMap<ModuleKind, Vec<(usize, f64, f64)>>,
     /// Per kind: what extrapolation clamps to, found once by name.
     clamps: BTreeMap<ModuleKind, Clamps>,
+    /// GPU kinds whose model saw no training-step rows: their training steps are composed
+    /// from forward kernels ([`backward_parts`]).
+    forward_only: Vec<ModuleKind>,
 }
 
 /// The trained range each input a user sets is clamped into when a query leaves it (`None`:
@@ -171,10 +174,23 @@ impl Predictor {
                 },
             );
         }
+        let forward_only = if bundle.manifest.device.kind == perfcast_core::DeviceKind::Gpu {
+            bundle
+                .kinds()
+                .filter(|k| {
+                    bundle.manifest.kinds.get(k.name()).is_some_and(|e| {
+                        e.ranges.iter().any(|r| r.name == "training" && r.max < 0.5)
+                    })
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         Predictor {
             bundle,
             checks,
             clamps,
+            forward_only,
         }
     }
 
@@ -425,8 +441,43 @@ impl Predictor {
         Ok(p)
     }
 
+    /// Whether a query's training step is composed from forward kernels.
+    fn composed(&self, spec: &ModuleSpec, context: &Context) -> bool {
+        context.phase == Phase::Training && self.forward_only.contains(&spec.kind())
+    }
+
+    /// A training step of a kind the bundle only saw forward rows of, as NeuSight composes it:
+    /// the forward kernel plus the backward's kernels, each predicted as a forward pass (a
+    /// GEMM's backward is two GEMMs of the same sizes, dX = dY W^T and dW = X^T dY; an
+    /// element-wise, softmax or LayerNorm backward one more pass of the same size), with a
+    /// warning saying so.
+    fn predict_composed(&self, spec: &ModuleSpec, context: &Context) -> Result<ModulePrediction> {
+        // The parts are the canonical GEMM's: a batch of B x T rows reduces over all of them.
+        let (spec, context) = canonical(spec, context)
+            .map_or((Cow::Borrowed(spec), Cow::Borrowed(context)), |(s, c)| {
+                (Cow::Owned(s), Cow::Owned(c))
+            });
+        let (spec, context) = (spec.as_ref(), context.as_ref());
+        let forward = Context {
+            phase: Phase::Inference,
+            ..context.clone()
+        };
+        let mut p = self.predict_valid(spec, &forward)?;
+        for part in backward_parts(spec) {
+            p.ms += self.predict_valid(&part, &forward)?.ms;
+        }
+        p.warnings.push(format!(
+            "training step composed from forward kernels (the bundle has no `{}` training rows)",
+            spec.kind()
+        ));
+        self.bounded(p, spec, context)
+    }
+
     /// [`Predictor::predict_valid_as_given`] on the query's canonical form, bounded.
     fn predict_valid(&self, spec: &ModuleSpec, context: &Context) -> Result<ModulePrediction> {
+        if self.composed(spec, context) {
+            return self.predict_composed(spec, context);
+        }
         match self.gpu().then(|| canonical(spec, context)).flatten() {
             Some((s, c)) => self.bounded(self.predict_valid_as_given(&s, &c)?, &s, &c),
             None => self.bounded(self.predict_valid_as_given(spec, context)?, spec, context),
@@ -435,6 +486,9 @@ impl Predictor {
 
     /// [`Predictor::predict_one_as_given`] on the query's canonical form, bounded.
     fn predict_one(&self, spec: &ModuleSpec, context: &Context) -> Result<ModulePrediction> {
+        if self.composed(spec, context) {
+            return self.predict_composed(spec, context);
+        }
         match self.gpu().then(|| canonical(spec, context)).flatten() {
             Some((s, c)) => self.bounded(self.predict_one_as_given(&s, &c)?, &s, &c),
             None => self.bounded(self.predict_one_as_given(spec, context)?, spec, context),
@@ -449,6 +503,13 @@ impl Predictor {
                 .into_iter()
                 .zip(queries)
                 .map(|(p, (s, c))| self.bounded(p, s, c))
+                .collect();
+        }
+        if queries.iter().any(|(s, c)| self.composed(s, c)) {
+            // Composed training steps one at a time (each is several forward queries).
+            return queries
+                .iter()
+                .map(|(s, c)| self.predict_valid(s, c))
                 .collect();
         }
         let canon: Vec<Option<(ModuleSpec, Context)>> =
@@ -755,6 +816,48 @@ impl Predictor {
         context: &Context,
     ) -> Result<NetworkPrediction> {
         self.predict_prepared(&self.prepare(network)?, context)
+    }
+}
+
+/// The backward pass of `spec` as forward kernels (see [`Predictor::predict_composed`]).
+fn backward_parts(spec: &ModuleSpec) -> Vec<ModuleSpec> {
+    match spec {
+        // X: rows x in, W: in x out. dX = dY (rows x out) W^T (out x in); dW = X^T (in x rows)
+        // dY (rows x out).
+        ModuleSpec::Linear(l) => vec![
+            ModuleSpec::Linear(perfcast_core::Linear {
+                tokens: l.tokens,
+                in_features: l.out_features,
+                out_features: l.in_features,
+                bias: false,
+            }),
+            ModuleSpec::Linear(perfcast_core::Linear {
+                tokens: l.in_features,
+                in_features: l.tokens,
+                out_features: l.out_features,
+                bias: false,
+            }),
+        ],
+        // A: m x k, B: k x n. dA = dC (m x n) B^T (n x k); dB = A^T (k x m) dC (m x n).
+        ModuleSpec::Matmul(m) => vec![
+            ModuleSpec::Matmul(perfcast_core::Matmul {
+                heads: m.heads,
+                m: m.m,
+                k: m.n,
+                n: m.k,
+                trans_a: false,
+                trans_b: true,
+            }),
+            ModuleSpec::Matmul(perfcast_core::Matmul {
+                heads: m.heads,
+                m: m.k,
+                k: m.m,
+                n: m.n,
+                trans_a: true,
+                trans_b: false,
+            }),
+        ],
+        other => vec![other.clone()],
     }
 }
 

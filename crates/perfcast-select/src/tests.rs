@@ -369,3 +369,43 @@ fn gpu_predictions_never_beat_the_spec_roofline() {
         }
     }
 }
+
+/// Issue 20: a GPU kind without training rows (NeuSight's matmul) answers a training step
+/// composed from forward kernels, says so, and costs about three forward GEMMs.
+#[test]
+fn gpu_training_steps_of_forward_only_kinds_are_composed_and_marked() {
+    let p = gpu_bundle(&gpu(14_029.0, 900.0, 80));
+    let bmm = ModuleSpec::Matmul(perfcast_core::Matmul {
+        heads: 96,
+        m: 512,
+        k: 64,
+        n: 512,
+        trans_a: false,
+        trans_b: false,
+    });
+    let fwd = p.predict_module(&bmm, &ctx(1, Phase::Inference)).unwrap();
+    let step = p.predict_module(&bmm, &ctx(1, Phase::Training)).unwrap();
+    assert!(
+        step.warnings
+            .iter()
+            .any(|w| w.contains("composed from forward kernels")),
+        "{step:?}"
+    );
+    assert!(
+        step.ms > 2.0 * fwd.ms && step.ms < 6.0 * fwd.ms,
+        "{} vs {}",
+        step.ms,
+        fwd.ms
+    );
+    // The same step written as batch 8 x 12 heads: the same answer.
+    let split = ModuleSpec::Matmul(perfcast_core::Matmul {
+        heads: 12,
+        m: 512,
+        k: 64,
+        n: 512,
+        trans_a: false,
+        trans_b: false,
+    });
+    let again = p.predict_module(&split, &ctx(8, Phase::Training)).unwrap();
+    assert_eq!(again.ms.to_bits(), step.ms.to_bits());
+}

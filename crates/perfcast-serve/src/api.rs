@@ -415,19 +415,7 @@ fn diagnose_module(field: &str, value: Value) -> Result<(), ApiError> {
         ModuleKind::MaxPool2d | ModuleKind::AvgPool2d => typed::<Pool2d>(field, rest).map(drop),
         ModuleKind::BatchNorm2d => typed::<BatchNorm2d>(field, rest).map(drop),
         ModuleKind::LayerNorm => typed::<LayerNorm>(field, rest).map(drop),
-        ModuleKind::Relu
-        | ModuleKind::Gelu
-        | ModuleKind::Sigmoid
-        | ModuleKind::Tanh
-        | ModuleKind::Add
-        | ModuleKind::Mul
-        | ModuleKind::Softmax
-        | ModuleKind::Div
-        | ModuleKind::Pow
-        | ModuleKind::AddScalar
-        | ModuleKind::MulScalar
-        | ModuleKind::DivScalar
-        | ModuleKind::PowScalar => typed::<Elementwise>(field, rest).map(drop),
+        _ => typed::<Elementwise>(field, rest).map(drop),
     }
 }
 
