@@ -15,6 +15,7 @@
 //! # Ok::<(), perfcast_data::Error>(())
 //! ```
 
+pub mod consistency;
 mod dataset;
 mod error;
 pub mod import;

@@ -35,6 +35,24 @@ pub enum DatasetsCommand {
     /// keeps the median of the sessions that measured it (the faster one of two), and rows only
     /// one input has are kept as they are.
     Merge(MergeArgs),
+    /// Find data faults before a model learns them: a device whose GEMM tables disagree
+    ///
+    /// A linear layer and a bmm of similar size run the same GEMM kernels, so on one device
+    /// their efficiency (spec roofline / measured) on compute-bound GEMMs of 1-100 GFLOP
+    /// should agree about as well as on the other devices. A device whose linear/bmm ratio is
+    /// more than 1.5x off the others' median is flagged (exit 1).
+    Check(CheckArgs),
+}
+
+/// Arguments of `perfcast datasets check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Dataset directories, or folders of them (`datasets/neusight`)
+    #[arg(required = true, num_args = 1..)]
+    dirs: Vec<PathBuf>,
+    /// Output format
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
 }
 
 /// Arguments of `perfcast datasets show`.
@@ -135,7 +153,74 @@ pub fn run(command: DatasetsCommand, ui: &Ui) -> anyhow::Result<ExitCode> {
         DatasetsCommand::Show(args) => show(args),
         DatasetsCommand::Remeasure(args) => remeasure(args, ui),
         DatasetsCommand::Merge(args) => merge(args),
+        DatasetsCommand::Check(args) => check(args),
     }
+}
+
+/// Dataset directories named, or found one level inside a folder of them.
+fn expand_dirs(paths: &[PathBuf]) -> anyhow::Result<Vec<DatasetDir>> {
+    let mut out = Vec::new();
+    for path in paths {
+        if path.join(perfcast_data::DEVICE_FILE).is_file() {
+            out.push(DatasetDir::open(path)?);
+            continue;
+        }
+        let entries = std::fs::read_dir(path)
+            .map_err(|e| anyhow::anyhow!("cannot read `{}`: {e}", path.display()))?;
+        let mut found: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.join(perfcast_data::DEVICE_FILE).is_file())
+            .collect();
+        found.sort();
+        anyhow::ensure!(
+            !found.is_empty(),
+            "`{}` is no dataset and holds none",
+            path.display()
+        );
+        for p in found {
+            out.push(DatasetDir::open(p)?);
+        }
+    }
+    Ok(out)
+}
+
+fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let dirs = expand_dirs(&args.dirs)?;
+    let report = perfcast_data::consistency::gemm_consistency(&dirs)?;
+    let flagged = report.iter().filter(|c| c.flagged).count();
+    if args.format == Format::Json {
+        emit_json(&serde_json::json!({ "gemm": report, "flagged": flagged }))?;
+    } else {
+        let mut t = String::from(
+            "linear vs bmm efficiency on compute-bound GEMMs of 1-100 GFLOP (median, spec roofline / measured)\n\
+             device                         linear    bmm  ln ratio  others  verdict\n",
+        );
+        if report.is_empty() {
+            t.push_str("(fewer than three devices hold both tables: nothing to compare)\n");
+        }
+        for c in &report {
+            t.push_str(&format!(
+                "{:<30} {:>6.3} {:>6.3} {:>+9.2} {:>+7.2}  {}\n",
+                c.device,
+                c.linear_efficiency,
+                c.matmul_efficiency,
+                c.log_ratio,
+                c.others_log_ratio,
+                if c.flagged {
+                    "FLAGGED: its linear file disagrees with its bmm file"
+                } else {
+                    "ok"
+                }
+            ));
+        }
+        emit(&t)?;
+    }
+    Ok(if flagged > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn read_all(dir: &DatasetDir) -> anyhow::Result<Vec<(ModuleKind, Vec<Record>)>> {
