@@ -811,6 +811,10 @@ pub struct HeldOutDevice {
     pub train_rows: usize,
     /// Accuracy on every row of the held-out device.
     pub metrics: Metrics,
+    /// Predictions below the device's spec roofline that were raised to it before scoring
+    /// (GPU devices in `perfcast eval devices`; 0 where nothing is raised).
+    #[serde(default)]
+    pub raised_to_roofline: usize,
 }
 
 /// Leave-one-device-out: for each device in turn, fit `params` on the other devices' rows and
@@ -856,6 +860,7 @@ pub fn held_out(
         device: device.to_string(),
         train_rows: train.len(),
         metrics,
+        raised_to_roofline: 0,
     })
 }
 
