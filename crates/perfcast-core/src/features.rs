@@ -26,6 +26,11 @@ fn per_element_flops(spec: &ModuleSpec) -> f64 {
         | ModuleSpec::DivScalar(_) => 1.0,
         // exp(b ln a): a log, a multiply and an exp.
         ModuleSpec::Pow(_) | ModuleSpec::PowScalar(_) => 8.0,
+        // A random draw, a compare and a multiply per element.
+        ModuleSpec::Dropout(_) => 3.0,
+        // A copy does no arithmetic; one nominal operation per element moved keeps its work
+        // positive (models read work in log space).
+        ModuleSpec::MaskedFill(_) | ModuleSpec::Sum(_) | ModuleSpec::Copy(_) => 1.0,
         ModuleSpec::Sigmoid(_) | ModuleSpec::Tanh(_) => 4.0,
         ModuleSpec::Gelu(_) => 8.0,
         ModuleSpec::Softmax(_) => 5.0,
@@ -107,6 +112,8 @@ pub fn derive_with(spec: &ModuleSpec, batch: usize, out: &[usize]) -> Derived {
         ModuleSpec::Add(_) | ModuleSpec::Mul(_) | ModuleSpec::Div(_) | ModuleSpec::Pow(_) => {
             (in_elems * per_element_flops(spec), 0.0, in_elems)
         }
+        // The boolean mask: one byte per element, a quarter of an fp32 operand.
+        ModuleSpec::MaskedFill(_) => (in_elems * per_element_flops(spec), 0.0, in_elems / 4.0),
         _ => (in_elems * per_element_flops(spec), 0.0, 0.0),
     };
     // Backward of a GEMM-like op costs two more GEMMs (input and weight gradients); element-wise

@@ -56,11 +56,19 @@ pub enum ModuleKind {
     /// Every element raised to a scalar power.
     #[serde(rename = "pow_scalar")]
     PowScalar,
+    /// Dropout in training mode: a random mask applied and the survivors rescaled.
+    Dropout,
+    /// `where(mask, x, value)`: a boolean mask of the same shape picks a fill value (attention masks).
+    MaskedFill,
+    /// A copy of a permuted tensor into contiguous memory (`contiguous()` after a transpose).
+    Copy,
+    /// A sum over the last dimension (reductions: losses, pooling of tokens).
+    Sum,
 }
 
 impl ModuleKind {
     /// All kinds, in a stable order.
-    pub const ALL: [ModuleKind; 20] = [
+    pub const ALL: [ModuleKind; 24] = [
         ModuleKind::Conv2d,
         ModuleKind::Linear,
         ModuleKind::Matmul,
@@ -81,6 +89,10 @@ impl ModuleKind {
         ModuleKind::MulScalar,
         ModuleKind::DivScalar,
         ModuleKind::PowScalar,
+        ModuleKind::Dropout,
+        ModuleKind::MaskedFill,
+        ModuleKind::Copy,
+        ModuleKind::Sum,
     ];
 
     /// The kind's name, as used in file names, JSON and the CLI.
@@ -106,6 +118,10 @@ impl ModuleKind {
             ModuleKind::MulScalar => "mul_scalar",
             ModuleKind::DivScalar => "div_scalar",
             ModuleKind::PowScalar => "pow_scalar",
+            ModuleKind::Dropout => "dropout",
+            ModuleKind::MaskedFill => "masked_fill",
+            ModuleKind::Copy => "copy",
+            ModuleKind::Sum => "sum",
         }
     }
 
@@ -178,6 +194,10 @@ impl ModuleKind {
                 | ModuleKind::MulScalar
                 | ModuleKind::DivScalar
                 | ModuleKind::PowScalar
+                | ModuleKind::Dropout
+                | ModuleKind::MaskedFill
+                | ModuleKind::Copy
+                | ModuleKind::Sum
         )
     }
 
@@ -216,6 +236,9 @@ impl std::str::FromStr for ModuleKind {
             "mulu" | "mul_scalar" => "mul_scalar",
             "divu" | "div_scalar" => "div_scalar",
             "powu" | "pow_scalar" => "pow_scalar",
+            "where" | "masked_fill" => "masked_fill",
+            "contiguous" | "copy" => "copy",
+            "reduce_sum" | "sum" => "sum",
             other => other,
         };
         Self::ALL
@@ -401,6 +424,15 @@ pub enum ModuleSpec {
     /// Every element raised to a scalar power, on an [`Elementwise`] shape.
     #[serde(rename = "pow_scalar")]
     PowScalar(Elementwise),
+    /// Dropout in training mode: a random mask applied and the survivors rescaled, on an [`Elementwise`] shape.
+    Dropout(Elementwise),
+    /// `where(mask, x, value)`: a boolean mask of the same shape picks a fill value (attention masks), on an [`Elementwise`] shape.
+    #[serde(rename = "masked_fill")]
+    MaskedFill(Elementwise),
+    /// A copy of a permuted tensor into contiguous memory (`contiguous()` after a transpose), on an [`Elementwise`] shape.
+    Copy(Elementwise),
+    /// A sum over the last dimension (reductions: losses, pooling of tokens), on an [`Elementwise`] shape.
+    Sum(Elementwise),
 }
 
 fn one() -> usize {
@@ -597,6 +629,10 @@ impl ModuleSpec {
             ModuleSpec::MulScalar(_) => ModuleKind::MulScalar,
             ModuleSpec::DivScalar(_) => ModuleKind::DivScalar,
             ModuleSpec::PowScalar(_) => ModuleKind::PowScalar,
+            ModuleSpec::Dropout(_) => ModuleKind::Dropout,
+            ModuleSpec::MaskedFill(_) => ModuleKind::MaskedFill,
+            ModuleSpec::Copy(_) => ModuleKind::Copy,
+            ModuleSpec::Sum(_) => ModuleKind::Sum,
         }
     }
 
@@ -624,6 +660,10 @@ impl ModuleSpec {
             ModuleKind::MulScalar => ModuleSpec::MulScalar(e),
             ModuleKind::DivScalar => ModuleSpec::DivScalar(e),
             ModuleKind::PowScalar => ModuleSpec::PowScalar(e),
+            ModuleKind::Dropout => ModuleSpec::Dropout(e),
+            ModuleKind::MaskedFill => ModuleSpec::MaskedFill(e),
+            ModuleKind::Copy => ModuleSpec::Copy(e),
+            ModuleKind::Sum => ModuleSpec::Sum(e),
             _ => return None,
         })
     }
@@ -643,7 +683,11 @@ impl ModuleSpec {
             | ModuleSpec::AddScalar(e)
             | ModuleSpec::MulScalar(e)
             | ModuleSpec::DivScalar(e)
-            | ModuleSpec::PowScalar(e) => Some(e),
+            | ModuleSpec::PowScalar(e)
+            | ModuleSpec::Dropout(e)
+            | ModuleSpec::MaskedFill(e)
+            | ModuleSpec::Copy(e)
+            | ModuleSpec::Sum(e) => Some(e),
             _ => None,
         }
     }
@@ -706,7 +750,11 @@ impl ModuleSpec {
             | ModuleSpec::AddScalar(e)
             | ModuleSpec::MulScalar(e)
             | ModuleSpec::DivScalar(e)
-            | ModuleSpec::PowScalar(e) => Dims::new(e.shape),
+            | ModuleSpec::PowScalar(e)
+            | ModuleSpec::Dropout(e)
+            | ModuleSpec::MaskedFill(e)
+            | ModuleSpec::Copy(e)
+            | ModuleSpec::Sum(e) => Dims::new(e.shape),
         }
     }
 
@@ -833,11 +881,19 @@ impl ModuleSpec {
             | ModuleSpec::AddScalar(e)
             | ModuleSpec::MulScalar(e)
             | ModuleSpec::DivScalar(e)
-            | ModuleSpec::PowScalar(e) => {
+            | ModuleSpec::PowScalar(e)
+            | ModuleSpec::Dropout(e)
+            | ModuleSpec::MaskedFill(e)
+            | ModuleSpec::Copy(e)
+            | ModuleSpec::Sum(e) => {
                 for (name, v) in ["c", "h", "w"].iter().zip(e.shape) {
                     positive_axis(kind, "shape", name, v)?;
                 }
-                Ok(self.input_dims())
+                Ok(match self {
+                    // The last axis is reduced to one.
+                    ModuleSpec::Sum(e) => Dims::new([e.shape[0], e.shape[1], 1]),
+                    _ => self.input_dims(),
+                })
             }
         }
     }
@@ -912,7 +968,11 @@ impl ModuleSpec {
             | ModuleSpec::AddScalar(e)
             | ModuleSpec::MulScalar(e)
             | ModuleSpec::DivScalar(e)
-            | ModuleSpec::PowScalar(e) => all(&e.shape.map(u)),
+            | ModuleSpec::PowScalar(e)
+            | ModuleSpec::Dropout(e)
+            | ModuleSpec::MaskedFill(e)
+            | ModuleSpec::Copy(e)
+            | ModuleSpec::Sum(e) => all(&e.shape.map(u)),
         }
     }
 
@@ -1124,7 +1184,11 @@ impl ModuleSpec {
             | ModuleSpec::AddScalar(e)
             | ModuleSpec::MulScalar(e)
             | ModuleSpec::DivScalar(e)
-            | ModuleSpec::PowScalar(e) => format!(
+            | ModuleSpec::PowScalar(e)
+            | ModuleSpec::Dropout(e)
+            | ModuleSpec::MaskedFill(e)
+            | ModuleSpec::Copy(e)
+            | ModuleSpec::Sum(e) => format!(
                 "{} {}x{}x{}",
                 self.kind(),
                 e.shape[0],

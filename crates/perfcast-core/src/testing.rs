@@ -60,7 +60,11 @@ pub fn one_of_each_kind() -> Vec<ModuleSpec> {
         ModuleSpec::AddScalar(e.clone()),
         ModuleSpec::MulScalar(e.clone()),
         ModuleSpec::DivScalar(e.clone()),
-        ModuleSpec::PowScalar(e),
+        ModuleSpec::PowScalar(e.clone()),
+        ModuleSpec::Dropout(e.clone()),
+        ModuleSpec::MaskedFill(e.clone()),
+        ModuleSpec::Copy(e.clone()),
+        ModuleSpec::Sum(e),
     ]
 }
 

@@ -106,9 +106,11 @@ pub fn operand_shape(spec: &ModuleSpec, batch: usize) -> [usize; 4] {
 /// The rank-4 shape of the second operand of add, mul and matmul at `batch`.
 pub fn second_operand_shape(spec: &ModuleSpec, batch: usize) -> Option<[usize; 4]> {
     match spec {
-        ModuleSpec::Add(e) | ModuleSpec::Mul(e) | ModuleSpec::Div(e) | ModuleSpec::Pow(e) => {
-            Some([batch, e.shape[0], e.shape[1], e.shape[2]])
-        }
+        ModuleSpec::Add(e)
+        | ModuleSpec::Mul(e)
+        | ModuleSpec::Div(e)
+        | ModuleSpec::Pow(e)
+        | ModuleSpec::MaskedFill(e) => Some([batch, e.shape[0], e.shape[1], e.shape[2]]),
         ModuleSpec::Matmul(m) => Some([batch, m.heads, m.k, m.n]),
         _ => None,
     }
@@ -251,6 +253,22 @@ impl LayerOp {
             ModuleSpec::MulScalar(_) => x.mul_scalar(0.5),
             ModuleSpec::DivScalar(_) => x.div_scalar(3.0),
             ModuleSpec::PowScalar(_) => x.powf_scalar(2.0),
+            // Training-mode dropout at p = 0.1: a Bernoulli keep-mask drawn per call.
+            ModuleSpec::Dropout(_) => {
+                let keep = x.random_like(Distribution::Bernoulli(0.9));
+                (x * keep).div_scalar(0.9)
+            }
+            // An attention-style mask: positions where the second operand is positive are
+            // filled (the mask is built from it in the call, as a causal mask often is).
+            ModuleSpec::MaskedFill(_) => x.mask_fill(second().greater_elem(0.0), -1e9),
+            // `contiguous()` of a transposed view: the same elements read across the last two
+            // axes and written in order (a scalar add forces the materialisation).
+            ModuleSpec::Copy(e) => {
+                let [b, c, h, w] = x.dims();
+                debug_assert_eq!([c, h, w], e.shape);
+                x.reshape([b, c, w, h]).swap_dims(2, 3).add_scalar(0.0)
+            }
+            ModuleSpec::Sum(_) => x.sum_dim(3),
         }
     }
 
