@@ -172,16 +172,7 @@ const MAX_ERROR_LINE: usize = 1000;
 fn clip_lines(message: &str) -> String {
     message
         .lines()
-        .map(|line| {
-            if line.len() <= MAX_ERROR_LINE {
-                return line.to_string();
-            }
-            let mut end = MAX_ERROR_LINE;
-            while !line.is_char_boundary(end) {
-                end -= 1;
-            }
-            format!("{}... ({} more bytes)", &line[..end], line.len() - end)
-        })
+        .map(|line| perfcast_data::clip_text(line, MAX_ERROR_LINE))
         .collect::<Vec<_>>()
         .join("\n")
 }

@@ -179,26 +179,7 @@ impl ModuleKind {
     /// Whether the kind's spec is an [`Elementwise`] shape (activations, binary and scalar
     /// element-wise ops, softmax).
     pub fn is_elementwise(self) -> bool {
-        matches!(
-            self,
-            ModuleKind::Relu
-                | ModuleKind::Gelu
-                | ModuleKind::Sigmoid
-                | ModuleKind::Tanh
-                | ModuleKind::Add
-                | ModuleKind::Mul
-                | ModuleKind::Softmax
-                | ModuleKind::Div
-                | ModuleKind::Pow
-                | ModuleKind::AddScalar
-                | ModuleKind::MulScalar
-                | ModuleKind::DivScalar
-                | ModuleKind::PowScalar
-                | ModuleKind::Dropout
-                | ModuleKind::MaskedFill
-                | ModuleKind::Copy
-                | ModuleKind::Sum
-        )
+        ModuleSpec::elementwise(self, Elementwise { shape: [1, 1, 1] }).is_some()
     }
 
     /// Whether the kind has trainable parameters (its training step computes weight gradients).
@@ -374,6 +355,30 @@ pub struct LayerNorm {
 pub struct Elementwise {
     /// Per-sample shape `[c, h, w]`.
     pub shape: [usize; 3],
+}
+
+/// Every element-wise variant of [`ModuleSpec`] (an [`Elementwise`] shape), its shape bound
+/// to `$e`: the one list of them for the matches that treat them alike, which stay exhaustive.
+macro_rules! elementwise_spec {
+    ($e:ident) => {
+        ModuleSpec::Relu($e)
+            | ModuleSpec::Gelu($e)
+            | ModuleSpec::Sigmoid($e)
+            | ModuleSpec::Tanh($e)
+            | ModuleSpec::Add($e)
+            | ModuleSpec::Mul($e)
+            | ModuleSpec::Softmax($e)
+            | ModuleSpec::Div($e)
+            | ModuleSpec::Pow($e)
+            | ModuleSpec::AddScalar($e)
+            | ModuleSpec::MulScalar($e)
+            | ModuleSpec::DivScalar($e)
+            | ModuleSpec::PowScalar($e)
+            | ModuleSpec::Dropout($e)
+            | ModuleSpec::MaskedFill($e)
+            | ModuleSpec::Copy($e)
+            | ModuleSpec::Sum($e)
+    };
 }
 
 /// One layer as the user states it: its kind, hyper-parameters and per-sample input shape.
@@ -671,23 +676,7 @@ impl ModuleSpec {
     /// The shape of an element-wise spec; `None` for other kinds.
     pub fn as_elementwise(&self) -> Option<&Elementwise> {
         match self {
-            ModuleSpec::Relu(e)
-            | ModuleSpec::Gelu(e)
-            | ModuleSpec::Sigmoid(e)
-            | ModuleSpec::Tanh(e)
-            | ModuleSpec::Add(e)
-            | ModuleSpec::Mul(e)
-            | ModuleSpec::Softmax(e)
-            | ModuleSpec::Div(e)
-            | ModuleSpec::Pow(e)
-            | ModuleSpec::AddScalar(e)
-            | ModuleSpec::MulScalar(e)
-            | ModuleSpec::DivScalar(e)
-            | ModuleSpec::PowScalar(e)
-            | ModuleSpec::Dropout(e)
-            | ModuleSpec::MaskedFill(e)
-            | ModuleSpec::Copy(e)
-            | ModuleSpec::Sum(e) => Some(e),
+            elementwise_spec!(e) => Some(e),
             _ => None,
         }
     }
@@ -738,23 +727,7 @@ impl ModuleSpec {
             }
             ModuleSpec::BatchNorm2d(b) => Dims::new([b.channels, b.input_hw[0], b.input_hw[1]]),
             ModuleSpec::LayerNorm(l) => Dims::new([l.tokens, l.features]),
-            ModuleSpec::Relu(e)
-            | ModuleSpec::Gelu(e)
-            | ModuleSpec::Sigmoid(e)
-            | ModuleSpec::Tanh(e)
-            | ModuleSpec::Add(e)
-            | ModuleSpec::Mul(e)
-            | ModuleSpec::Softmax(e)
-            | ModuleSpec::Div(e)
-            | ModuleSpec::Pow(e)
-            | ModuleSpec::AddScalar(e)
-            | ModuleSpec::MulScalar(e)
-            | ModuleSpec::DivScalar(e)
-            | ModuleSpec::PowScalar(e)
-            | ModuleSpec::Dropout(e)
-            | ModuleSpec::MaskedFill(e)
-            | ModuleSpec::Copy(e)
-            | ModuleSpec::Sum(e) => Dims::new(e.shape),
+            elementwise_spec!(e) => Dims::new(e.shape),
         }
     }
 
@@ -869,23 +842,7 @@ impl ModuleSpec {
                 positive(kind, "features", l.features)?;
                 Ok(self.input_dims())
             }
-            ModuleSpec::Relu(e)
-            | ModuleSpec::Gelu(e)
-            | ModuleSpec::Sigmoid(e)
-            | ModuleSpec::Tanh(e)
-            | ModuleSpec::Add(e)
-            | ModuleSpec::Mul(e)
-            | ModuleSpec::Softmax(e)
-            | ModuleSpec::Div(e)
-            | ModuleSpec::Pow(e)
-            | ModuleSpec::AddScalar(e)
-            | ModuleSpec::MulScalar(e)
-            | ModuleSpec::DivScalar(e)
-            | ModuleSpec::PowScalar(e)
-            | ModuleSpec::Dropout(e)
-            | ModuleSpec::MaskedFill(e)
-            | ModuleSpec::Copy(e)
-            | ModuleSpec::Sum(e) => {
+            elementwise_spec!(e) => {
                 for (name, v) in ["c", "h", "w"].iter().zip(e.shape) {
                     positive_axis(kind, "shape", name, v)?;
                 }
@@ -956,23 +913,7 @@ impl ModuleSpec {
                 all(&[u(b.channels), u(b.input_hw[0]), u(b.input_hw[1])]);
             }
             ModuleSpec::LayerNorm(l) => all(&[u(l.tokens), u(l.features)]),
-            ModuleSpec::Relu(e)
-            | ModuleSpec::Gelu(e)
-            | ModuleSpec::Sigmoid(e)
-            | ModuleSpec::Tanh(e)
-            | ModuleSpec::Add(e)
-            | ModuleSpec::Mul(e)
-            | ModuleSpec::Softmax(e)
-            | ModuleSpec::Div(e)
-            | ModuleSpec::Pow(e)
-            | ModuleSpec::AddScalar(e)
-            | ModuleSpec::MulScalar(e)
-            | ModuleSpec::DivScalar(e)
-            | ModuleSpec::PowScalar(e)
-            | ModuleSpec::Dropout(e)
-            | ModuleSpec::MaskedFill(e)
-            | ModuleSpec::Copy(e)
-            | ModuleSpec::Sum(e) => all(&e.shape.map(u)),
+            elementwise_spec!(e) => all(&e.shape.map(u)),
         }
     }
 
@@ -1172,23 +1113,7 @@ impl ModuleSpec {
                 b.channels, b.input_hw[0], b.input_hw[1]
             ),
             ModuleSpec::LayerNorm(l) => format!("layernorm {}x{}", l.tokens, l.features),
-            ModuleSpec::Relu(e)
-            | ModuleSpec::Gelu(e)
-            | ModuleSpec::Sigmoid(e)
-            | ModuleSpec::Tanh(e)
-            | ModuleSpec::Add(e)
-            | ModuleSpec::Mul(e)
-            | ModuleSpec::Softmax(e)
-            | ModuleSpec::Div(e)
-            | ModuleSpec::Pow(e)
-            | ModuleSpec::AddScalar(e)
-            | ModuleSpec::MulScalar(e)
-            | ModuleSpec::DivScalar(e)
-            | ModuleSpec::PowScalar(e)
-            | ModuleSpec::Dropout(e)
-            | ModuleSpec::MaskedFill(e)
-            | ModuleSpec::Copy(e)
-            | ModuleSpec::Sum(e) => format!(
+            elementwise_spec!(e) => format!(
                 "{} {}x{}x{}",
                 self.kind(),
                 e.shape[0],

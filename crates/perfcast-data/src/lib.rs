@@ -28,3 +28,16 @@ pub mod table;
 pub use dataset::{DEVICE_FILE, DatasetDir, LOCK_FILE, write_atomic, write_atomic_with};
 pub use error::{Error, Result};
 pub use record::{Outcome, Record, Timing, measurement_key};
+
+/// `text` cut to at most `max` bytes (on a character boundary), saying how much was cut:
+/// messages echo input values, and a line must stay readable whatever the input held.
+pub fn clip_text(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return text.into();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} more bytes)", &text[..end], text.len() - end).into()
+}

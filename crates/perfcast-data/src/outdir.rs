@@ -35,8 +35,6 @@ pub enum OutputKind {
     Bundle,
     /// `perfcast import --out`: dataset directories of imported measurements.
     Import,
-    /// A dataset written whole (`datasets merge`, `remeasure --write`).
-    Dataset,
 }
 
 impl OutputKind {
@@ -45,7 +43,6 @@ impl OutputKind {
             OutputKind::Models => "trained models",
             OutputKind::Bundle => "a bundle",
             OutputKind::Import => "an import",
-            OutputKind::Dataset => "a dataset",
         }
     }
 
@@ -56,7 +53,6 @@ impl OutputKind {
             OutputKind::Models => dir.join("report.json").is_file(),
             OutputKind::Bundle => dir.join("manifest.json").is_file(),
             OutputKind::Import => dir.join(crate::import::IMPORT_FILE).is_file(),
-            OutputKind::Dataset => dir.join(crate::DEVICE_FILE).is_file(),
         }
     }
 }
@@ -84,7 +80,7 @@ fn refuse(dest: &Path, message: String) -> Error {
 }
 
 /// The kind recorded in `dir`'s marker, if it has a readable one.
-pub fn marked_kind(dir: &Path) -> Option<OutputKind> {
+fn marked_kind(dir: &Path) -> Option<OutputKind> {
     let text = std::fs::read_to_string(dir.join(MARKER)).ok()?;
     serde_json::from_str::<Marker>(&text).ok().map(|m| m.kind)
 }
@@ -186,7 +182,7 @@ fn real_path(path: &Path) -> PathBuf {
 }
 
 /// The directory `path` is created in.
-pub fn parent_of(path: &Path) -> &Path {
+fn parent_of(path: &Path) -> &Path {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -233,7 +229,7 @@ fn alive(pid: u32) -> bool {
 /// Removes staging and trash directories in `parent` whose owning process has exited, first
 /// putting back an old output that a cut-short swap left aside. Best effort: errors are
 /// ignored (another run may be cleaning the same entries).
-pub fn clean_stale(parent: &Path) {
+fn clean_stale(parent: &Path) {
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
     };

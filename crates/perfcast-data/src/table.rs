@@ -374,10 +374,19 @@ pub fn read_parquet(path: &Path) -> Result<DataFrame> {
     // polars' decoders assert on some corrupt pages instead of returning an error (a flipped
     // byte in a conv2d table tripped `offset + length <= self.length` in polars-arrow): a
     // corrupt file is outside input, so its panic becomes the file's error, reported once.
-    let previous = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let read = std::panic::catch_unwind(move || ParquetReader::new(file).finish());
-    std::panic::set_hook(previous);
+    // The hook is process-wide: readers on several threads take turns swapping it, so one
+    // cannot restore another's silent hook and leave panics unreported for good.
+    static HOOK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let read = {
+        let _turn = HOOK
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let read = std::panic::catch_unwind(move || ParquetReader::new(file).finish());
+        std::panic::set_hook(previous);
+        read
+    };
     match read {
         Ok(df) => df.map_err(|e| Error::unreadable(path, e)),
         Err(_) => Err(Error::unreadable(

@@ -473,26 +473,31 @@ impl Predictor {
         self.bounded(p, spec, context)
     }
 
-    /// [`Predictor::predict_valid_as_given`] on the query's canonical form, bounded.
-    fn predict_valid(&self, spec: &ModuleSpec, context: &Context) -> Result<ModulePrediction> {
+    /// `as_given` (one of the paths below) on the query's canonical form, bounded; a training
+    /// step of a forward-only kind composed.
+    fn answer(
+        &self,
+        spec: &ModuleSpec,
+        context: &Context,
+        as_given: fn(&Self, &ModuleSpec, &Context) -> Result<ModulePrediction>,
+    ) -> Result<ModulePrediction> {
         if self.composed(spec, context) {
             return self.predict_composed(spec, context);
         }
         match self.gpu().then(|| canonical(spec, context)).flatten() {
-            Some((s, c)) => self.bounded(self.predict_valid_as_given(&s, &c)?, &s, &c),
-            None => self.bounded(self.predict_valid_as_given(spec, context)?, spec, context),
+            Some((s, c)) => self.bounded(as_given(self, &s, &c)?, &s, &c),
+            None => self.bounded(as_given(self, spec, context)?, spec, context),
         }
     }
 
-    /// [`Predictor::predict_one_as_given`] on the query's canonical form, bounded.
+    /// [`Predictor::predict_valid_as_given`] through [`Predictor::answer`].
+    fn predict_valid(&self, spec: &ModuleSpec, context: &Context) -> Result<ModulePrediction> {
+        self.answer(spec, context, Self::predict_valid_as_given)
+    }
+
+    /// [`Predictor::predict_one_as_given`] through [`Predictor::answer`].
     fn predict_one(&self, spec: &ModuleSpec, context: &Context) -> Result<ModulePrediction> {
-        if self.composed(spec, context) {
-            return self.predict_composed(spec, context);
-        }
-        match self.gpu().then(|| canonical(spec, context)).flatten() {
-            Some((s, c)) => self.bounded(self.predict_one_as_given(&s, &c)?, &s, &c),
-            None => self.bounded(self.predict_one_as_given(spec, context)?, spec, context),
-        }
+        self.answer(spec, context, Self::predict_one_as_given)
     }
 
     /// [`Predictor::predict_many_as_given`] on the queries' canonical forms, bounded.

@@ -157,36 +157,8 @@ pub fn run(command: DatasetsCommand, ui: &Ui) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Dataset directories named, or found one level inside a folder of them.
-fn expand_dirs(paths: &[PathBuf]) -> anyhow::Result<Vec<DatasetDir>> {
-    let mut out = Vec::new();
-    for path in paths {
-        if path.join(perfcast_data::DEVICE_FILE).is_file() {
-            out.push(DatasetDir::open(path)?);
-            continue;
-        }
-        let entries = std::fs::read_dir(path)
-            .map_err(|e| anyhow::anyhow!("cannot read `{}`: {e}", path.display()))?;
-        let mut found: Vec<PathBuf> = entries
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.join(perfcast_data::DEVICE_FILE).is_file())
-            .collect();
-        found.sort();
-        anyhow::ensure!(
-            !found.is_empty(),
-            "`{}` is no dataset and holds none",
-            path.display()
-        );
-        for p in found {
-            out.push(DatasetDir::open(p)?);
-        }
-    }
-    Ok(out)
-}
-
 fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    let dirs = expand_dirs(&args.dirs)?;
+    let dirs = crate::cmd::devices_eval::resolve_datasets(&args.dirs)?;
     let report = perfcast_data::consistency::gemm_consistency(&dirs)?;
     let flagged = report.iter().filter(|c| c.flagged).count();
     if args.format == Format::Json {

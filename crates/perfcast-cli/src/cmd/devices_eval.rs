@@ -308,15 +308,11 @@ pub fn eval_devices(a: EvalDevicesArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
                 let gpu = devices
                     .iter()
                     .any(|d| &d.name == device && d.kind == perfcast_core::DeviceKind::Gpu);
-                let mut raised = 0;
-                if let (true, Some(r)) = (gpu, test.schema.index("roofline_ms")) {
-                    for (p, row) in pred.iter_mut().zip(test.x.iter_rows()) {
-                        if *p < row[r] {
-                            *p = row[r];
-                            raised += 1;
-                        }
-                    }
-                }
+                let raised = if gpu {
+                    perfcast_models::device_features::raise_to_roofline(test, &mut pred)
+                } else {
+                    0
+                };
                 let metrics = perfcast_core::Metrics::compute(&pred, &test.y)
                     .ok_or_else(|| anyhow::anyhow!("no rows of `{device}` to score"))?;
                 if a.predictions.is_some() {

@@ -211,21 +211,9 @@ impl<'a> Col<'a> {
 /// error line (issue 21).
 const MAX_MESSAGE: usize = 200;
 
-/// `message` cut to [`MAX_MESSAGE`] bytes (on a character boundary), saying how much was cut.
+/// `message` cut to [`MAX_MESSAGE`] bytes ([`crate::clip_text`]).
 pub(crate) fn clip(message: &str) -> std::borrow::Cow<'_, str> {
-    if message.len() <= MAX_MESSAGE {
-        return message.into();
-    }
-    let mut end = MAX_MESSAGE;
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!(
-        "{}... ({} more bytes)",
-        &message[..end],
-        message.len() - end
-    )
-    .into()
+    crate::clip_text(message, MAX_MESSAGE)
 }
 
 /// Refuses a header that names a column twice (polars would rename the second copy and the
