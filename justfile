@@ -39,10 +39,18 @@ import-all:
 train DATA OUT *ARGS:
     cargo run --release -p perfcast-cli -- train --data {{DATA}} --out {{OUT}} {{ARGS}}
 
-# The shipped cross-device GPU bundle checkpoints/gpu from the imported NeuSight and Justus data
-# (`just import-all` first); target/models-gpu keeps the training report
+# The shipped cross-device GPU bundle checkpoints/gpu: the utilisation model (`util`) on the
+# forward kernels of NeuSight (7 GPUs) and DeepBench (10 GPUs; training steps are composed from
+# forward kernels). Justus is left out: its TensorFlow layer times are 5-8x the kernel times of
+# the same GPUs (framework overhead). `just import-all` first; target/models-gpu keeps the report
+DB := "datasets/deepbench/geforce-gtx-1080-ti datasets/deepbench/geforce-gtx-titan-x datasets/deepbench/radeon-instinct-mi25 datasets/deepbench/radeon-vega-frontier-edition datasets/deepbench/tesla-m40 datasets/deepbench/tesla-p100-pcie-16gb datasets/deepbench/tesla-t4 datasets/deepbench/tesla-v100-sxm2-16gb datasets/deepbench/titan-x-pascal datasets/deepbench/titan-xp"
 gpu-bundle:
-    cargo run --release -p perfcast-cli -- train --data datasets/neusight datasets/justus --models ridge,trees --folds 3 --seed 0 --out target/models-gpu --force --bundle checkpoints/gpu --max-model-kb 4096 --cost-weight 0 --no-progress
+    cargo run --release -p perfcast-cli -- train --data datasets/neusight {{DB}} --models util --phase inference --folds 3 --seed 0 --out target/models-gpu --force --bundle checkpoints/gpu --max-model-kb 8192 --cost-weight 0 --no-progress
+
+# The GPU issue's splits (A100 extrapolation, NVIDIA to AMD, leave one GPU out) for the util model
+gpu-splits:
+    cargo build --release -p perfcast-cli
+    bash bench/gpu/splits.sh target/release/perfcast util
 
 # Leave-one-device-out and anchor-mapping figures of the cross-device models
 eval-devices:

@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::eval::ModelParams;
 use crate::features::{FeatureSchema, TrainSet};
+use crate::gpu_util::UtilCols;
 use crate::matrix::Matrix;
 use crate::regressor::{self, Regressor, SavedModel, check_width};
 
@@ -46,8 +47,9 @@ pub const DEVICE_BLOCK: &[&str] = &[
 /// Spec fields a cross-device model may read besides peak and bandwidth (`--device-fields`),
 /// each appended as one feature after [`DEVICE_BLOCK`]. `waves` adds how many waves of
 /// 128x128 GEMM tiles the module runs on the device's SMs, and the last wave's occupancy.
+/// `util` adds the spec-normalised features of the GPU utilisation model ([`crate::gpu_util`]).
 pub const SPEC_FIELDS: &[&str] = &[
-    "sms", "shaders", "clock", "memory", "cache", "waves", "tiles", "per_sm",
+    "sms", "shaders", "clock", "memory", "cache", "waves", "tiles", "per_sm", "util",
 ];
 
 /// Tile sizes (square) the `tiles` field counts waves of.
@@ -64,6 +66,12 @@ pub enum Scale {
     /// the device's SMs: a GEMM of fewer tiles than SMs leaves SMs idle, and one of 1.1 waves
     /// takes as long as 2.
     Waves,
+    /// The utilisation model: latency = floor + roofline / utilisation, the utilisation in
+    /// (0, 1] learned (the inner model's prediction is clamped at 1, so no prediction is below
+    /// the spec roofline). The floor is fitted from the training rows (the smallest of the
+    /// training devices' 2% latency quantiles: the launch cost an empty kernel pays); the
+    /// inner model learns `max(latency - floor, 5% of latency) / roofline`.
+    Utilisation,
 }
 
 /// Widest extended row [`FittedCrossDevice::predict_row`] builds on the stack.
@@ -90,6 +98,8 @@ struct Cols {
     /// Matmul's per-batch rows (`m`): `gemm_m` stacks the batch and heads, whose tiles
     /// never merge across matrices.
     matmul_m: Option<usize>,
+    /// The columns the `util` field reads.
+    util: Option<UtilCols>,
 }
 
 impl Cols {
@@ -115,6 +125,7 @@ impl Cols {
             } else {
                 None
             },
+            util: UtilCols::of(schema).ok(),
         })
     }
 
@@ -153,6 +164,13 @@ impl Cols {
             return 1.0;
         }
         ((tiles / sms).ceil() * sms * tile * tile / area).max(1.0)
+    }
+
+    /// The least time of a row on its device, ms ([`UtilCols::least_ms`]; the roofline column
+    /// for kinds the `util` field does not read).
+    fn least_ms(&self, x: &[f64]) -> f64 {
+        self.util
+            .map_or(x[self.roofline].max(1e-9), |u| u.least_ms(x))
     }
 
     /// The device block of a row, [`DEVICE_BLOCK`] order.
@@ -235,6 +253,10 @@ impl Cols {
                     out[n + 2] = device.cache_mb / sms;
                     n += 2;
                 }
+                "util" => match self.util {
+                    Some(u) => n += u.fill(x, device, &mut out[n..]) - 1,
+                    None => out[n] = 0.0,
+                },
                 _ => out[n] = 0.0,
             }
             n += 1;
@@ -243,11 +265,13 @@ impl Cols {
     }
 }
 
-/// Feature names of `fields` ([`SPEC_FIELDS`]), in order.
-fn field_names(fields: &[String]) -> Vec<String> {
+/// Feature names of `fields` ([`SPEC_FIELDS`]) for rows of `kind`, in order.
+fn field_names(kind: perfcast_core::ModuleKind, fields: &[String]) -> Vec<String> {
     let mut out = Vec::new();
     for f in fields {
-        if f == "waves" {
+        if f == "util" {
+            out.extend(crate::gpu_util::names(kind));
+        } else if f == "waves" {
             out.push("xd_waves".to_string());
             out.push("xd_last_wave_occupancy".to_string());
         } else if f == "tiles" {
@@ -290,7 +314,7 @@ pub fn extended_schema(kind: perfcast_core::ModuleKind, fields: &[String]) -> Fe
     schema
         .names
         .extend(DEVICE_BLOCK.iter().map(|s| (*s).to_string()));
-    schema.names.extend(field_names(fields));
+    schema.names.extend(field_names(kind, fields));
     schema
 }
 
@@ -302,7 +326,7 @@ pub fn is_extended(schema: &FeatureSchema) -> bool {
         && schema.names[base.len()..].iter().all(|n| {
             SPEC_FIELDS
                 .iter()
-                .any(|f| field_names(&[(*f).to_string()]).contains(n))
+                .any(|f| field_names(schema.kind, &[(*f).to_string()]).contains(n))
         })
 }
 
@@ -331,7 +355,7 @@ fn lookup<'a>(devices: &'a [DeviceSpec], cols: &Cols, x: &[f64]) -> Result<&'a D
 /// A training set of single-device rows (any mix of devices) as the inner model sees it:
 /// extended rows, latencies divided by each row's normalising time. Rows' devices are looked
 /// up in `params.devices` when spec fields or the wave scale need them.
-fn extend_set(data: &TrainSet, params: &CrossDeviceParams) -> Result<TrainSet> {
+fn extend_set(data: &TrainSet, params: &CrossDeviceParams) -> Result<(TrainSet, f64)> {
     let base = FeatureSchema::for_kind(data.schema.kind);
     if data.schema != base {
         return Err(Error::InvalidData(format!(
@@ -341,8 +365,16 @@ fn extend_set(data: &TrainSet, params: &CrossDeviceParams) -> Result<TrainSet> {
     }
     let cols = Cols::of(&base)?;
     let schema = extended_schema(base.kind, &params.fields);
-    let mask = mask_columns(&schema, &params.mask)?;
-    let how = params.normalise();
+    let mask = mask_columns(&schema, &params.mask, params.only_fields)?;
+    let mut how = params.normalise();
+    let floors = launch_floors_ms(data, &cols);
+    if how.scale == Scale::Utilisation {
+        how.floor_ms = floors
+            .iter()
+            .map(|f| f.1)
+            .fold(f64::INFINITY, f64::min)
+            .max(0.0);
+    }
     let mut x = Matrix::with_cols(schema.len());
     let mut row = vec![0.0; schema.len()];
     let mut y = Vec::with_capacity(data.len());
@@ -352,19 +384,87 @@ fn extend_set(data: &TrainSet, params: &CrossDeviceParams) -> Result<TrainSet> {
             .transpose()?;
         let width = fill(&cols, &params.fields, &mask, r, device, &mut row);
         x.push_row(&row[..width]);
-        y.push(t / cols.scale(r, &how, device));
+        y.push(match how.scale {
+            Scale::Utilisation => {
+                // Each training device's busy time is what its own launch floor leaves.
+                let key = (r[cols.peak].to_bits(), r[cols.bandwidth].to_bits());
+                let floor = floors.iter().find(|f| f.0 == key).map_or(0.0, |f| f.1);
+                (t - floor).max(BUSY_SHARE * t) / cols.least_ms(r)
+            }
+            _ => t / cols.scale(r, &how, device),
+        });
     }
-    Ok(TrainSet {
+    let set = TrainSet {
         schema,
         x,
         y,
         groups: data.groups.clone(),
-    })
+    };
+    Ok((set, how.floor_ms))
+}
+
+/// Least share of a latency [`Scale::Utilisation`] counts as busy time (rows below the floor
+/// say little about utilisation).
+const BUSY_SHARE: f64 = 0.05;
+
+/// Quantile of a device's latencies taken as its launch floor.
+const FLOOR_QUANTILE: f64 = 0.02;
+
+/// The launch floors of the rows' devices (told apart by the bits of their peak and bandwidth),
+/// ms: each one's [`FLOOR_QUANTILE`] latency quantile. [`Scale::Utilisation`] learns each
+/// device's busy time above its own floor and predicts with the smallest floor: an unseen
+/// device's floor is unknown, and one too high over-predicts every tiny kernel while one too low
+/// only shifts them by microseconds.
+fn launch_floors_ms(data: &TrainSet, cols: &Cols) -> Vec<((u64, u64), f64)> {
+    let mut by_device: Vec<((u64, u64), Vec<f64>)> = Vec::new();
+    for (r, &t) in data.x.iter_rows().zip(&data.y) {
+        let key = (r[cols.peak].to_bits(), r[cols.bandwidth].to_bits());
+        match by_device.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => v.push(t),
+            None => by_device.push((key, vec![t])),
+        }
+    }
+    by_device
+        .into_iter()
+        .map(|(key, mut v)| {
+            v.sort_by(f64::total_cmp);
+            (
+                key,
+                v[((v.len() - 1) as f64 * FLOOR_QUANTILE).round() as usize],
+            )
+        })
+        .collect()
 }
 
 /// Whether rows need their device's spec beyond peak and bandwidth.
 fn needs_device(fields: &[String], scale: Scale) -> bool {
     !fields.is_empty() || scale == Scale::Waves
+}
+
+impl CrossDeviceParams {
+    /// The GPU utilisation model (`util`): gradient-boosted trees on the [`crate::gpu_util`]
+    /// features alone learn `busy time / roofline`, predictions are `floor + roofline /
+    /// utilisation` with the utilisation clamped to (0, 1]. `devices` are the specs of the
+    /// training rows' devices.
+    pub fn utilisation(devices: &[DeviceSpec]) -> CrossDeviceParams {
+        CrossDeviceParams {
+            inner: ModelParams::Trees(crate::trees::TreeParams {
+                n_trees: 200,
+                min_samples_leaf: 50,
+                subsample: 1.0,
+                baseline: false,
+                ..Default::default()
+            }),
+            fields: vec!["util".to_string()],
+            devices: devices.to_vec(),
+            floor_ms: 0.0,
+            scale: Scale::Utilisation,
+            tile: DEFAULT_TILE,
+            mask: Vec::new(),
+            only_fields: true,
+            seen: true,
+        }
+    }
 }
 
 /// Writes the extended row of `x` into `out` (the base row, [`DEVICE_BLOCK`], the spec
@@ -391,15 +491,23 @@ fn fill(
 }
 
 /// Positions of the `mask` column names in the extended `schema`, naming an unknown one.
-fn mask_columns(schema: &FeatureSchema, mask: &[String]) -> Result<Vec<usize>> {
-    mask.iter()
+/// With `only_fields`, every column before the spec fields (the single-device row and the
+/// device block) is masked too.
+fn mask_columns(schema: &FeatureSchema, mask: &[String], only_fields: bool) -> Result<Vec<usize>> {
+    let mut out: Vec<usize> = mask
+        .iter()
         .map(|m| {
             schema.index(m).ok_or_else(|| Error::InvalidParams {
                 model: "xdev",
                 message: format!("mask names `{m}`, which the `{}` rows lack", schema.kind),
             })
         })
-        .collect()
+        .collect::<Result<_>>()?;
+    if only_fields {
+        let head = FeatureSchema::for_kind(schema.kind).len() + DEVICE_BLOCK.len();
+        out.extend((0..head).filter(|c| !mask.iter().any(|m| schema.index(m) == Some(*c))));
+    }
+    Ok(out)
 }
 
 /// Hyper-parameters of a cross-device model: the inner family and its own parameters.
@@ -428,6 +536,17 @@ pub struct CrossDeviceParams {
     /// bandwidth, which tell training devices apart without generalising); default none.
     #[serde(default)]
     pub mask: Vec<String>,
+    /// The inner model sees only the spec fields (the single-device row and the device block
+    /// masked): the `util` model's features mean the same on every device; default false.
+    #[serde(default)]
+    pub only_fields: bool,
+    /// With [`Scale::Utilisation`]: also fit a cross-device trees model that tells the training
+    /// devices apart, and answer rows of those devices with it (bounded below by the same least
+    /// time); devices never seen get the utilisation model. Spec-only features cannot tell two
+    /// GPUs of one spec class apart, so on its own devices the utilisation model is 2-3x less
+    /// accurate than a model that can; default false.
+    #[serde(default)]
+    pub seen: bool,
 }
 
 fn default_tile() -> f64 {
@@ -458,6 +577,8 @@ impl CrossDeviceParams {
                 scale: Scale::Roofline,
                 tile: DEFAULT_TILE,
                 mask: Vec::new(),
+                only_fields: false,
+                seen: false,
             })),
         }
     }
@@ -470,7 +591,10 @@ impl CrossDeviceParams {
     ) -> ModelParams {
         match CrossDeviceParams::wrap(params) {
             ModelParams::CrossDevice(mut p) => {
-                p.fields = fields.to_vec();
+                // A family that names its own fields (`util`) keeps them.
+                if !fields.is_empty() {
+                    p.fields = fields.to_vec();
+                }
                 p.devices = devices.to_vec();
                 ModelParams::CrossDevice(p)
             }
@@ -478,9 +602,9 @@ impl CrossDeviceParams {
         }
     }
 
-    /// Family name: the inner one with `-xdev`.
+    /// Family name: the inner one with `-xdev`, or `util` for the utilisation model.
     pub fn name(&self) -> &'static str {
-        xdev_name(self.inner.name())
+        family_name(self.scale, self.inner.name())
     }
 
     /// Checks the inner parameters and the spec fields.
@@ -514,17 +638,31 @@ impl CrossDeviceParams {
     pub fn fit(&self, data: &TrainSet) -> Result<FittedCrossDevice> {
         self.validate()?;
         regressor::check_train_set(data, 2)?;
-        let extended = extend_set(data, self)?;
+        let (extended, floor_ms) = extend_set(data, self)?;
         let inner = self.inner.fit(&extended)?;
+        let (seen, seen_devices) = if self.seen && self.scale == Scale::Utilisation {
+            let trees = CrossDeviceParams::wrap(ModelParams::Trees(Default::default()));
+            let cols = Cols::of(&data.schema)?;
+            let keys = launch_floors_ms(data, &cols)
+                .into_iter()
+                .map(|((peak, bw), _)| [f64::from_bits(peak), f64::from_bits(bw)])
+                .collect();
+            (Some(Box::new(trees.fit(data)?.to_saved())), keys)
+        } else {
+            (None, Vec::new())
+        };
         FittedCrossDevice::new(SavedCrossDevice {
             schema: data.schema.clone(),
             inner: Box::new(inner.to_saved()),
             fields: self.fields.clone(),
             devices: self.devices.clone(),
-            floor_ms: self.floor_ms,
+            floor_ms,
             scale: self.scale,
             tile: self.tile,
             mask: self.mask.clone(),
+            only_fields: self.only_fields,
+            seen,
+            seen_devices,
         })
     }
 
@@ -536,6 +674,17 @@ impl CrossDeviceParams {
         }
     }
 }
+
+/// The family name of a cross-device model.
+fn family_name(scale: Scale, inner: &str) -> &'static str {
+    if scale == Scale::Utilisation {
+        return UTIL;
+    }
+    xdev_name(inner)
+}
+
+/// Name of the utilisation family ([`CrossDeviceParams::utilisation`]).
+pub const UTIL: &str = "util";
 
 fn xdev_name(inner: &str) -> &'static str {
     match inner {
@@ -576,6 +725,15 @@ pub struct SavedCrossDevice {
     /// Extended-row columns zeroed before the inner model.
     #[serde(default)]
     pub mask: Vec<String>,
+    /// Whether the inner model sees only the spec fields.
+    #[serde(default)]
+    pub only_fields: bool,
+    /// The model answering rows of the training devices ([`CrossDeviceParams::seen`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen: Option<Box<SavedModel>>,
+    /// Peak GFLOP/s and bandwidth of the training devices `seen` answers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub seen_devices: Vec<[f64; 2]>,
 }
 
 #[derive(Deserialize)]
@@ -594,6 +752,12 @@ struct UncheckedCrossDevice {
     tile: f64,
     #[serde(default)]
     mask: Vec<String>,
+    #[serde(default)]
+    only_fields: bool,
+    #[serde(default)]
+    seen: Option<Box<SavedModel>>,
+    #[serde(default)]
+    seen_devices: Vec<[f64; 2]>,
 }
 
 impl TryFrom<UncheckedCrossDevice> for SavedCrossDevice {
@@ -608,6 +772,9 @@ impl TryFrom<UncheckedCrossDevice> for SavedCrossDevice {
             scale: u.scale,
             tile: u.tile,
             mask: u.mask,
+            only_fields: u.only_fields,
+            seen: u.seen,
+            seen_devices: u.seen_devices,
         };
         check(&saved, saved.inner.clone().into_regressor().schema())?;
         Ok(saved)
@@ -631,7 +798,10 @@ fn check(saved: &SavedCrossDevice, inner: &FeatureSchema) -> Result<(Cols, Vec<u
             outer.kind, saved.tile
         )));
     }
-    Ok((Cols::of(outer)?, mask_columns(inner, &saved.mask)?))
+    Ok((
+        Cols::of(outer)?,
+        mask_columns(inner, &saved.mask, saved.only_fields)?,
+    ))
 }
 
 impl SavedModel {
@@ -660,6 +830,9 @@ pub struct FittedCrossDevice {
     how: Normalise,
     mask_names: Vec<String>,
     mask: Vec<usize>,
+    only_fields: bool,
+    seen: Option<Box<dyn Regressor>>,
+    seen_devices: Vec<[f64; 2]>,
 }
 
 impl FittedCrossDevice {
@@ -688,6 +861,9 @@ impl FittedCrossDevice {
             },
             mask_names: saved.mask,
             mask,
+            only_fields: saved.only_fields,
+            seen: saved.seen.map(|s| s.into_regressor()),
+            seen_devices: saved.seen_devices,
         }
     }
 
@@ -705,6 +881,7 @@ impl FittedCrossDevice {
                 gemm_m: 0,
                 gemm_n: 0,
                 matmul_m: None,
+                util: None,
             },
             Vec::new(),
         ));
@@ -724,7 +901,7 @@ impl FittedCrossDevice {
 
 impl Regressor for FittedCrossDevice {
     fn name(&self) -> &'static str {
-        xdev_name(self.inner.name())
+        family_name(self.how.scale, self.inner.name())
     }
 
     fn schema(&self) -> &FeatureSchema {
@@ -740,15 +917,26 @@ impl Regressor for FittedCrossDevice {
                 got: x.len(),
             });
         }
+        if let Some(seen) = &self.seen {
+            let key = [x[self.cols.peak], x[self.cols.bandwidth]];
+            if self.seen_devices.contains(&key) {
+                return Ok(seen.predict_row(x)?.max(self.cols.least_ms(x)));
+            }
+        }
         let device = needs_device(&self.fields, self.how.scale)
             .then(|| lookup(&self.devices, &self.cols, x))
             .transpose()?;
         let width = fill(&self.cols, &self.fields, &self.mask, x, device, &mut buf);
-        Ok(self.inner.predict_row(&buf[..width])? * self.cols.scale(x, &self.how, device))
+        let inner = self.inner.predict_row(&buf[..width])?;
+        Ok(match self.how.scale {
+            // Utilisation at most 1: never below the spec roofline.
+            Scale::Utilisation => self.how.floor_ms + self.cols.least_ms(x) * inner.max(1.0),
+            _ => inner * self.cols.scale(x, &self.how, device),
+        })
     }
 
     fn size_bytes(&self) -> usize {
-        self.inner.size_bytes()
+        self.inner.size_bytes() + self.seen.as_ref().map_or(0, |s| s.size_bytes())
     }
 
     fn to_saved(&self) -> SavedModel {
@@ -761,6 +949,9 @@ impl Regressor for FittedCrossDevice {
             scale: self.how.scale,
             tile: self.how.tile,
             mask: self.mask_names.clone(),
+            only_fields: self.only_fields,
+            seen: self.seen.as_ref().map(|s| Box::new(s.to_saved())),
+            seen_devices: self.seen_devices.clone(),
         })
     }
 }
@@ -994,6 +1185,126 @@ mod tests {
         );
         assert_eq!(xdev.len(), 4);
         assert_eq!(xdev[0].train_rows, 450);
+    }
+
+    /// Four devices of different sizes (SMs and L2 grow with the peak).
+    fn sized_devices() -> Vec<DeviceSpec> {
+        let mut out = Vec::new();
+        for (i, (name, peak, bw, sms)) in [
+            ("slow", 4_000.0, 200.0, 20),
+            ("mid", 8_000.0, 320.0, 40),
+            ("fast", 14_000.0, 900.0, 80),
+            ("new", 19_500.0, 1_555.0, 108),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut d = gpu(name, peak, bw);
+            d.cores = sms;
+            d.cache_mb = 2.0 * (i + 1) as f64;
+            out.push(d);
+        }
+        out
+    }
+
+    #[test]
+    fn the_utilisation_model_extrapolates_to_a_bigger_gpu_and_never_beats_its_roofline() {
+        let devices = sized_devices();
+        let sets: Vec<(String, TrainSet)> = devices
+            .iter()
+            .map(|d| (d.name.clone(), set(d, 300)))
+            .collect();
+        let util = ModelParams::CrossDevice(Box::new(CrossDeviceParams::utilisation(&devices)));
+        assert_eq!(util.name(), UTIL);
+        let held = leave_one_device_out(&util, &sets).unwrap();
+        let new = held.iter().find(|h| h.device == "new").unwrap();
+        // The launch floor is learned from latency quantiles, not known: a few percent off.
+        assert!(
+            new.metrics.mape < 10.0,
+            "util on the new GPU: {}",
+            new.metrics.mape
+        );
+        let plain =
+            leave_one_device_out(&ModelParams::Trees(TreeParams::default()), &sets).unwrap();
+        let plain_new = plain.iter().find(|h| h.device == "new").unwrap();
+        assert!(
+            new.metrics.mape < plain_new.metrics.mape,
+            "{} vs {}",
+            new.metrics.mape,
+            plain_new.metrics.mape
+        );
+        // Fitted without the new GPU, every prediction for it is at least its roofline.
+        let train: Vec<&TrainSet> = sets[..3].iter().map(|(_, s)| s).collect();
+        let model = util.fit(&concat(&train).unwrap()).unwrap();
+        let test = &sets[3].1;
+        let roofline = test.schema.index("roofline_ms").unwrap();
+        for r in test.x.iter_rows() {
+            let p = model.predict_row(r).unwrap();
+            assert!(
+                p >= r[roofline],
+                "{p} ms below the roofline {}",
+                r[roofline]
+            );
+        }
+        // The saved form reloads to the same model, floor and features included.
+        let saved = serde_json::to_string(&model.to_saved()).unwrap();
+        let back: SavedModel = serde_json::from_str(&saved).unwrap();
+        let back = back.into_regressor();
+        assert_eq!(back.name(), UTIL);
+        for r in test.x.iter_rows().take(50) {
+            assert_eq!(back.predict_row(r).unwrap(), model.predict_row(r).unwrap());
+        }
+    }
+
+    #[test]
+    fn the_utilisation_floor_is_the_smallest_device_floor() {
+        let devices = sized_devices();
+        let data = set(&devices[0], 200);
+        let faster = set(&devices[3], 200);
+        let both = concat(&[&data, &faster]).unwrap();
+        let cols = Cols::of(&both.schema).unwrap();
+        let floors = launch_floors_ms(&both, &cols);
+        assert_eq!(floors.len(), 2);
+        let model = CrossDeviceParams::utilisation(&devices).fit(&both).unwrap();
+        let SavedModel::CrossDevice(saved) = model.to_saved() else {
+            panic!("not a cross-device model");
+        };
+        let least = floors.iter().map(|f| f.1).fold(f64::INFINITY, f64::min);
+        assert_eq!(saved.floor_ms, least);
+        assert!(saved.only_fields && saved.scale == Scale::Utilisation);
+    }
+
+    #[test]
+    fn training_devices_are_answered_by_the_model_that_tells_them_apart() {
+        // Two devices of one spec class with different efficiencies: spec features alone
+        // cannot tell them apart, the `seen` model can.
+        let devices = sized_devices();
+        let mut twin = devices[1].clone();
+        twin.name = "twin".into();
+        twin.peak_gflops += 1.0;
+        let slow_twin = {
+            let mut s = set(&twin, 300);
+            for y in &mut s.y {
+                *y *= 1.8;
+            }
+            s
+        };
+        let mut all = devices[..3].to_vec();
+        all.push(twin);
+        let data = concat(&[&set(&devices[1], 300), &slow_twin]).unwrap();
+        let score = |seen: bool| {
+            let mut p = CrossDeviceParams::utilisation(&all);
+            p.seen = seen;
+            let m = p.fit(&data).unwrap();
+            let pred: Vec<f64> = data
+                .x
+                .iter_rows()
+                .map(|r| m.predict_row(r).unwrap())
+                .collect();
+            Metrics::compute(&pred, &data.y).unwrap().mape
+        };
+        let (with, without) = (score(true), score(false));
+        assert!(with < 5.0 && without > 15.0, "{with} vs {without}");
     }
 
     #[test]

@@ -32,7 +32,9 @@ pub enum Error {
         message: String,
     },
     /// Unknown model name.
-    #[error("unknown model `{0}` (known: ridge, knn, trees, roofline, medn, mlp)")]
+    #[error(
+        "unknown model `{0}` (known: ridge, knn, trees, ridge-trees, roofline, medn, mlp, util, <family>-xdev)"
+    )]
     UnknownModel(String),
 }
 

@@ -241,6 +241,9 @@ impl ModelParams {
             "roofline" => Ok(ModelParams::Roofline(RooflineParams::default())),
             "medn" => Ok(ModelParams::Medn(MednParams::default())),
             "mlp" => Ok(ModelParams::Medn(MednParams::mlp())),
+            crate::device_features::UTIL => Ok(ModelParams::CrossDevice(Box::new(
+                crate::device_features::CrossDeviceParams::utilisation(&[]),
+            ))),
             other if other.ends_with("-xdev") => {
                 Ok(crate::device_features::CrossDeviceParams::wrap(
                     ModelParams::by_name(other.trim_end_matches("-xdev"))?,

@@ -18,6 +18,7 @@ pub mod device_features;
 mod error;
 pub mod eval;
 pub mod features;
+pub mod gpu_util;
 pub mod knn;
 mod matrix;
 pub mod medn;

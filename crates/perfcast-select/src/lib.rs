@@ -23,12 +23,14 @@ pub mod bundle;
 pub mod compose;
 mod error;
 pub mod predictor;
+pub mod score;
 pub mod select;
 
 pub use bundle::{Bundle, Manifest};
 pub use compose::{Composed, HostCosts, PhaseCosts, RunShape};
 pub use error::{Error, Result};
 pub use predictor::{ModulePrediction, NetworkPrediction, Predictor, PreparedNetwork};
+pub use score::{KindScore, score_records};
 pub use select::{Budget, Candidate, Selection};
 
 #[cfg(test)]

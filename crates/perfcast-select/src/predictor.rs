@@ -100,6 +100,11 @@ struct Clamps {
 /// The warning of a GPU prediction a model put below the device's roofline.
 const RAISED: &str = "raised to the least time the device's spec allows (the model predicted less)";
 
+/// Whether a prediction warning says the physical bound raised it.
+pub fn is_raised(warning: &str) -> bool {
+    warning == RAISED
+}
+
 /// The warning of a query predicted at its nearest trained configuration.
 const EXTRAPOLATED: &str =
     "predicted at the nearest trained configuration and scaled by the roofline work ratio";
@@ -463,8 +468,12 @@ impl Predictor {
             ..context.clone()
         };
         let mut p = self.predict_valid(spec, &forward)?;
-        for part in backward_parts(spec) {
-            p.ms += self.predict_valid(&part, &forward)?.ms;
+        for (part, batch) in backward_parts(spec, context.batch) {
+            let part_context = Context {
+                batch,
+                ..forward.clone()
+            };
+            p.ms += self.predict_valid(&part, &part_context)?.ms;
         }
         p.warnings.push(format!(
             "training step composed from forward kernels (the bundle has no `{}` training rows)",
@@ -824,9 +833,54 @@ impl Predictor {
     }
 }
 
-/// The backward pass of `spec` as forward kernels (see [`Predictor::predict_composed`]).
-fn backward_parts(spec: &ModuleSpec) -> Vec<ModuleSpec> {
-    match spec {
+/// The backward pass of `spec` at `batch` as forward kernels, each with the batch it runs at
+/// (see [`Predictor::predict_composed`]).
+fn backward_parts(spec: &ModuleSpec, batch: usize) -> Vec<(ModuleSpec, usize)> {
+    let parts = match spec {
+        // dX is a convolution of dY with the flipped kernel, channels swapped: over the
+        // output's pixels at stride 1, the forward's multiply count. dW = dY^T im2col(X): per
+        // group a GEMM of Cout/g x Cin/g*kh*kw reducing over every output pixel of the batch.
+        ModuleSpec::Conv2d(c) => {
+            let out_hw = match spec.output_shape() {
+                Ok(s) if s.len() == 3 => [s[1], s[2]],
+                _ => c.input_hw,
+            };
+            let g = c.groups.max(1);
+            let dgrad = ModuleSpec::Conv2d(perfcast_core::Conv2d {
+                in_channels: c.out_channels,
+                out_channels: c.in_channels,
+                input_hw: out_hw,
+                kernel: c.kernel,
+                stride: [1, 1],
+                padding: [
+                    c.dilation[0] * (c.kernel[0] - 1) / 2,
+                    c.dilation[1] * (c.kernel[1] - 1) / 2,
+                ],
+                dilation: c.dilation,
+                groups: g,
+                bias: false,
+            });
+            let pixels = batch * out_hw[0] * out_hw[1];
+            let patch = c.in_channels / g * c.kernel[0] * c.kernel[1];
+            let wgrad = if g == 1 {
+                ModuleSpec::Linear(perfcast_core::Linear {
+                    tokens: c.out_channels,
+                    in_features: pixels,
+                    out_features: patch,
+                    bias: false,
+                })
+            } else {
+                ModuleSpec::Matmul(perfcast_core::Matmul {
+                    heads: g,
+                    m: c.out_channels / g,
+                    k: pixels,
+                    n: patch,
+                    trans_a: false,
+                    trans_b: true,
+                })
+            };
+            return vec![(dgrad, batch), (wgrad, 1)];
+        }
         // X: rows x in, W: in x out. dX = dY (rows x out) W^T (out x in); dW = X^T (in x rows)
         // dY (rows x out).
         ModuleSpec::Linear(l) => vec![
@@ -863,7 +917,8 @@ fn backward_parts(spec: &ModuleSpec) -> Vec<ModuleSpec> {
             }),
         ],
         other => vec![other.clone()],
-    }
+    };
+    parts.into_iter().map(|p| (p, batch)).collect()
 }
 
 /// A network checked once, with its distinct modules found ([`Predictor::prepare`]).
@@ -920,6 +975,38 @@ mod tests {
             phase,
             threads: 1,
             utilisation: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_conv_backward_is_two_passes_of_the_forward_work() {
+        // dX and dW each multiply as often as the forward pass, whatever the stride and groups.
+        for (stride, groups, kernel) in [(1, 1, 3), (2, 1, 3), (1, 32, 3), (2, 1, 1), (1, 1, 5)] {
+            let spec = ModuleSpec::Conv2d(Conv2d {
+                in_channels: 64,
+                out_channels: 128,
+                input_hw: [56, 56],
+                kernel: [kernel, kernel],
+                stride: [stride, stride],
+                padding: [kernel / 2, kernel / 2],
+                dilation: [1, 1],
+                groups,
+                bias: false,
+            });
+            let batch = 8;
+            let forward = perfcast_core::features::derive(&spec, batch).flops;
+            let parts = backward_parts(&spec, batch);
+            assert_eq!(parts.len(), 2);
+            for (part, b) in &parts {
+                part.validate().unwrap();
+                let flops = perfcast_core::features::derive(part, *b).flops;
+                let ratio = flops / forward;
+                assert!(
+                    (0.98..=1.02).contains(&ratio),
+                    "{}: {ratio}",
+                    part.describe()
+                );
+            }
         }
     }
 

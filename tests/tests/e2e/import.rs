@@ -137,3 +137,53 @@ fn import_csv_bad_cell_is_a_one_line_error_and_writes_nothing() {
     let dir = DatasetDir::open(&out).unwrap();
     assert_eq!(dir.read(ModuleKind::Matmul).unwrap().len(), 2);
 }
+
+#[test]
+fn eval_bundle_scores_the_gpu_bundle_on_imported_rows_and_never_beats_the_bound() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("neusight");
+    let sample = neusight_sample();
+    let o = run(&[
+        "import",
+        "neusight",
+        sample.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let bundle = Path::new(env!("CARGO_MANIFEST_DIR")).join("../checkpoints/gpu");
+    let o = run(&[
+        "eval",
+        "bundle",
+        "--bundle",
+        bundle.to_str().unwrap(),
+        "--data",
+        out.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let scores: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let devices = scores.as_array().unwrap();
+    assert!(devices.len() >= 2);
+    let mut rows = 0;
+    for d in devices {
+        for k in d["kinds"].as_array().unwrap() {
+            rows += k["metrics"]["n"].as_u64().unwrap();
+            assert_eq!(k["below_bound"], 0, "{k}");
+            let mape = k["metrics"]["mape"].as_f64().unwrap();
+            assert!(mape.is_finite() && mape >= 0.0, "{k}");
+        }
+    }
+    assert_eq!(rows, 78);
+    // A missing bundle is a one-line error, exit 2.
+    let o = run(&[
+        "eval",
+        "bundle",
+        "--bundle",
+        tmp.path().join("nope").to_str().unwrap(),
+        "--data",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}

@@ -102,8 +102,9 @@ pub struct EvalDevicesArgs {
     #[arg(long, required = true, num_args = 1..)]
     pub data: Vec<PathBuf>,
     /// Model families, comma-separated: ridge, knn, trees, medn, mlp (each fitted across
-    /// devices with the device block and a roofline-normalised target), roofline; `<family>-raw`
-    /// fits a family on the plain rows, for comparison
+    /// devices with the device block and a roofline-normalised target), roofline, util (the
+    /// GPU utilisation model: spec roofline / learned utilisation, never below the roofline);
+    /// `<family>-raw` fits a family on the plain rows, for comparison
     #[arg(long, value_delimiter = ',', default_value = "ridge,knn,trees")]
     pub models: Vec<String>,
     /// Module kinds (default: every kind two devices or more have)
@@ -126,6 +127,7 @@ pub struct EvalDevicesArgs {
     #[arg(long, value_delimiter = ',')]
     pub device_fields: Vec<String>,
     /// Per-call floor added to the roofline time latencies are normalised by, microseconds
+    /// (not for `util`, which fits its own launch floor)
     #[arg(long, default_value_t = 1e3 * perfcast_models::device_features::DEFAULT_FLOOR_MS)]
     pub floor_us: f64,
     /// What cross-device models normalise latencies by: `roofline`, or `waves` (the roofline
@@ -280,9 +282,12 @@ pub fn eval_devices(a: EvalDevicesArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             bar.set_message(format!("{kind}: {name}"));
             let mut params = with_overrides(name, &a.set, &a.device_fields, &devices)?;
             if let ModelParams::CrossDevice(p) = &mut params {
-                p.floor_ms = a.floor_us / 1e3;
-                p.scale = parse_scale(&a.scale)?;
-                p.tile = a.tile;
+                // `util` fits its own floor and keeps its own target.
+                if p.scale != Scale::Utilisation {
+                    p.floor_ms = a.floor_us / 1e3;
+                    p.scale = parse_scale(&a.scale)?;
+                    p.tile = a.tile;
+                }
                 p.mask = a.mask.clone();
                 p.validate()?;
             }
@@ -670,6 +675,8 @@ pub struct TrainSource {
     pub devices: Vec<DeviceSpec>,
     /// The device recorded as the bundle's (the first dataset's).
     pub device: DeviceSpec,
+    /// Only rows of this phase (`None`: both).
+    pub phase: Option<Phase>,
 }
 
 impl TrainSource {
@@ -688,6 +695,7 @@ impl TrainSource {
             dirs,
             devices,
             device,
+            phase: None,
         })
     }
 
@@ -728,7 +736,7 @@ impl TrainSource {
     pub fn train_set(&self, kind: ModuleKind) -> anyhow::Result<TrainSet> {
         let mut sets = Vec::new();
         for (dir, device) in self.dirs.iter().zip(&self.devices) {
-            if let Some(s) = device_set(dir, device, kind, None)? {
+            if let Some(s) = device_set(dir, device, kind, self.phase)? {
                 sets.push(s);
             }
         }
@@ -748,12 +756,14 @@ impl TrainSource {
 
     /// The families to fit: as given on one device, in cross-device mode on several.
     pub fn params(&self, params: Vec<ModelParams>) -> Vec<ModelParams> {
-        if !self.cross_device() {
-            return params;
-        }
         params
             .into_iter()
-            .map(|p| CrossDeviceParams::wrap_with(p, &[], &self.devices))
+            .map(|p| match p {
+                // `util` reads the device's spec even on one device.
+                ModelParams::CrossDevice(_) => CrossDeviceParams::wrap_with(p, &[], &self.devices),
+                p if self.cross_device() => CrossDeviceParams::wrap_with(p, &[], &self.devices),
+                p => p,
+            })
             .collect()
     }
 }

@@ -1,6 +1,7 @@
 //! One module per top-level command.
 
 pub mod backends;
+pub mod bundle_eval;
 pub mod datasets;
 pub mod devices;
 pub mod devices_eval;

@@ -905,6 +905,12 @@ enum EvalWhat {
     /// t_target / t_anchor from the other devices' pairs and specs. Needs the same
     /// configurations measured on every device (DeepBench).
     Anchor(crate::cmd::devices_eval::EvalAnchorArgs),
+    /// Score a bundle's answers on measured rows of any device, as `perfcast predict` gives them
+    ///
+    /// Each dataset is predicted for its own device's spec (a cross-device bundle answers any
+    /// GPU): per kind and phase the MAPE, the median predicted/measured ratio, and how many
+    /// answers the physical bound raised or the spec fallback gave.
+    Bundle(crate::cmd::bundle_eval::EvalBundleArgs),
 }
 
 /// Runs `perfcast eval`.
@@ -913,6 +919,7 @@ pub fn eval(c: EvalCommand, ui: &Ui) -> anyhow::Result<ExitCode> {
         Some(EvalWhat::Networks(a)) => eval_networks(a, ui),
         Some(EvalWhat::Devices(a)) => crate::cmd::devices_eval::eval_devices(a, ui),
         Some(EvalWhat::Anchor(a)) => crate::cmd::devices_eval::eval_anchor(a, ui),
+        Some(EvalWhat::Bundle(a)) => crate::cmd::bundle_eval::run(a, ui),
         None => crate::cmd::train::eval(c.models, ui),
     }
 }

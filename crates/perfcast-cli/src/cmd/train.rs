@@ -78,6 +78,10 @@ pub struct TrainArgs {
     /// Selection: use this model family for every kind (single selection, for comparison)
     #[arg(long, value_name = "MODEL")]
     select_only: Option<String>,
+    /// Rows of which phase to train on: `inference` trains forward models only, and a GPU
+    /// bundle then composes training steps from forward kernels (as NeuSight does)
+    #[arg(long, value_enum, default_value_t)]
+    phase: crate::cmd::devices_eval::PhaseChoice,
     /// Output format of the report
     #[arg(long, value_enum, default_value_t)]
     format: Format,
@@ -239,7 +243,8 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         taken.push(&args.out);
         outdir::check_destination(&bundle, OutputKind::Bundle, true, &taken)?;
     }
-    let source = crate::cmd::devices_eval::TrainSource::open(&args.data)?;
+    let mut source = crate::cmd::devices_eval::TrainSource::open(&args.data)?;
+    source.phase = args.phase.phase();
     let device = source.device.clone();
     let params = source.params(params);
     let present = source.kinds();
