@@ -12,6 +12,7 @@ use perfcast_models::features::{MAX_ROW, row, row_into};
 use serde::{Deserialize, Serialize};
 
 use crate::bundle::Bundle;
+use crate::compose::RunShape;
 use crate::error::{Error, Result};
 
 /// Efficiencies of the spec-only roofline used for kinds a bundle has no model for.
@@ -64,8 +65,16 @@ pub struct NetworkPrediction {
     pub context: Context,
     /// Per layer, in order.
     pub layers: Vec<LayerPrediction>,
-    /// Sum of the layers, ms.
+    /// The network's predicted time, ms: the bundle's composed total (layers plus its fitted
+    /// host-cost terms, [`Composed`]) when the bundle is calibrated for the phase, else the
+    /// sum of the layers. The one answer the CLI, the server and the library give.
     pub total_ms: f64,
+    /// Sum of the layers, ms.
+    #[serde(default)]
+    pub layer_sum_ms: f64,
+    /// The host-cost composition behind `total_ms`, when the bundle is calibrated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub composed: Option<crate::compose::Composed>,
     /// Layers answered by the fallback.
     pub fallback_layers: usize,
 }
@@ -771,6 +780,7 @@ impl Predictor {
             name: network.name.clone(),
             layers,
             unique,
+            shape: RunShape::of(network, 0.0),
         })
     }
 
@@ -811,13 +821,27 @@ impl Predictor {
                 prediction: unique[*i].clone(),
             })
             .collect();
-        let total_ms = layers.iter().map(|l| l.prediction.ms).sum();
+        let layer_sum_ms: f64 = layers.iter().map(|l| l.prediction.ms).sum();
         let fallback_layers = layers.iter().filter(|l| l.prediction.fallback).count();
+        let composed = self
+            .bundle
+            .manifest
+            .host_costs
+            .as_ref()
+            .and_then(|c| c.phase(context.phase))
+            .map(|c| {
+                c.compose(&RunShape {
+                    layer_sum_ms,
+                    ..network.shape.clone()
+                })
+            });
         Ok(NetworkPrediction {
             network: network.name.clone(),
             context: context.clone(),
             layers,
-            total_ms,
+            total_ms: composed.as_ref().map_or(layer_sum_ms, |c| c.total_ms),
+            layer_sum_ms,
+            composed,
             fallback_layers,
         })
     }
@@ -928,6 +952,8 @@ pub struct PreparedNetwork {
     /// Per layer: name, description, index into `unique`.
     layers: Vec<(String, String, usize)>,
     unique: Vec<ModuleSpec>,
+    /// Layers and parameter tensors, for the host-cost composition.
+    shape: RunShape,
 }
 
 impl PreparedNetwork {

@@ -137,6 +137,49 @@ fn measure_calibrate_and_eval_networks_from_saved_runs() {
         text.contains("host: per run") && text.contains("host: update"),
         "{text}"
     );
+
+    // One answer for a calibrated bundle: the CLI's JSON and text and the server's
+    // `/v1/predict/network` give the same composed total (issue 22), never the plain sum.
+    let (_server, addr) = crate::serve::start(&bundle);
+    for (net, batch, phase) in [
+        ("lenet5", 2, "training"),
+        ("lenet5", 1, "inference"),
+        ("alexnet", 1, "training"),
+        ("resnet18", 1, "inference"),
+        ("mobilenetv2", 1, "training"),
+        ("vgg16", 1, "inference"),
+    ] {
+        let o = run(&[
+            "predict",
+            "--network",
+            net,
+            "--batch",
+            &batch.to_string(),
+            "--phase",
+            phase,
+            "--bundle",
+            bundle.to_str().unwrap(),
+            "--format",
+            "json",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let cli: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let composed = cli["composed"]["total_ms"].as_f64().expect("calibrated");
+        assert_eq!(cli["total_ms"].as_f64().unwrap(), composed, "{net}");
+        let layers: f64 = cli["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["ms"].as_f64().unwrap())
+            .sum();
+        assert!((cli["layer_sum_ms"].as_f64().unwrap() - layers).abs() <= 1e-9 * layers);
+        let body = format!(r#"{{"network": "{net}", "batch": {batch}, "phase": "{phase}"}}"#);
+        let (status, body) =
+            crate::serve::http(addr, "POST", "/v1/predict/network", body.as_bytes());
+        assert_eq!(status, 200, "{body}");
+        let served: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(served["total_ms"], cli["total_ms"], "{net} {batch} {phase}");
+    }
 }
 
 #[test]

@@ -11,7 +11,7 @@ use crate::train::{small_dataset, train_bundle};
 use crate::{perfcast, run, stderr};
 
 /// One request on a fresh connection: status and body.
-fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+pub(crate) fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let head = format!(
@@ -65,7 +65,37 @@ fn json(body: &str) -> serde_json::Value {
 }
 
 /// Stops the server if a check fails first.
-struct Server(Child);
+pub(crate) struct Server(Child);
+
+/// A server on `bundle` at an ephemeral loopback port, with its address; stderr drained.
+pub(crate) fn start(bundle: &std::path::Path) -> (Server, SocketAddr) {
+    let mut child = perfcast()
+        .args([
+            "serve",
+            "--bundle",
+            bundle.to_str().unwrap(),
+            "--addr",
+            "127.0.0.1:0",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let server = Server(child);
+    let addr: SocketAddr = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| {
+            l.split_once("listening on http://")
+                .and_then(|(_, rest)| rest.split_whitespace().next().map(str::to_string))
+        })
+        .expect("the server prints its address")
+        .parse()
+        .unwrap();
+    std::thread::spawn(move || lines.map_while(Result::ok).for_each(drop));
+    (server, addr)
+}
 
 impl Drop for Server {
     fn drop(&mut self) {

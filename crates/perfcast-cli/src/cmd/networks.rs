@@ -466,7 +466,9 @@ fn compare(
                 utilisation: 0.0,
             };
             let p = predictor.predict_network(&r.network, &context)?;
-            let shape = RunShape::of(&r.network, p.total_ms);
+            // Plain: the layers alone; composed: with the host costs under evaluation (the
+            // bundle's, or those of a leave-one-network-out fit).
+            let shape = RunShape::of(&r.network, p.layer_sum_ms);
             let composed = costs
                 .and_then(|c| c.phase(r.phase))
                 .map(|c| c.compose(&shape));
@@ -478,8 +480,8 @@ fn compare(
                 phase: r.phase,
                 measured_ms: m,
                 measured_layer_sum_ms: r.layer_sum_ms,
-                plain_ms: p.total_ms,
-                plain_error_pct: err(p.total_ms),
+                plain_ms: p.layer_sum_ms,
+                plain_error_pct: err(p.layer_sum_ms),
                 composed_error_pct: composed.as_ref().map(|c| err(c.total_ms)),
                 composed,
                 fallback_layers: p.fallback_layers,

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use perfcast_core::{Context, ModuleKind, ModuleSpec, Network, Phase, zoo};
-use perfcast_select::{Bundle, Composed, ModulePrediction, NetworkPrediction, Predictor, RunShape};
+use perfcast_select::{Bundle, ModulePrediction, NetworkPrediction, Predictor};
 use serde::{Deserialize, Serialize};
 
 use crate::Ui;
@@ -69,7 +69,7 @@ pub struct PredictArgs {
     /// matmul: columns of the right operand
     #[arg(long)]
     n: Option<usize>,
-    /// Modules from a JSON file: an array of module specs (format: README, "Module specs"),
+    /// Modules from a JSON file: an array of module specs (format: docs/formats.md, "Module specs"),
     /// each optionally with `batch`, `phase` and `threads`
     #[arg(long, conflicts_with_all = ["kind", "network", "network_file"])]
     modules_file: Option<PathBuf>,
@@ -461,13 +461,6 @@ pub fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     let predictor = Predictor::new(bundle);
     if let Some(net) = net {
         let p = predictor.predict_network(&net, &context)?;
-        let composed = predictor
-            .bundle()
-            .manifest
-            .host_costs
-            .as_ref()
-            .and_then(|c| c.phase(context.phase))
-            .map(|c| c.compose(&RunShape::of(&net, p.total_ms)));
         for l in p
             .layers
             .iter()
@@ -480,19 +473,9 @@ pub fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
                 l.prediction.warnings.join("; ")
             ));
         }
-        #[derive(Serialize)]
-        struct Out<'a> {
-            #[serde(flatten)]
-            prediction: &'a NetworkPrediction,
-            /// The sum with the bundle's host-cost terms, when calibrated.
-            composed: Option<&'a Composed>,
-        }
         match a.format {
-            Format::Json => emit_json(&Out {
-                prediction: &p,
-                composed: composed.as_ref(),
-            })?,
-            Format::Text => emit(&render_network(&p, composed.as_ref()))?,
+            Format::Json => emit_json(&p)?,
+            Format::Text => emit(&render_network(&p))?,
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -534,7 +517,7 @@ pub fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn render_network(p: &NetworkPrediction, composed: Option<&Composed>) -> String {
+fn render_network(p: &NetworkPrediction) -> String {
     let mut t = format!(
         "{} (batch {}, {}, {} thread{})\n{:<24} {:<44} {:>11} {:>6}  {}\n",
         p.network,
@@ -554,7 +537,7 @@ fn render_network(p: &NetworkPrediction, composed: Option<&Composed>) -> String 
             l.name,
             l.module,
             fmt_ms(l.prediction.ms),
-            sig3(100.0 * l.prediction.ms / p.total_ms),
+            sig3(100.0 * l.prediction.ms / p.layer_sum_ms),
             l.prediction.model,
             if l.prediction.fallback {
                 " (fallback)"
@@ -563,7 +546,7 @@ fn render_network(p: &NetworkPrediction, composed: Option<&Composed>) -> String 
             }
         ));
     }
-    match composed {
+    match &p.composed {
         None => t.push_str(&format!(
             "{:<24} {:<44} {:>11}\n",
             "total",
@@ -602,6 +585,8 @@ fn render_network(p: &NetworkPrediction, composed: Option<&Composed>) -> String 
                 if name == "host: update" && p.context.phase == Phase::Inference {
                     continue;
                 }
+                // A fitted term of a few nanoseconds reads as noise: show it as zero.
+                let ms = if ms.abs() < 1e-6 { 0.0 } else { ms };
                 t.push_str(&format!("{name:<24} {what:<44} {:>11}\n", fmt_ms(ms)));
             }
             t.push_str(&format!(

@@ -25,7 +25,7 @@ pub struct ProfileArgs {
     /// Configurations per module kind (each measured in every phase)
     #[arg(long)]
     samples: Option<usize>,
-    /// Sweep TOML overriding the built-in ranges and timing (format: README, "Sweep files")
+    /// Sweep TOML overriding the built-in ranges and timing (format: docs/profiling.md, "Sweep files")
     #[arg(long)]
     sweep: Option<PathBuf>,
     /// Dataset directory (default: datasets/<this device>)

@@ -215,7 +215,7 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
                     threads: 1,
                     utilisation: 0.0,
                 };
-                let sum = predictor.predict_network(net, &context)?.total_ms;
+                let sum = predictor.predict_network(net, &context)?.layer_sum_ms;
                 let total = costs
                     .as_ref()
                     .and_then(|c| c.phase(phase))
