@@ -46,6 +46,10 @@ pub enum Error {
         /// What is wrong, with the expected and actual shapes where shapes are at fault.
         message: String,
     },
+    /// A device spec file that cannot be read, parsed or checked (the message names the file
+    /// and the field).
+    #[error("{0}")]
+    DeviceFile(String),
     /// A network file that cannot be read, parsed or checked.
     #[error("network file `{path}`: {message}", path = path.display())]
     NetworkFile {

@@ -19,6 +19,7 @@
 pub mod canonical;
 mod context;
 mod device;
+mod device_file;
 mod error;
 pub mod features;
 mod metrics;

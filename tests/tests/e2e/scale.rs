@@ -352,3 +352,55 @@ fn scale_measure_refuses_bad_values_before_measuring() {
     }
     assert!(!out.exists());
 }
+
+#[test]
+fn scale_predict_reads_the_device_specs_predict_reads() {
+    // A NeuSight config, which `predict --device-spec` accepts, sets the update's memory speed.
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = tmp.path().join("NVIDIA_L4.json");
+    std::fs::write(
+        &spec,
+        r#"{"Device":"NVIDIA L4","Dev_Mem":24,"Mem_Bw":300,"Num_Sm":60,
+            "Core_Per_SM":128,"Freq":2040,"SingleFLOPs":31334,"L2Cache":48}"#,
+    )
+    .unwrap();
+    let args = |spec: &Path| {
+        vec![
+            "scale".to_string(),
+            "predict".into(),
+            "--network".into(),
+            "resnet18".into(),
+            "--batch".into(),
+            "64".into(),
+            "--gpus".into(),
+            "1,2".into(),
+            "--compute-ms".into(),
+            "100".into(),
+            "--device-spec".into(),
+            spec.to_str().unwrap().into(),
+            "--format".into(),
+            "json".into(),
+        ]
+    };
+    let o = perfcast()
+        .current_dir(tmp.path())
+        .args(args(&spec))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["rows"].as_array().unwrap().len(), 2);
+    // A broken one is a one-line error naming the file and the field, exit 2.
+    std::fs::write(&spec, r#"{"Device":"X","Mem_Bw":-1,"Num_Sm":60}"#).unwrap();
+    let o = perfcast()
+        .current_dir(tmp.path())
+        .args(args(&spec))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("NVIDIA_L4.json") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+}

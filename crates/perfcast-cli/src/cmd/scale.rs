@@ -429,17 +429,8 @@ fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         );
     }
     let device_spec = match &a.device_spec {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading `{}`", path.display()))?;
-            // Parsed here rather than by `DeviceSpec::from_json` so the message names the file.
-            let spec: DeviceSpec = serde_json::from_str(&text).map_err(|e| {
-                anyhow::anyhow!("`--device-spec {}`: not a device spec: {e}", path.display())
-            })?;
-            spec.validate()
-                .with_context(|| format!("`--device-spec {}`", path.display()))?;
-            Some(spec)
-        }
+        // The reader `predict --device-spec` uses: perfcast's format or a NeuSight config.
+        Some(path) => Some(crate::cmd::target_device::read_device_spec(path)?),
         None => None,
     };
     // The model's own checks (model and pipeline parallelism are not modelled yet) come
