@@ -27,6 +27,8 @@
 //! ```
 
 use perfcast_core::{DeviceSpec, Metrics};
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -403,6 +405,27 @@ fn extend_set(data: &TrainSet, params: &CrossDeviceParams) -> Result<(TrainSet, 
     Ok((set, how.floor_ms))
 }
 
+/// The smallest launch floor of each vendor's devices among the rows' ([`launch_floors_ms`];
+/// devices found in `devices` by peak and bandwidth, vendors by [`crate::gpu_util::vendor`]).
+/// Launch costs follow the driver stack more than the chip: NeuSight's AMD GPUs pay about
+/// 1.5-2x the NVIDIA floor on tiny kernels.
+fn vendor_floors(data: &TrainSet, cols: &Cols, devices: &[DeviceSpec]) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for ((peak, bw), floor) in launch_floors_ms(data, cols) {
+        let (peak, bw) = (f64::from_bits(peak), f64::from_bits(bw));
+        if let Some(d) = devices
+            .iter()
+            .find(|d| d.peak_gflops == peak && d.mem_bandwidth_gbs == bw)
+        {
+            let v = out
+                .entry(crate::gpu_util::vendor(&d.name).to_string())
+                .or_insert(f64::INFINITY);
+            *v = f64::min(*v, floor);
+        }
+    }
+    out
+}
+
 /// Least share of a latency [`Scale::Utilisation`] counts as busy time (rows below the floor
 /// say little about utilisation).
 const BUSY_SHARE: f64 = 0.05;
@@ -640,6 +663,11 @@ impl CrossDeviceParams {
         regressor::check_train_set(data, 2)?;
         let (extended, floor_ms) = extend_set(data, self)?;
         let inner = self.inner.fit(&extended)?;
+        let vendor_floors_ms = if self.scale == Scale::Utilisation {
+            vendor_floors(data, &Cols::of(&data.schema)?, &self.devices)
+        } else {
+            BTreeMap::new()
+        };
         let (seen, seen_devices) = if self.seen && self.scale == Scale::Utilisation {
             let trees = CrossDeviceParams::wrap(ModelParams::Trees(Default::default()));
             let cols = Cols::of(&data.schema)?;
@@ -663,6 +691,7 @@ impl CrossDeviceParams {
             only_fields: self.only_fields,
             seen,
             seen_devices,
+            vendor_floors_ms,
         })
     }
 
@@ -734,6 +763,10 @@ pub struct SavedCrossDevice {
     /// Peak GFLOP/s and bandwidth of the training devices `seen` answers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub seen_devices: Vec<[f64; 2]>,
+    /// [`Scale::Utilisation`]: the smallest launch floor among the training devices of each
+    /// vendor, ms; an unseen device of a vendor listed gets its vendor's, others `floor_ms`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub vendor_floors_ms: BTreeMap<String, f64>,
 }
 
 #[derive(Deserialize)]
@@ -758,6 +791,8 @@ struct UncheckedCrossDevice {
     seen: Option<Box<SavedModel>>,
     #[serde(default)]
     seen_devices: Vec<[f64; 2]>,
+    #[serde(default)]
+    vendor_floors_ms: BTreeMap<String, f64>,
 }
 
 impl TryFrom<UncheckedCrossDevice> for SavedCrossDevice {
@@ -775,6 +810,7 @@ impl TryFrom<UncheckedCrossDevice> for SavedCrossDevice {
             only_fields: u.only_fields,
             seen: u.seen,
             seen_devices: u.seen_devices,
+            vendor_floors_ms: u.vendor_floors_ms,
         };
         check(&saved, saved.inner.clone().into_regressor().schema())?;
         Ok(saved)
@@ -833,6 +869,7 @@ pub struct FittedCrossDevice {
     only_fields: bool,
     seen: Option<Box<dyn Regressor>>,
     seen_devices: Vec<[f64; 2]>,
+    vendor_floors_ms: BTreeMap<String, f64>,
 }
 
 impl FittedCrossDevice {
@@ -864,6 +901,7 @@ impl FittedCrossDevice {
             only_fields: saved.only_fields,
             seen: saved.seen.map(|s| s.into_regressor()),
             seen_devices: saved.seen_devices,
+            vendor_floors_ms: saved.vendor_floors_ms,
         }
     }
 
@@ -930,7 +968,13 @@ impl Regressor for FittedCrossDevice {
         let inner = self.inner.predict_row(&buf[..width])?;
         Ok(match self.how.scale {
             // Utilisation at most 1: never below the spec roofline.
-            Scale::Utilisation => self.how.floor_ms + self.cols.least_ms(x) * inner.max(1.0),
+            Scale::Utilisation => {
+                let floor = device
+                    .and_then(|d| self.vendor_floors_ms.get(crate::gpu_util::vendor(&d.name)))
+                    .copied()
+                    .unwrap_or(self.how.floor_ms);
+                floor + self.cols.least_ms(x) * inner.max(1.0)
+            }
             _ => inner * self.cols.scale(x, &self.how, device),
         })
     }
@@ -952,6 +996,7 @@ impl Regressor for FittedCrossDevice {
             only_fields: self.only_fields,
             seen: self.seen.as_ref().map(|s| Box::new(s.to_saved())),
             seen_devices: self.seen_devices.clone(),
+            vendor_floors_ms: self.vendor_floors_ms.clone(),
         })
     }
 }
