@@ -111,6 +111,32 @@ pub fn gemm_consistency(dirs: &[DatasetDir]) -> Result<Vec<GemmConsistency>> {
         .collect())
 }
 
+impl GemmConsistency {
+    /// The table at fault on a flagged device: of linear and matmul, the one whose efficiency
+    /// lies further (in log) from the other devices' median for that kind. `None` unflagged.
+    pub fn faulty_kind(&self, all: &[GemmConsistency]) -> Option<ModuleKind> {
+        if !self.flagged {
+            return None;
+        }
+        let median = |f: fn(&GemmConsistency) -> f64| {
+            let mut v: Vec<f64> = all
+                .iter()
+                .filter(|c| c.device != self.device)
+                .map(|c| f(c).ln())
+                .collect();
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied().unwrap_or(0.0)
+        };
+        let lin = (self.linear_efficiency.ln() - median(|c| c.linear_efficiency)).abs();
+        let mm = (self.matmul_efficiency.ln() - median(|c| c.matmul_efficiency)).abs();
+        Some(if lin >= mm {
+            ModuleKind::Linear
+        } else {
+            ModuleKind::Matmul
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,5 +218,17 @@ mod tests {
             .collect();
         assert_eq!(flagged, ["p4"], "{check:?}");
         assert!((check[3].linear_efficiency - 0.17).abs() < 1e-9);
+        // Its linear table is the one at fault: its bmm sits with the others' bmm.
+        assert_eq!(check[3].faulty_kind(&check), Some(ModuleKind::Linear));
+        assert_eq!(check[0].faulty_kind(&check), None);
+        // A device whose bmm is the odd one out has its bmm table blamed.
+        let dirs = vec![
+            device(tmp.path(), "a2", 0.7, 0.6),
+            device(tmp.path(), "b2", 0.8, 0.7),
+            device(tmp.path(), "c2", 0.5, 0.45),
+            device(tmp.path(), "odd", 0.7, 0.2),
+        ];
+        let check = gemm_consistency(&dirs).unwrap();
+        assert_eq!(check[3].faulty_kind(&check), Some(ModuleKind::Matmul));
     }
 }

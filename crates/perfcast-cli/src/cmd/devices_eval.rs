@@ -677,6 +677,8 @@ pub struct TrainSource {
     pub device: DeviceSpec,
     /// Only rows of this phase (`None`: both).
     pub phase: Option<Phase>,
+    /// Tables left out: (device name, kind), e.g. those `datasets check` flags.
+    pub excluded: Vec<(String, ModuleKind)>,
 }
 
 impl TrainSource {
@@ -696,7 +698,26 @@ impl TrainSource {
             devices,
             device,
             phase: None,
+            excluded: Vec::new(),
         })
+    }
+
+    /// The GEMM consistency check over the datasets (`perfcast datasets check`): each flagged
+    /// device with the table at fault. Empty with fewer than three devices to compare.
+    pub fn flagged(&self) -> anyhow::Result<Vec<(String, ModuleKind, String)>> {
+        let report = perfcast_data::consistency::gemm_consistency(&self.dirs)?;
+        Ok(report
+            .iter()
+            .filter_map(|c| {
+                c.faulty_kind(&report).map(|k| {
+                    let why = format!(
+                        "linear/bmm efficiency {:.2}/{:.2}, ln ratio {:+.2} against the others' {:+.2}",
+                        c.linear_efficiency, c.matmul_efficiency, c.log_ratio, c.others_log_ratio
+                    );
+                    (c.device.clone(), k, why)
+                })
+            })
+            .collect())
     }
 
     /// Whether rows of several datasets are stacked.
@@ -736,6 +757,9 @@ impl TrainSource {
     pub fn train_set(&self, kind: ModuleKind) -> anyhow::Result<TrainSet> {
         let mut sets = Vec::new();
         for (dir, device) in self.dirs.iter().zip(&self.devices) {
+            if self.excluded.contains(&(device.name.clone(), kind)) {
+                continue;
+            }
             if let Some(s) = device_set(dir, device, kind, self.phase)? {
                 sets.push(s);
             }

@@ -82,6 +82,12 @@ pub struct TrainArgs {
     /// bundle then composes training steps from forward kernels (as NeuSight does)
     #[arg(long, value_enum, default_value_t)]
     phase: crate::cmd::devices_eval::PhaseChoice,
+    /// Leave out the tables `perfcast datasets check` flags (a device whose linear and bmm
+    /// GEMM efficiencies disagree beyond what the other devices show); by default they are
+    /// reported and kept: leaving out the Tesla P4's linear table made the util model worse on
+    /// every other NVIDIA GPU left out (T4 24.9 -> 36.1%)
+    #[arg(long)]
+    exclude_flagged: bool,
     /// Output format of the report
     #[arg(long, value_enum, default_value_t)]
     format: Format,
@@ -143,6 +149,22 @@ pub struct TrainReport {
     /// Auto-selection and the bundle written, with `--bundle`.
     #[serde(default)]
     pub selection: Option<SelectionReport>,
+    /// Tables `perfcast datasets check` flagged: device, kind, whether left out.
+    #[serde(default)]
+    pub flagged: Vec<FlaggedTable>,
+}
+
+/// A dataset table the consistency check flagged.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FlaggedTable {
+    /// Device name.
+    pub device: String,
+    /// The table's kind.
+    pub kind: ModuleKind,
+    /// What the check found.
+    pub why: String,
+    /// Whether training left it out (`--exclude-flagged`).
+    pub excluded: bool,
 }
 
 /// What auto-selection chose and how it compares with one family everywhere.
@@ -245,6 +267,24 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     }
     let mut source = crate::cmd::devices_eval::TrainSource::open(&args.data)?;
     source.phase = args.phase.phase();
+    let flagged = if source.cross_device() {
+        source.flagged()?
+    } else {
+        Vec::new()
+    };
+    for (device, kind, why) in &flagged {
+        ui.info(format!(
+            "data check: `{device}` {kind} table flagged ({why}): {}",
+            if args.exclude_flagged {
+                "left out"
+            } else {
+                "kept (--exclude-flagged leaves it out)"
+            }
+        ));
+    }
+    if args.exclude_flagged {
+        source.excluded = flagged.iter().map(|(d, k, _)| (d.clone(), *k)).collect();
+    }
     let device = source.device.clone();
     let params = source.params(params);
     let present = source.kinds();
@@ -515,6 +555,15 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         kinds: reports,
         shared,
         selection: None,
+        flagged: flagged
+            .into_iter()
+            .map(|(device, kind, why)| FlaggedTable {
+                device,
+                kind,
+                why,
+                excluded: args.exclude_flagged,
+            })
+            .collect(),
     };
     let mut report = report;
     if let Some(name) = &args.bundle {
