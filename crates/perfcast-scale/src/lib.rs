@@ -49,6 +49,7 @@ pub mod fit;
 pub mod link;
 pub mod memory;
 pub mod parallel;
+pub mod plan;
 pub mod runs;
 
 pub use analytic::{

@@ -186,7 +186,7 @@ impl Graph {
         let mut cuts = Vec::new();
         let mut earliest = usize::MAX;
         for i in (0..n).rev() {
-            if earliest >= i + 1 {
+            if earliest > i {
                 cuts.push(i);
             }
             for t in &self.nodes[i].reads {
@@ -303,6 +303,7 @@ impl Graph {
         };
         // Tensors that come from before the range (the stage input), live from the start.
         let produced = |s: usize| -> usize { if s == 0 { 0 } else { s - 1 } };
+        let active: Vec<usize> = (0..slots).filter(|&s| last_read[s].is_some()).collect();
         let mut best = Peak::default();
         let mut consider = |kept: f64, grads: f64, other: f64| {
             let total = kept + grads + other;
@@ -320,8 +321,8 @@ impl Graph {
         for i in a..b {
             private += self.nodes[i].private_bytes * batch;
             let (mut kept, mut unkept) = (0.0, 0.0);
-            for (s, last) in last_read.iter().enumerate() {
-                let Some(last) = *last else { continue };
+            for &s in &active {
+                let Some(last) = last_read[s] else { continue };
                 let p = produced(s);
                 // From before the range (the stage input): there from the start.
                 let born = s == 0 || p < a || p <= i;
@@ -341,13 +342,19 @@ impl Graph {
             consider(kept + private, 0.0, unkept);
         }
         // Backward, from the last layer to the first.
+        let private_before: Vec<f64> = (a..b)
+            .scan(0.0, |acc, i| {
+                *acc += self.nodes[i].private_bytes * batch;
+                Some(*acc)
+            })
+            .collect();
         let mut grads = 0.0;
         for k in (a..b).rev() {
             grads += self.nodes[k].params * grad_bytes;
             let mut kept_now = 0.0;
             let mut act_grads = 0.0;
-            for (s, last) in last_read.iter().enumerate() {
-                let Some(last) = *last else { continue };
+            for &s in &active {
+                let Some(last) = last_read[s] else { continue };
                 if let Some(fk) = first_keeper[s]
                     && fk <= k
                 {
@@ -360,15 +367,11 @@ impl Graph {
                 }
                 let p = s - 1;
                 let starts = if last == usize::MAX { b - 1 } else { last };
-                if (p >= a && p <= k && k <= starts) || (p < a && k <= starts) {
+                if k <= starts && (p < a || p <= k) {
                     act_grads += size(s);
                 }
             }
-            let private_now: f64 = self.nodes[a..=k]
-                .iter()
-                .map(|n| n.private_bytes * batch)
-                .sum();
-            consider(kept_now + private_now, grads, act_grads);
+            consider(kept_now + private_before[k - a], grads, act_grads);
         }
         best
     }
@@ -384,7 +387,7 @@ struct Peak {
 }
 
 /// What the backward pass keeps, and what is recomputed instead.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Recompute {
     /// Everything the backward pass needs is kept.
@@ -482,6 +485,35 @@ pub fn stage_memory(
     in_flight: usize,
     config: &MemoryConfig,
 ) -> Result<MemoryEstimate> {
+    if in_flight == 0 {
+        return Err(Error::invalid(
+            "batch",
+            "micro-batches in flight must be at least 1, got 0",
+        ));
+    }
+    let (one, held) = stage_peak(graph, range, batch, config)?;
+    Ok(one.with_in_flight(in_flight, held))
+}
+
+impl MemoryEstimate {
+    /// This one-micro-batch estimate with `in_flight` micro-batches each holding `held` bytes
+    /// between their forward and backward passes.
+    pub fn with_in_flight(mut self, in_flight: usize, held: f64) -> MemoryEstimate {
+        let extra = in_flight.saturating_sub(1) as f64 * held;
+        self.activations += extra;
+        self.total += extra;
+        self
+    }
+}
+
+/// The peak of one micro-batch of `batch` samples through layers `range`, and the bytes each
+/// further micro-batch in flight holds (what it keeps between its forward and backward).
+pub fn stage_peak(
+    graph: &Graph,
+    range: Range<usize>,
+    batch: usize,
+    config: &MemoryConfig,
+) -> Result<(MemoryEstimate, f64)> {
     if range.is_empty() || range.end > graph.nodes.len() {
         return Err(Error::invalid(
             "layer range",
@@ -491,12 +523,10 @@ pub fn stage_memory(
             ),
         ));
     }
-    if batch == 0 || in_flight == 0 {
+    if batch == 0 {
         return Err(Error::invalid(
             "batch",
-            format!(
-                "micro-batch {batch} and micro-batches in flight {in_flight} must be at least 1"
-            ),
+            "the micro-batch must be at least 1, got 0",
         ));
     }
     let b = batch as f64;
@@ -519,7 +549,7 @@ pub fn stage_memory(
         }
         Recompute::Full => full_recompute_peak(graph, range.clone(), b, act, pb),
     };
-    let activations = peak.kept + (in_flight - 1) as f64 * held_per_mb;
+    let activations = peak.kept;
     let estimate = MemoryEstimate {
         weights,
         optimizer,
@@ -529,7 +559,7 @@ pub fn stage_memory(
         reserve: config.reserve_bytes,
         total: weights + optimizer + peak.grads + activations + peak.other + config.reserve_bytes,
     };
-    Ok(estimate)
+    Ok((estimate, held_per_mb))
 }
 
 /// Peak memory of a whole network's training step on one device at `batch`.

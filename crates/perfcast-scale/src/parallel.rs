@@ -142,15 +142,15 @@ pub fn tensor_parallel(network: &Network, t: usize) -> Result<TensorParallel> {
         let kind = spec.kind();
         if t > 1 {
             match &mut spec {
-                ModuleSpec::Linear(l) if !any_split => {
-                    if l.out_features % t == 0 {
-                        l.out_features /= t;
-                        out = Placement::Sharded;
-                        if reduced.insert(node.reads[0]) {
-                            comm[i].backward_allreduce += graph.elems(node.reads[0]);
-                        }
+                ModuleSpec::Linear(l) if !any_split && l.out_features % t == 0 => {
+                    l.out_features /= t;
+                    out = Placement::Sharded;
+                    if reduced.insert(node.reads[0]) {
+                        comm[i].backward_allreduce += graph.elems(node.reads[0]);
                     }
                 }
+                // Features that do not divide: the layer runs replicated.
+                ModuleSpec::Linear(_) if !any_split => {}
                 ModuleSpec::Linear(l) => {
                     if l.in_features % t != 0 {
                         return Err(split_err(
@@ -288,8 +288,8 @@ pub fn partition(costs: &[f64], cuts: &[usize], stages: usize) -> Option<Vec<Ran
     let inf = f64::INFINITY;
     let mut best = vec![vec![inf; k]; stages];
     let mut choice = vec![vec![0usize; k]; stages];
-    for j in 0..k {
-        best[0][j] = cost(0, j);
+    for (j, b) in best[0].iter_mut().enumerate() {
+        *b = cost(0, j);
     }
     for s in 1..stages {
         for j in s..k {
