@@ -501,6 +501,7 @@ pub fn plan(
                                 recompute,
                                 &mut peaks,
                             )?;
+                            let fits = row.fits;
                             let better = match &best {
                                 None => true,
                                 Some(b) => match (row.fits, b.fits) {
@@ -512,6 +513,11 @@ pub fn plan(
                             };
                             if better {
                                 best = Some(row);
+                            }
+                            // Recomputation only adds time at the same micro-batch: the
+                            // first that fits is the fastest.
+                            if fits {
+                                break;
                             }
                         }
                     }
