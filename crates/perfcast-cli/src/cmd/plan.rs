@@ -464,7 +464,7 @@ fn write_plot(path: &Path, r: &PlanReport) -> anyhow::Result<()> {
         path.display()
     );
     let title = format!(
-        "{}, global batch {}: time against cost",
+        "{}, batch {}: time vs cost",
         r.network, r.config.global_batch
     );
     let chart = plot::Chart {
