@@ -28,7 +28,7 @@
 
 use std::ops::Range;
 
-use perfcast_core::{ModuleKind, Network, features};
+use perfcast_core::{ModuleKind, ModuleSpec, Network, features};
 use serde::{Deserialize, Serialize};
 
 use crate::analytic::Optimizer;
@@ -70,6 +70,12 @@ pub struct Node {
     pub keeps: Vec<Tensor>,
     /// Bytes per sample it keeps besides tensors (a dropout mask, max-pool indices).
     pub private_bytes: f64,
+    /// Activation-sized elements per sample it keeps besides tensors (intermediates of a norm
+    /// composed of element-wise ops).
+    pub private_elems: f64,
+    /// Activation elements per sample its backward pass allocates and frees again (beyond
+    /// the gradients of its operands).
+    pub backward_transient: f64,
     /// Output elements per sample.
     pub out_elems: f64,
     /// Parameters.
@@ -118,8 +124,13 @@ fn product(shape: &[usize]) -> f64 {
 }
 
 impl Graph {
-    /// The graph of a network (checked first).
+    /// The graph of a network (checked first), with what [`Framework::Reference`] keeps.
     pub fn new(network: &Network) -> Result<Graph> {
+        Graph::for_framework(network, Framework::Reference)
+    }
+
+    /// The graph of a network with what `framework` keeps and allocates.
+    pub fn for_framework(network: &Network, framework: Framework) -> Result<Graph> {
         let shapes = network
             .check()
             .map_err(|e| Error::invalid("network", e.to_string()))?;
@@ -145,13 +156,28 @@ impl Graph {
             }
             let kind = layer.spec.kind();
             let out_elems = product(&shape.output);
-            let (keeps, private_bytes) = keeps_of(kind, i, &reads, out_elems);
+            let (mut keeps, private_bytes) = keeps_of(kind, i, &reads, out_elems);
+            let (mut private_elems, mut backward_transient) = (0.0, 0.0);
+            if framework == Framework::Burn {
+                match &layer.spec {
+                    ModuleSpec::BatchNorm2d(_) | ModuleSpec::LayerNorm(_) => {
+                        keeps.clear();
+                        private_elems = 2.0 * out_elems;
+                    }
+                    ModuleSpec::Linear(l) if l.tokens > 1 => {
+                        backward_transient = 2.0 * (l.in_features * l.out_features) as f64;
+                    }
+                    _ => {}
+                }
+            }
             nodes.push(Node {
                 name: layer.name.clone(),
                 kind,
                 reads,
                 keeps,
                 private_bytes,
+                private_elems,
+                backward_transient,
                 out_elems,
                 params: features::derive(&layer.spec, 1).params,
             });
@@ -238,6 +264,7 @@ impl Graph {
             node.keeps.retain(|t| !dropped.contains(t));
             if core.contains(&i) {
                 node.private_bytes = 0.0;
+                node.private_elems = 0.0;
             }
         }
         core
@@ -252,7 +279,7 @@ impl Graph {
         let mut seen = std::collections::BTreeSet::new();
         let mut bytes = 0.0;
         for node in &self.nodes[range] {
-            bytes += node.private_bytes;
+            bytes += node.private_bytes + node.private_elems * act_bytes;
             for &t in &node.keeps {
                 if seen.insert(t) {
                     bytes += self.kept_bytes(t, act_bytes);
@@ -319,7 +346,8 @@ impl Graph {
         // Forward: kept tensors accumulate; the others live from producer to last reader.
         let mut private = 0.0;
         for i in a..b {
-            private += self.nodes[i].private_bytes * batch;
+            private +=
+                (self.nodes[i].private_bytes + self.nodes[i].private_elems * act_bytes) * batch;
             let (mut kept, mut unkept) = (0.0, 0.0);
             for &s in &active {
                 let Some(last) = last_read[s] else { continue };
@@ -344,7 +372,8 @@ impl Graph {
         // Backward, from the last layer to the first.
         let private_before: Vec<f64> = (a..b)
             .scan(0.0, |acc, i| {
-                *acc += self.nodes[i].private_bytes * batch;
+                *acc +=
+                    (self.nodes[i].private_bytes + self.nodes[i].private_elems * act_bytes) * batch;
                 Some(*acc)
             })
             .collect();
@@ -371,7 +400,12 @@ impl Graph {
                     act_grads += size(s);
                 }
             }
-            consider(kept_now + private_before[k - a], grads, act_grads);
+            let transient = self.nodes[k].backward_transient * act_bytes * batch;
+            consider(
+                kept_now + private_before[k - a],
+                grads,
+                act_grads + transient,
+            );
         }
         best
     }
@@ -384,6 +418,22 @@ struct Peak {
     kept: f64,
     grads: f64,
     other: f64,
+}
+
+/// Whose rules say what a layer's backward pass keeps and allocates.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Framework {
+    /// PyTorch with cuDNN/cuBLAS, as Megatron-LM and Korthikanti et al. account it: fused
+    /// norms keep their input, GEMMs fold tokens into rows.
+    #[default]
+    Reference,
+    /// burn's autodiff on its CPU backends (what `perfcast measure` runs): batch and layer norms
+    /// are composed of element-wise ops and keep two activation-sized intermediates instead of
+    /// their input; a linear over a token sequence broadcasts its weight over the batch, and its
+    /// backward allocates the per-sample weight gradient (and its operand) before summing it.
+    /// Found from this CPU's measurements (docs/plan.md), not from burn's documentation.
+    Burn,
 }
 
 /// What the backward pass keeps, and what is recomputed instead.
@@ -423,6 +473,8 @@ pub struct MemoryConfig {
     pub recompute: Recompute,
     /// Bytes the runtime holds besides tensors (CUDA context, cuBLAS/cuDNN workspaces).
     pub reserve_bytes: f64,
+    /// Whose rules say what is kept.
+    pub framework: Framework,
 }
 
 impl Default for MemoryConfig {
@@ -433,6 +485,7 @@ impl Default for MemoryConfig {
             param_bytes: 4.0,
             recompute: Recompute::None,
             reserve_bytes: 0.0,
+            framework: Framework::Reference,
         }
     }
 }
@@ -568,7 +621,7 @@ pub fn training_memory(
     batch: usize,
     config: &MemoryConfig,
 ) -> Result<MemoryEstimate> {
-    let graph = Graph::new(network)?;
+    let graph = Graph::for_framework(network, config.framework)?;
     let n = graph.nodes.len();
     stage_memory(&graph, 0..n, batch, 1, config)
 }
@@ -808,6 +861,36 @@ pub(crate) mod tests {
             "{full:?} vs {m8:?}"
         );
         assert!(full.total < m8.total);
+    }
+
+    #[test]
+    fn burn_rules_keep_two_norm_intermediates_and_a_per_sample_weight_gradient() {
+        let net = gpt_block(64, 128, 4);
+        let reference = Graph::new(&net).unwrap();
+        let burn = Graph::for_framework(&net, Framework::Burn).unwrap();
+        let n = net.layers.len();
+        // Each layer norm keeps two [s, h] intermediates instead of its input: the block input
+        // and add1 are no longer kept by anyone; 2 x 2 s h more.
+        let sh = 64.0 * 128.0;
+        let diff = burn.kept_per_sample(0..n, 4.0) - reference.kept_per_sample(0..n, 4.0);
+        assert!(close(diff, 4.0 * (4.0 * sh - 2.0 * sh), 1e-12), "{diff}");
+        // fc1's backward allocates 2 x 128 x 512 elements per sample.
+        let fc1 = net.layers.iter().position(|l| l.name == "fc1").unwrap();
+        assert_eq!(burn.nodes[fc1].backward_transient, 2.0 * 128.0 * 512.0);
+        assert_eq!(reference.nodes[fc1].backward_transient, 0.0);
+        let at = |framework| {
+            training_memory(
+                &net,
+                8,
+                &MemoryConfig {
+                    framework,
+                    ..MemoryConfig::default()
+                },
+            )
+            .unwrap()
+            .total
+        };
+        assert!(at(Framework::Burn) > at(Framework::Reference));
     }
 
     #[test]

@@ -725,6 +725,7 @@ fn evaluate(
         param_bytes: 4.0,
         recompute,
         reserve_bytes: config.reserve_bytes,
+        framework: crate::memory::Framework::Reference,
     };
     let mut memory = MemoryEstimate::default();
     let mut params_max: f64 = 0.0;

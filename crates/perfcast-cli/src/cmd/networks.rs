@@ -356,23 +356,30 @@ pub fn run_measure(a: MeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     let nets = choices(&a.network, &a.network_file, a.resolution)?;
     let rows = measure_all_peaks(&nets, &a.options, ui)?;
     // The memory model's peak of a training step as `measure` runs it: fp32, SGD with
-    // momentum, no runtime reserve (a CPU process).
+    // momentum, no runtime reserve (a CPU process); under burn's rules (what this backend keeps)
+    // and the reference (PyTorch's) rules the planner uses for GPUs.
+    let predict = |r: &NetworkRecord, framework| -> Option<f64> {
+        if r.phase != Phase::Training {
+            return None;
+        }
+        let config = perfcast_scale::memory::MemoryConfig {
+            optimizer: perfcast_scale::Optimizer::Momentum,
+            reserve_bytes: 0.0,
+            framework,
+            ..Default::default()
+        };
+        perfcast_scale::memory::training_memory(&r.network, r.batch, &config)
+            .ok()
+            .map(|m| m.total)
+    };
+    use perfcast_scale::memory::Framework;
     let predicted: Vec<Option<f64>> = rows
         .iter()
-        .map(|(_, r, _)| {
-            (r.phase == Phase::Training)
-                .then(|| {
-                    let config = perfcast_scale::memory::MemoryConfig {
-                        optimizer: perfcast_scale::Optimizer::Momentum,
-                        reserve_bytes: 0.0,
-                        ..Default::default()
-                    };
-                    perfcast_scale::memory::training_memory(&r.network, r.batch, &config)
-                        .ok()
-                        .map(|m| m.total)
-                })
-                .flatten()
-        })
+        .map(|(_, r, _)| predict(r, Framework::Burn))
+        .collect();
+    let reference: Vec<Option<f64>> = rows
+        .iter()
+        .map(|(_, r, _)| predict(r, Framework::Reference))
         .collect();
     #[derive(Serialize)]
     struct Row<'a> {
@@ -382,27 +389,29 @@ pub fn run_measure(a: MeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         record: &'a NetworkRecord,
         /// Most heap bytes live during the run above what was live before it.
         peak_bytes: Option<u64>,
-        /// The memory model's peak of the training step (training only).
+        /// The memory model's peak of the training step under burn's rules (training only).
         predicted_peak_bytes: Option<f64>,
+        /// The same under the reference (PyTorch) rules `perfcast plan` uses.
+        predicted_peak_bytes_reference: Option<f64>,
     }
     let mib = |b: f64| b / (1024.0 * 1024.0);
-    let pairs: Vec<(f64, f64)> = rows
-        .iter()
-        .zip(&predicted)
-        .filter_map(|((_, _, peak), p)| {
-            Some((p.as_ref().copied()?, peak.as_ref().copied()? as f64))
-        })
-        .collect();
+    let pairs = |pred: &[Option<f64>]| -> Vec<(f64, f64)> {
+        rows.iter()
+            .zip(pred)
+            .filter_map(|((_, _, peak), p)| Some(((*p)?, (*peak)? as f64)))
+            .collect()
+    };
     match a.format {
         Format::Json => emit_json(
             &rows
                 .iter()
-                .zip(&predicted)
-                .map(|((label, record, peak), p)| Row {
+                .zip(predicted.iter().zip(&reference))
+                .map(|((label, record, peak), (p, q))| Row {
                     name: label,
                     record,
                     peak_bytes: *peak,
                     predicted_peak_bytes: *p,
+                    predicted_peak_bytes_reference: *q,
                 })
                 .collect::<Vec<_>>(),
         )?,
@@ -441,15 +450,23 @@ pub fn run_measure(a: MeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             }
             t.push_str(&format!(
                 "({} thread{}, {} backend; median of timed runs after warm-up; peak: most heap \
-                 bytes live during the run; pred: the memory model's training peak)\n",
+                 bytes live during the run; pred: the memory model's training peak under burn's rules)\n",
                 a.options.threads,
                 if a.options.threads == 1 { "" } else { "s" },
                 a.options.backend
             ));
-            if !pairs.is_empty() {
+            for (rules, pred) in [
+                ("burn's", &predicted),
+                ("the reference (PyTorch)", &reference),
+            ] {
+                let pairs = pairs(pred);
+                if pairs.is_empty() {
+                    continue;
+                }
                 let (p, m): (Vec<f64>, Vec<f64>) = pairs.iter().copied().unzip();
                 t.push_str(&format!(
-                    "training peak memory, predicted against measured: MAPE {}% over {} run(s)\n",
+                    "training peak memory under {rules} rules, predicted against measured: MAPE \
+                     {}% over {} run(s)\n",
                     sig3(compose::mape(&p, &m)),
                     pairs.len()
                 ));
