@@ -241,3 +241,29 @@ fn bad_input_is_one_line_naming_the_value() {
         );
     }
 }
+
+#[test]
+fn measure_reports_peak_memory_beside_the_prediction() {
+    let o = run(&[
+        "measure",
+        "--network",
+        "lenet5",
+        "--batch",
+        "2",
+        "--phase",
+        "training",
+        "--max-time-s",
+        "0.05",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let row = &r[0];
+    // At least the weights, their gradients and the momentum (3 x 61,706 fp32 values).
+    let peak = row["peak_bytes"].as_u64().unwrap();
+    assert!(peak > 3 * 61_706 * 4, "{peak}");
+    let predicted = row["predicted_peak_bytes"].as_f64().unwrap();
+    let reference = row["predicted_peak_bytes_reference"].as_f64().unwrap();
+    assert!(predicted >= 3.0 * 61_706.0 * 4.0 && reference > 0.0);
+}
