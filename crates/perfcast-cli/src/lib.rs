@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+pub mod alloc;
 mod cmd;
 mod output;
 mod plot;
@@ -126,6 +127,16 @@ enum Command {
     /// expression T(p, b, n) fitted to measured runs
     #[command(subcommand)]
     Scale(cmd::scale::ScaleCommand),
+    /// Plan a training job: step time, memory per GPU and cost per device, GPU count and
+    /// parallel layout (data x tensor x pipeline)
+    ///
+    /// For every device and GPU count, every layout DP x TP x PP = GPUs (Megatron-LM tensor
+    /// parallelism, GPipe and 1F1B pipelines balanced by predicted layer times, data parallel
+    /// on top), with micro-batches and recomputation chosen per layout: the step time split
+    /// into compute, exposed communication, pipeline bubble and optimiser update, the peak
+    /// memory per GPU and whether it fits, samples/s and cost per 1,000 steps. Compute comes
+    /// from the bundle's per-layer training-step predictions for each device.
+    Plan(cmd::plan::PlanArgs),
     /// Serve a bundle over HTTP: module and network predictions as JSON
     ///
     /// `POST /v1/predict` (`{"module": {...}}` or `{"modules": [...]}` with `batch`, `phase`,
@@ -212,6 +223,7 @@ pub fn main_entry() -> ExitCode {
         Command::Quickstart(args) => cmd::quickstart::run(args, &ui),
         Command::Bundle(c) => cmd::predict::bundle(c, &ui),
         Command::Scale(c) => cmd::scale::run(c, &ui),
+        Command::Plan(args) => cmd::plan::run(args, &ui),
         Command::Serve(args) => cmd::serve::serve(args, &ui),
         Command::Loadtest(args) => cmd::serve::loadtest(args, &ui),
     };

@@ -356,23 +356,39 @@ pub struct Chart<'a> {
 impl Chart<'_> {
     /// The chart as an SVG document.
     pub fn svg(&self) -> String {
+        self.svg_with_lines(&[])
+    }
+
+    /// The chart as an SVG document, with `lines` drawn as lines over it (a Pareto front over
+    /// a scatter).
+    pub fn svg_with_lines(&self, lines: &[Series]) -> String {
         let mut svg = Svg(format!(
             r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/>"#
         ));
-        self.draw(&mut svg);
+        self.draw(&mut svg, lines);
         svg.0.push_str("</svg>\n");
         svg.0
     }
 
     /// The chart as a PNG image.
     pub fn png(&self) -> std::io::Result<Vec<u8>> {
+        self.png_with_lines(&[])
+    }
+
+    /// The chart as a PNG image, with `lines` drawn as lines over it.
+    pub fn png_with_lines(&self, lines: &[Series]) -> std::io::Result<Vec<u8>> {
         let mut raster = Raster::new();
-        self.draw(&mut raster);
+        self.draw(&mut raster, lines);
         raster.png()
     }
 
-    fn draw(&self, c: &mut dyn Canvas) {
-        let all = || self.series.iter().flat_map(|s| s.points.iter());
+    fn draw(&self, c: &mut dyn Canvas, lines: &[Series]) {
+        let all = || {
+            self.series
+                .iter()
+                .chain(lines)
+                .flat_map(|s| s.points.iter())
+        };
         let (mut xa, mut ya) = (
             Axis::fit(all().map(|p| p.0), self.log.0),
             Axis::fit(all().map(|p| p.1), self.log.1),
@@ -446,6 +462,26 @@ impl Chart<'_> {
             }
             let ly = TOP + 16.0 + 16.0 * i as f64;
             c.rect(LEFT + 10.0, ly - 9.0, 10.0, 10.0, Some(color));
+            c.text(LEFT + 26.0, ly, &ser.name, Anchor::Start, 12.0, false);
+        }
+        for (k, ser) in lines.iter().enumerate() {
+            let points: Vec<(f64, f64)> = ser
+                .points
+                .iter()
+                .filter(|p| p.0.is_finite() && p.1.is_finite())
+                .map(|&(x, y)| (px(x), py(y)))
+                .collect();
+            c.polyline(&points, "#000000");
+            for &(x, y) in &points {
+                c.rect(x - 3.0, y - 3.0, 6.0, 6.0, None);
+            }
+            let ly = TOP + 16.0 + 16.0 * (self.series.len() + k) as f64;
+            c.line(
+                (LEFT + 8.0, ly - 4.0),
+                (LEFT + 22.0, ly - 4.0),
+                "#000000",
+                false,
+            );
             c.text(LEFT + 26.0, ly, &ser.name, Anchor::Start, 12.0, false);
         }
     }

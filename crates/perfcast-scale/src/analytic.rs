@@ -327,7 +327,7 @@ impl DataParallelModel {
 
 /// Buckets in backward order: (seconds into the backward pass when its last gradient is
 /// ready, bytes). Layers without parameters add time but no bytes.
-fn buckets(layers: &[LayerCost], bucket_bytes: f64) -> Vec<(f64, f64)> {
+pub(crate) fn buckets(layers: &[LayerCost], bucket_bytes: f64) -> Vec<(f64, f64)> {
     let mut out = Vec::new();
     let (mut t, mut bytes) = (0.0, 0.0);
     for l in layers.iter().rev() {

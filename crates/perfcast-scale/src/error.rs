@@ -31,7 +31,9 @@ pub enum Error {
         message: String,
     },
     /// A parallel strategy the model has a place for but does not cover yet.
-    #[error("{0} parallelism is not modelled yet\n\nhint: `data` parallelism is")]
+    #[error(
+        "{0} parallelism is not modelled yet by `scale predict`\n\nhint: `data` parallelism is; `perfcast plan` models tensor and pipeline parallelism"
+    )]
     NotYet(&'static str),
     /// A compute-time source (a bundle's predictor, a measurement) failed.
     #[error("compute time at per-device batch {batch}: {message}")]

@@ -47,6 +47,9 @@ mod error;
 pub mod expression;
 pub mod fit;
 pub mod link;
+pub mod memory;
+pub mod parallel;
+pub mod plan;
 pub mod runs;
 
 pub use analytic::{

@@ -4,6 +4,7 @@
 mod devices;
 mod import;
 mod networks;
+mod plan;
 mod predict;
 mod profile;
 mod robustness;

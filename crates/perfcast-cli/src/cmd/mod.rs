@@ -8,6 +8,7 @@ pub mod devices_eval;
 pub mod import;
 pub mod map;
 pub mod networks;
+pub mod plan;
 pub mod predict;
 pub mod profile;
 pub mod quickstart;

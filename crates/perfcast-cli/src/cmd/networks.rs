@@ -145,6 +145,20 @@ fn measure_all(
     o: &MeasureOptions,
     ui: &Ui,
 ) -> anyhow::Result<Vec<(String, NetworkRecord)>> {
+    Ok(measure_all_peaks(nets, o, ui)?
+        .into_iter()
+        .map(|(label, record, _)| (label, record))
+        .collect())
+}
+
+/// [`measure_all`], with each run's peak heap bytes above what was live before it (`None`
+/// without the counting allocator): the network's weights, optimiser state, activations,
+/// gradients and the backend's buffers, over the warm-up and every timed run.
+fn measure_all_peaks(
+    nets: &[NetworkChoice],
+    o: &MeasureOptions,
+    ui: &Ui,
+) -> anyhow::Result<Vec<(String, NetworkRecord, Option<u64>)>> {
     anyhow::ensure!(
         o.batch.iter().all(|&b| b >= 1),
         "`--batch` values must be at least 1"
@@ -180,10 +194,13 @@ fn measure_all(
                     utilisation: 0.0,
                 };
                 context.validate()?;
+                let before = crate::alloc::reset_peak();
                 let measured =
                     measure(&net.network, &context, o.backend, &timing).map_err(|e| {
                         anyhow::anyhow!("measuring `{}` at batch {batch} ({phase}): {e}", net.label)
                     })?;
+                let peak = crate::alloc::installed()
+                    .then(|| crate::alloc::peak().saturating_sub(before) as u64);
                 let layer_times = if o.layers || dataset.is_some() {
                     bar.set_message(format!(
                         "{} batch {batch} {}: layers alone",
@@ -219,7 +236,7 @@ fn measure_all(
                 if let Some(path) = &o.save {
                     append_networks(path, std::slice::from_ref(&record))?;
                 }
-                out.push((net.label.clone(), record));
+                out.push((net.label.clone(), record, peak));
                 bar.inc(1);
             }
         }
@@ -337,27 +354,70 @@ pub fn profile_layers(
 /// `perfcast measure`.
 pub fn run_measure(a: MeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     let nets = choices(&a.network, &a.network_file, a.resolution)?;
-    let rows = measure_all(&nets, &a.options, ui)?;
+    let rows = measure_all_peaks(&nets, &a.options, ui)?;
+    // The memory model's peak of a training step as `measure` runs it: fp32, SGD with
+    // momentum, no runtime reserve (a CPU process); under burn's rules (what this backend keeps)
+    // and the reference (PyTorch's) rules the planner uses for GPUs.
+    let predict = |r: &NetworkRecord, framework| -> Option<f64> {
+        if r.phase != Phase::Training {
+            return None;
+        }
+        let config = perfcast_scale::memory::MemoryConfig {
+            optimizer: perfcast_scale::Optimizer::Momentum,
+            reserve_bytes: 0.0,
+            framework,
+            ..Default::default()
+        };
+        perfcast_scale::memory::training_memory(&r.network, r.batch, &config)
+            .ok()
+            .map(|m| m.total)
+    };
+    use perfcast_scale::memory::Framework;
+    let predicted: Vec<Option<f64>> = rows
+        .iter()
+        .map(|(_, r, _)| predict(r, Framework::Burn))
+        .collect();
+    let reference: Vec<Option<f64>> = rows
+        .iter()
+        .map(|(_, r, _)| predict(r, Framework::Reference))
+        .collect();
     #[derive(Serialize)]
     struct Row<'a> {
         /// The label (`vgg16@112`); `network` holds the full description.
         name: &'a str,
         #[serde(flatten)]
         record: &'a NetworkRecord,
+        /// Most heap bytes live during the run above what was live before it.
+        peak_bytes: Option<u64>,
+        /// The memory model's peak of the training step under burn's rules (training only).
+        predicted_peak_bytes: Option<f64>,
+        /// The same under the reference (PyTorch) rules `perfcast plan` uses.
+        predicted_peak_bytes_reference: Option<f64>,
     }
+    let mib = |b: f64| b / (1024.0 * 1024.0);
+    let pairs = |pred: &[Option<f64>]| -> Vec<(f64, f64)> {
+        rows.iter()
+            .zip(pred)
+            .filter_map(|((_, _, peak), p)| Some(((*p)?, (*peak)? as f64)))
+            .collect()
+    };
     match a.format {
         Format::Json => emit_json(
             &rows
                 .iter()
-                .map(|(label, record)| Row {
+                .zip(predicted.iter().zip(&reference))
+                .map(|((label, record, peak), (p, q))| Row {
                     name: label,
                     record,
+                    peak_bytes: *peak,
+                    predicted_peak_bytes: *p,
+                    predicted_peak_bytes_reference: *q,
                 })
                 .collect::<Vec<_>>(),
         )?,
         Format::Text => {
             let mut t = format!(
-                "{:<18} {:>5} {:<10} {:>10} {:>10} {:>10} {:>6} {:>7} {:>11} {:>11}\n",
+                "{:<18} {:>5} {:<10} {:>10} {:>10} {:>10} {:>6} {:>7} {:>11} {:>11} {:>9} {:>9}\n",
                 "network",
                 "batch",
                 "phase",
@@ -367,11 +427,13 @@ pub fn run_measure(a: MeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
                 "runs",
                 "layers",
                 "params",
-                "layers sum"
+                "layers sum",
+                "peak MiB",
+                "pred MiB"
             );
-            for (label, r) in &rows {
+            for ((label, r, peak), p) in rows.iter().zip(&predicted) {
                 t.push_str(&format!(
-                    "{:<18} {:>5} {:<10} {:>10} {:>10} {:>10} {:>6} {:>7} {:>11} {:>11}\n",
+                    "{:<18} {:>5} {:<10} {:>10} {:>10} {:>10} {:>6} {:>7} {:>11} {:>11} {:>9} {:>9}\n",
                     label,
                     r.batch,
                     r.phase.name(),
@@ -381,15 +443,34 @@ pub fn run_measure(a: MeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
                     r.timing.repetitions.unwrap_or(0),
                     r.layers,
                     r.params,
-                    r.layer_sum_ms.map_or("-".to_string(), fmt_ms)
+                    r.layer_sum_ms.map_or("-".to_string(), fmt_ms),
+                    peak.map_or("-".to_string(), |b| sig3(mib(b as f64))),
+                    p.map_or("-".to_string(), |b| sig3(mib(b)))
                 ));
             }
             t.push_str(&format!(
-                "({} thread{}, {} backend; median of timed runs after warm-up)\n",
+                "({} thread{}, {} backend; median of timed runs after warm-up; peak: most heap \
+                 bytes live during the run; pred: the memory model's training peak under burn's rules)\n",
                 a.options.threads,
                 if a.options.threads == 1 { "" } else { "s" },
                 a.options.backend
             ));
+            for (rules, pred) in [
+                ("burn's", &predicted),
+                ("the reference (PyTorch)", &reference),
+            ] {
+                let pairs = pairs(pred);
+                if pairs.is_empty() {
+                    continue;
+                }
+                let (p, m): (Vec<f64>, Vec<f64>) = pairs.iter().copied().unzip();
+                t.push_str(&format!(
+                    "training peak memory under {rules} rules, predicted against measured: MAPE \
+                     {}% over {} run(s)\n",
+                    sig3(compose::mape(&p, &m)),
+                    pairs.len()
+                ));
+            }
             emit(&t)?;
         }
     }

@@ -1,0 +1,1014 @@
+//! Planning a training job: for every device, GPU count and parallel layout (data x tensor x
+//! pipeline = GPUs), the step time with its breakdown, the peak memory per GPU, whether it
+//! fits, throughput and cost.
+//!
+//! A layout `dp x tp x pp` on `g = dp tp pp` GPUs of one kind:
+//!
+//! - Each of `dp` replicas takes `ceil(B / dp)` of the global batch `B`, in `m` micro-batches
+//!   of `ceil(B / (dp m))` (gradient accumulation without a pipeline; the pipeline's
+//!   micro-batches with one).
+//! - The network is split `tp` ways ([`crate::parallel::tensor_parallel`]); the compute of
+//!   every layer of the split network at the micro-batch comes from a [`LayerTimes`] source
+//!   (the CLI plugs in a bundle's predictor for the device), and the TP all-reduces are added
+//!   per micro-batch over the link inside a node.
+//! - The split network is cut into `pp` stages balanced by those times; a stage's time per
+//!   micro-batch is its compute plus its TP communication plus sending its activation forward
+//!   and its gradient backward. The step takes `(m + pp - 1)` slots of the slowest stage:
+//!   `m` of them compute (and TP/PP communication), `pp - 1` the bubble.
+//! - The gradients of the slowest stage are all-reduced over the `dp` replicas in buckets that
+//!   overlap the last micro-batch's backward pass (as [`crate::analytic`] does), and the
+//!   optimiser update streams the device's parameters and state through its memory.
+//! - Peak memory per GPU ([`crate::memory`]) is the worst stage's: its weights, gradients and
+//!   optimiser state, and the activations of the micro-batches it holds (1 without a pipeline,
+//!   `m` under GPipe, up to `pp` under 1F1B), plus a runtime reserve; a plan fits when that is
+//!   at most `max_memory_fraction` of the device's memory.
+//!
+//! For each layout and schedule the planner tries the micro-batch counts (powers of two up to
+//! the replica's batch) and, unless told, recomputation (none, selective, full), and keeps the
+//! fastest combination that fits, or the smallest one when none does. Plans are sorted by time
+//! or cost; the fitting plans not beaten on both time and cost by another form the Pareto front.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::path::Path;
+
+use perfcast_core::{DeviceSpec, Network, slugify};
+use serde::{Deserialize, Serialize};
+
+use crate::analytic::{LayerCost, Optimizer, Overlap, buckets};
+use crate::collective::{InterNode, Strategy};
+use crate::error::{Error, Result};
+use crate::link::Link;
+use crate::memory::{GIB, Graph, MemoryConfig, MemoryEstimate, Recompute, Tensor, stage_peak};
+use crate::parallel::{Schedule, TensorParallel, bubble_fraction, partition, tensor_parallel};
+
+/// Per-layer compute of a network on one device.
+pub trait LayerTimes {
+    /// Per layer of `network`, in order: (forward seconds, backward seconds) at `batch`
+    /// samples.
+    fn layer_times(&self, network: &Network, batch: usize) -> Result<Vec<(f64, f64)>>;
+}
+
+impl<F> LayerTimes for F
+where
+    F: Fn(&Network, usize) -> Result<Vec<(f64, f64)>>,
+{
+    fn layer_times(&self, network: &Network, batch: usize) -> Result<Vec<(f64, f64)>> {
+        self(network, batch)
+    }
+}
+
+/// One kind of device to plan on.
+pub struct DeviceOption<'a> {
+    /// The name the user gave (`a100`), for tables and price look-ups.
+    pub label: String,
+    /// Its spec (memory, bandwidth).
+    pub spec: DeviceSpec,
+    /// The link between GPUs inside a node.
+    pub link: Link,
+    /// On-demand price per GPU-hour, where known.
+    pub price_per_gpu_hour: Option<f64>,
+    /// Per-layer compute on it.
+    pub compute: &'a dyn LayerTimes,
+}
+
+/// How plans are sorted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SortBy {
+    /// Fastest step first.
+    #[default]
+    Time,
+    /// Cheapest 1,000 steps first (plans without a price last).
+    Cost,
+}
+
+/// What to plan.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlanConfig {
+    /// Samples per step over all GPUs.
+    pub global_batch: usize,
+    /// GPU counts to try.
+    pub gpus: Vec<usize>,
+    /// Optimiser: its state in memory and its update's traffic.
+    pub optimizer: Optimizer,
+    /// Bytes per activation element and per parameter (4: fp32, what the bundles predict).
+    pub activation_bytes: f64,
+    /// Share of a GPU's memory a plan may use.
+    pub max_memory_fraction: f64,
+    /// Recomputation; `None` tries none, selective and full and keeps the best that fits.
+    pub recompute: Option<Recompute>,
+    /// Sequence parallelism with tensor parallelism (memory only; same traffic).
+    pub sequence_parallel: bool,
+    /// GPUs per node: TP and PP groups stay inside one; DP beyond it crosses `inter_link`.
+    pub gpus_per_node: usize,
+    /// The link between nodes.
+    pub inter_link: Link,
+    /// Overlap of the gradient all-reduce with the backward pass.
+    pub overlap: Overlap,
+    /// Runtime reserve per GPU, bytes.
+    pub reserve_bytes: f64,
+    /// Sort order.
+    pub sort: SortBy,
+}
+
+impl Default for PlanConfig {
+    fn default() -> Self {
+        PlanConfig {
+            global_batch: 256,
+            gpus: vec![1, 2, 4, 8],
+            optimizer: Optimizer::Adam,
+            activation_bytes: 4.0,
+            max_memory_fraction: 0.9,
+            recompute: None,
+            sequence_parallel: false,
+            gpus_per_node: 8,
+            inter_link: Link::preset("infiniband").unwrap_or_else(|| Link {
+                name: "infiniband".into(),
+                bandwidth_gbs: 25.0,
+                latency_us: 9.6,
+            }),
+            overlap: Overlap::default(),
+            reserve_bytes: crate::memory::GPU_RESERVE_BYTES,
+            sort: SortBy::Time,
+        }
+    }
+}
+
+/// A parallel layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Layout {
+    /// Data-parallel replicas.
+    pub dp: usize,
+    /// Tensor-parallel degree.
+    pub tp: usize,
+    /// Pipeline stages.
+    pub pp: usize,
+    /// Pipeline schedule (`None` without a pipeline).
+    pub schedule: Option<Schedule>,
+    /// Micro-batches per replica per step.
+    pub micro_batches: usize,
+    /// Samples per micro-batch.
+    pub micro_batch: usize,
+}
+
+impl Layout {
+    /// `dp2 tp2 pp2 1f1b m8` style.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        for (name, v) in [("dp", self.dp), ("tp", self.tp), ("pp", self.pp)] {
+            if v > 1 {
+                parts.push(format!("{name}{v}"));
+            }
+        }
+        if parts.is_empty() {
+            parts.push("single".into());
+        }
+        if let Some(s) = self.schedule {
+            parts.push(s.name().into());
+        }
+        if self.micro_batches > 1 {
+            parts.push(format!("m{}x{}", self.micro_batches, self.micro_batch));
+        }
+        parts.join(" ")
+    }
+}
+
+/// One plan: a device, a GPU count and a layout, predicted.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlanRow {
+    /// The device as the user named it.
+    pub device: String,
+    /// Its full name.
+    pub device_name: String,
+    /// GPUs.
+    pub gpus: usize,
+    /// The layout.
+    pub layout: Layout,
+    /// `dp2 tp2 ...`.
+    pub layout_name: String,
+    /// Recomputation chosen.
+    pub recompute: Recompute,
+    /// Seconds per step.
+    pub step_s: f64,
+    /// Compute on the critical path (the slowest stage's `m` micro-batches, recomputation
+    /// included).
+    pub compute_s: f64,
+    /// Communication not hidden: TP all-reduces, PP sends, the exposed DP all-reduce.
+    pub exposed_comm_s: f64,
+    /// Pipeline bubble.
+    pub bubble_s: f64,
+    /// Optimiser update.
+    pub update_s: f64,
+    /// TP all-reduces on the critical path.
+    pub tp_comm_s: f64,
+    /// PP activation and gradient sends on the critical path.
+    pub pp_comm_s: f64,
+    /// Seconds the DP all-reduce keeps the link busy (hidden or not).
+    pub dp_comm_s: f64,
+    /// The share of the pipelined part the GPUs idle, `(pp-1)/(m+pp-1)`.
+    pub bubble_fraction: f64,
+    /// Peak memory per GPU (the worst stage).
+    pub memory: MemoryEstimate,
+    /// What a GPU offers a plan: its memory times the allowed fraction, bytes.
+    pub capacity_bytes: f64,
+    /// Whether the peak is within the capacity.
+    pub fits: bool,
+    /// Samples per second.
+    pub samples_per_s: f64,
+    /// Dollars per 1,000 steps at the price table's rate (`None` without a price).
+    pub cost_per_1000_steps: Option<f64>,
+    /// On the time-cost Pareto front of the fitting plans.
+    pub pareto: bool,
+}
+
+/// A layout the planner could not evaluate, and why.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Skipped {
+    /// Device label.
+    pub device: String,
+    /// GPUs.
+    pub gpus: usize,
+    /// `dp x tp x pp`.
+    pub layout: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Every plan, sorted, and what fits.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlanReport {
+    /// Network name.
+    pub network: String,
+    /// Its parameters.
+    pub parameters: f64,
+    /// What was planned.
+    pub config: PlanConfig,
+    /// Plans, sorted (fitting ones first).
+    pub rows: Vec<PlanRow>,
+    /// Layouts not evaluated.
+    pub skipped: Vec<Skipped>,
+    /// Whether any plan fits.
+    pub fits_anywhere: bool,
+    /// Where none fits: the plan with the smallest peak per GPU.
+    pub smallest: Option<PlanRow>,
+}
+
+impl PlanReport {
+    /// Where no plan fits: one line naming the smallest memory a GPU would need.
+    pub fn no_fit_message(&self) -> Option<String> {
+        if self.fits_anywhere {
+            return None;
+        }
+        let s = self.smallest.as_ref()?;
+        Some(format!(
+            "no plan fits: the smallest peak is {:.1} GiB per GPU ({} x {}, {}, recompute {}), \
+             above the {:.1} GiB allowed there; a GPU with at least {:.1} GiB at {:.0}% use would \
+             fit it",
+            s.memory.total / GIB,
+            s.gpus,
+            s.device,
+            s.layout_name,
+            s.recompute.name(),
+            s.capacity_bytes / GIB,
+            s.memory.total / GIB / self.config.max_memory_fraction,
+            100.0 * self.config.max_memory_fraction
+        ))
+    }
+}
+
+/// The link inside a node a device usually has: NVLink on SXM parts, PCIe otherwise.
+pub fn default_link(spec: &DeviceSpec) -> Link {
+    let name = spec.name.to_ascii_lowercase();
+    let preset = if name.contains("h100") && (name.contains("sxm") || name.contains("hbm3")) {
+        "nvlink4"
+    } else if name.contains("a100") && name.contains("sxm") {
+        "nvlink"
+    } else if name.contains("v100") && name.contains("sxm") {
+        "nvlink2"
+    } else if ["a100", "h100", "l4", "l40", "a10"]
+        .iter()
+        .any(|n| name.contains(n))
+    {
+        "pcie4"
+    } else {
+        "pcie3"
+    };
+    Link::preset(preset).unwrap_or_else(|| Link {
+        name: preset.into(),
+        bandwidth_gbs: 15.75,
+        latency_us: 5.7,
+    })
+}
+
+/// On-demand prices per GPU-hour, from a TOML table:
+///
+/// ```toml
+/// date = "2026-11"
+/// currency = "USD"
+/// [per_gpu_hour]
+/// a100 = 3.67
+/// "NVIDIA L4" = 0.71
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PriceTable {
+    /// When the prices were taken.
+    #[serde(default)]
+    pub date: Option<String>,
+    /// Currency of the prices.
+    #[serde(default)]
+    pub currency: Option<String>,
+    /// Where they come from.
+    #[serde(default)]
+    pub source: Option<String>,
+    /// Device name or alias -> price per GPU-hour.
+    pub per_gpu_hour: std::collections::BTreeMap<String, f64>,
+}
+
+impl PriceTable {
+    /// Reads and checks a price table; errors name the file and the entry.
+    pub fn from_file(path: &Path) -> Result<PriceTable> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        PriceTable::parse(&text).map_err(|message| Error::Invalid {
+            what: "price file",
+            message: format!("`{}`: {message}", path.display()),
+        })
+    }
+
+    /// Parses a price table from TOML text.
+    pub fn parse(text: &str) -> std::result::Result<PriceTable, String> {
+        let table: PriceTable = toml::from_str(text)
+            .map_err(|e| e.message().lines().next().unwrap_or("not TOML").to_string())?;
+        for (name, &price) in &table.per_gpu_hour {
+            if !(price.is_finite() && price >= 0.0) {
+                return Err(format!(
+                    "`per_gpu_hour.{name}` must be a non-negative price, got {price}"
+                ));
+            }
+        }
+        Ok(table)
+    }
+
+    /// The price of a device the user named `label` with spec `spec`: by the label, then by
+    /// the spec's name (both compared as slugs).
+    pub fn price(&self, label: &str, spec: &DeviceSpec) -> Option<f64> {
+        let want = [slugify(label), spec.slug()];
+        want.iter().find_map(|w| {
+            self.per_gpu_hour
+                .iter()
+                .find(|(k, _)| slugify(k) == *w)
+                .map(|(_, &p)| p)
+        })
+    }
+}
+
+/// Stage peaks by (tp, first layer, end, micro-batch, recomputation): one micro-batch's
+/// estimate and what each further micro-batch in flight holds.
+type PeakCache = HashMap<(usize, usize, usize, usize, Recompute), (MemoryEstimate, f64)>;
+
+/// Everything about one tensor-parallel degree that does not depend on the device.
+struct Split {
+    tp: TensorParallel,
+    graph: Graph,
+    /// The split graph with the attention core dropped (selective recomputation's forward).
+    core: Vec<usize>,
+    cuts: Vec<usize>,
+}
+
+/// Plans `network` on every device, GPU count and layout.
+pub fn plan(
+    network: &Network,
+    devices: &[DeviceOption<'_>],
+    config: &PlanConfig,
+) -> Result<PlanReport> {
+    validate(config)?;
+    if devices.is_empty() {
+        return Err(Error::invalid("devices", "at least one device is needed"));
+    }
+    let base = Graph::new(network)?;
+    let parameters = base.params(0..base.nodes.len());
+    let mut splits: HashMap<usize, std::result::Result<Split, String>> = HashMap::new();
+    let mut rows = Vec::new();
+    let mut skipped = Vec::new();
+    for device in devices {
+        let mut times: HashMap<(usize, usize), Vec<(f64, f64)>> = HashMap::new();
+        let mut peaks: PeakCache = HashMap::new();
+        for &g in &config.gpus {
+            for (dp, tp, pp) in layouts(g) {
+                let skip = |reason: String| Skipped {
+                    device: device.label.clone(),
+                    gpus: g,
+                    layout: format!("dp{dp} tp{tp} pp{pp}"),
+                    reason,
+                };
+                if dp > config.global_batch {
+                    skipped.push(skip(format!(
+                        "{dp} replicas cannot split a global batch of {}",
+                        config.global_batch
+                    )));
+                    continue;
+                }
+                if tp * pp > config.gpus_per_node && (tp > 1 || pp > 1) {
+                    skipped.push(skip(format!(
+                        "tensor and pipeline groups stay inside a node of {} GPUs",
+                        config.gpus_per_node
+                    )));
+                    continue;
+                }
+                let split = splits.entry(tp).or_insert_with(|| {
+                    let tp_net = tensor_parallel(network, tp).map_err(|e| e.to_string())?;
+                    let graph = tp_net
+                        .graph(config.sequence_parallel)
+                        .map_err(|e| e.to_string())?;
+                    let mut sel = graph.clone();
+                    let core = sel.drop_attention_core();
+                    let cuts = graph.cut_points();
+                    Ok(Split {
+                        tp: tp_net,
+                        graph,
+                        core,
+                        cuts,
+                    })
+                });
+                let split = match split {
+                    Ok(s) => &*s,
+                    Err(e) => {
+                        skipped.push(skip(e.clone()));
+                        continue;
+                    }
+                };
+                let schedules: Vec<Option<Schedule>> = if pp > 1 {
+                    vec![Some(Schedule::OneFOneB), Some(Schedule::GPipe)]
+                } else {
+                    vec![None]
+                };
+                for schedule in schedules {
+                    let mut best: Option<PlanRow> = None;
+                    let replica = config.global_batch.div_ceil(dp);
+                    for m in micro_batch_counts(replica) {
+                        let mb = replica.div_ceil(m);
+                        let key = (tp, mb);
+                        let t = match times.entry(key) {
+                            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                            std::collections::hash_map::Entry::Vacant(e) => {
+                                let t = device.compute.layer_times(&split.tp.network, mb)?;
+                                if t.len() != split.graph.nodes.len() {
+                                    return Err(Error::Compute {
+                                        batch: mb,
+                                        message: format!(
+                                            "{} layer times for {} layers",
+                                            t.len(),
+                                            split.graph.nodes.len()
+                                        ),
+                                    });
+                                }
+                                e.insert(t)
+                            }
+                        };
+                        let t = &*t;
+                        let costs: Vec<f64> = t.iter().map(|(f, b)| f + b).collect();
+                        let Some(stages) = partition(&costs, &split.cuts, pp) else {
+                            skipped.push(skip(format!(
+                                "the network has fewer than {pp} places to cut it into stages"
+                            )));
+                            break;
+                        };
+                        let recomputes: Vec<Recompute> = match config.recompute {
+                            Some(r) => vec![r],
+                            None if split.core.is_empty() => {
+                                vec![Recompute::None, Recompute::Full]
+                            }
+                            None => vec![Recompute::None, Recompute::Selective, Recompute::Full],
+                        };
+                        for recompute in recomputes {
+                            let row = evaluate(
+                                device,
+                                config,
+                                split,
+                                t,
+                                &stages,
+                                Layout {
+                                    dp,
+                                    tp,
+                                    pp,
+                                    schedule,
+                                    micro_batches: m,
+                                    micro_batch: mb,
+                                },
+                                recompute,
+                                &mut peaks,
+                            )?;
+                            let fits = row.fits;
+                            let better = match &best {
+                                None => true,
+                                Some(b) => match (row.fits, b.fits) {
+                                    (true, false) => true,
+                                    (false, true) => false,
+                                    (true, true) => row.step_s < b.step_s,
+                                    (false, false) => row.memory.total < b.memory.total,
+                                },
+                            };
+                            if better {
+                                best = Some(row);
+                            }
+                            // Recomputation only adds time at the same micro-batch: the
+                            // first that fits is the fastest.
+                            if fits {
+                                break;
+                            }
+                        }
+                    }
+                    if let Some(b) = best {
+                        rows.push(b);
+                    }
+                }
+            }
+        }
+    }
+    mark_pareto(&mut rows);
+    sort(&mut rows, config.sort);
+    let fits_anywhere = rows.iter().any(|r| r.fits);
+    let smallest = (!fits_anywhere)
+        .then(|| {
+            rows.iter()
+                .min_by(|a, b| a.memory.total.total_cmp(&b.memory.total))
+                .cloned()
+        })
+        .flatten();
+    Ok(PlanReport {
+        network: network.name.clone(),
+        parameters,
+        config: config.clone(),
+        rows,
+        skipped,
+        fits_anywhere,
+        smallest,
+    })
+}
+
+fn validate(config: &PlanConfig) -> Result<()> {
+    if config.global_batch == 0 || config.global_batch > perfcast_core::MAX_BATCH {
+        return Err(Error::invalid(
+            "global batch",
+            format!(
+                "must be 1 to {} (2^24), got {}",
+                perfcast_core::MAX_BATCH,
+                config.global_batch
+            ),
+        ));
+    }
+    if config.gpus.is_empty() {
+        return Err(Error::invalid("gpus", "at least one GPU count is needed"));
+    }
+    if let Some(&g) = config
+        .gpus
+        .iter()
+        .find(|&&g| g == 0 || g > crate::analytic::MAX_DEVICES)
+    {
+        return Err(Error::invalid(
+            "gpus",
+            format!(
+                "a GPU count must be 1 to {}, got {g}",
+                crate::analytic::MAX_DEVICES
+            ),
+        ));
+    }
+    if !(config.max_memory_fraction > 0.0 && config.max_memory_fraction <= 1.0) {
+        return Err(Error::invalid(
+            "max memory fraction",
+            format!("must be in (0, 1], got {}", config.max_memory_fraction),
+        ));
+    }
+    if !(config.activation_bytes > 0.0 && config.activation_bytes.is_finite()) {
+        return Err(Error::invalid(
+            "activation bytes",
+            format!("must be positive, got {}", config.activation_bytes),
+        ));
+    }
+    if config.gpus_per_node == 0 {
+        return Err(Error::invalid("gpus per node", "must be at least 1, got 0"));
+    }
+    config.inter_link.validate()
+}
+
+/// Every (dp, tp, pp) with dp tp pp = g.
+pub fn layouts(g: usize) -> Vec<(usize, usize, usize)> {
+    let mut out = Vec::new();
+    for tp in (1..=g).filter(|t| g.is_multiple_of(*t)) {
+        for pp in (1..=g / tp).filter(|p| (g / tp).is_multiple_of(*p)) {
+            out.push((g / tp / pp, tp, pp));
+        }
+    }
+    out
+}
+
+/// Micro-batch counts to try for a replica batch: powers of two below it, and itself.
+fn micro_batch_counts(replica: usize) -> Vec<usize> {
+    let mut out: Vec<usize> = std::iter::successors(Some(1usize), |m| m.checked_mul(2))
+        .take_while(|&m| m < replica)
+        .collect();
+    out.push(replica);
+    // Counts that give the same micro-batch are the same plan with more steps; keep the first.
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|&m| seen.insert(replica.div_ceil(m)));
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
+fn evaluate(
+    device: &DeviceOption<'_>,
+    config: &PlanConfig,
+    split: &Split,
+    times: &[(f64, f64)],
+    stages: &[Range<usize>],
+    layout: Layout,
+    recompute: Recompute,
+    peaks: &mut PeakCache,
+) -> Result<PlanRow> {
+    let Layout {
+        dp,
+        tp,
+        pp,
+        schedule,
+        micro_batches: m,
+        micro_batch: mb,
+    } = layout;
+    let link = &device.link;
+    let act = config.activation_bytes;
+    let b = mb as f64;
+    // Per stage and micro-batch: compute (with recomputation), TP and PP communication.
+    let mut worst = (0usize, 0.0, 0.0, 0.0, f64::NEG_INFINITY);
+    for (s, r) in stages.iter().enumerate() {
+        let mut compute: f64 = times[r.clone()].iter().map(|(f, b)| f + b).sum();
+        compute += match recompute {
+            Recompute::None => 0.0,
+            Recompute::Selective => split
+                .core
+                .iter()
+                .filter(|i| r.contains(i))
+                .map(|&i| times[i].0)
+                .sum(),
+            Recompute::Full => times[r.clone()].iter().map(|(f, _)| f).sum(),
+        };
+        let tp_s: f64 = split.tp.comm[r.clone()]
+            .iter()
+            .map(|c| c.seconds(tp, b, act, link))
+            .sum();
+        let mut pp_s = 0.0;
+        if s + 1 < stages.len() {
+            pp_s += link.transfer_s(split.graph.elems(Tensor::Layer(r.end - 1)) * b * act);
+        }
+        if s > 0 {
+            pp_s += link.transfer_s(split.graph.elems(Tensor::Layer(r.start - 1)) * b * act);
+        }
+        let total = compute + tp_s + pp_s;
+        if total > worst.4 {
+            worst = (s, compute, tp_s, pp_s, total);
+        }
+    }
+    let (slow, compute, tp_s, pp_s, stage_s) = worst;
+    let pipeline = (m + pp - 1) as f64 * stage_s;
+    let bubble_s = (pp - 1) as f64 * stage_s;
+    // Gradients of the slowest stage, all-reduced over the replicas while the last
+    // micro-batch's backward pass runs.
+    let r = stages[slow].clone();
+    let layers: Vec<LayerCost> = r
+        .clone()
+        .map(|i| LayerCost {
+            name: split.graph.nodes[i].name.clone(),
+            forward_s: times[i].0,
+            backward_s: times[i].1,
+            grad_bytes: split.graph.nodes[i].params * act,
+        })
+        .collect();
+    let backward: f64 = layers.iter().map(|l| l.backward_s).sum();
+    let strategy = if dp * tp * pp <= config.gpus_per_node {
+        Strategy::Ring
+    } else {
+        Strategy::Hierarchical {
+            gpus_per_node: (config.gpus_per_node / (tp * pp)).max(1),
+            inter_link: config.inter_link.clone(),
+            inter: InterNode::Ring,
+        }
+    };
+    let total_bytes: f64 = layers.iter().map(|l| l.grad_bytes).sum();
+    let (dp_comm_s, dp_exposed) = if dp == 1 || total_bytes == 0.0 {
+        (0.0, 0.0)
+    } else {
+        match config.overlap {
+            Overlap::None => {
+                let c = strategy.allreduce_s(dp, total_bytes, link)?;
+                (c, c)
+            }
+            Overlap::Full => {
+                let c = strategy.allreduce_s(dp, total_bytes, link)?;
+                (c, (c - backward).max(0.0))
+            }
+            Overlap::Bucketed { bucket_bytes } => {
+                let (mut free, mut busy) = (0.0f64, 0.0);
+                for (ready, bytes) in buckets(&layers, bucket_bytes) {
+                    let c = strategy.allreduce_s(dp, bytes, link)?;
+                    free = free.max(ready) + c;
+                    busy += c;
+                }
+                (busy, (free - backward).max(0.0))
+            }
+        }
+    };
+    // Memory: the worst stage, with its micro-batches in flight.
+    let memory_config = MemoryConfig {
+        optimizer: config.optimizer,
+        activation_bytes: act,
+        param_bytes: 4.0,
+        recompute,
+        reserve_bytes: config.reserve_bytes,
+        framework: crate::memory::Framework::Reference,
+    };
+    let mut memory = MemoryEstimate::default();
+    let mut params_max: f64 = 0.0;
+    for (s, r) in stages.iter().enumerate() {
+        let key = (tp, r.start, r.end, mb, recompute);
+        let (one, held) = match peaks.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => *e.get(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                *e.insert(stage_peak(&split.graph, r.clone(), mb, &memory_config)?)
+            }
+        };
+        let in_flight = schedule.map_or(1, |sc| sc.in_flight(pp, m, s));
+        let est = one.with_in_flight(in_flight, held);
+        if est.total > memory.total {
+            memory = est;
+        }
+        params_max = params_max.max(split.graph.params(r.clone()));
+    }
+    let update_s = config
+        .optimizer
+        .update_s(params_max, device.spec.mem_bandwidth_gbs);
+    let step_s = pipeline + dp_exposed + update_s;
+    let capacity_bytes = device.spec.memory_gb * GIB * config.max_memory_fraction;
+    let gpus = dp * tp * pp;
+    Ok(PlanRow {
+        device: device.label.clone(),
+        device_name: device.spec.name.clone(),
+        gpus,
+        layout,
+        layout_name: layout.describe(),
+        recompute,
+        step_s,
+        compute_s: m as f64 * compute,
+        exposed_comm_s: m as f64 * (tp_s + pp_s) + dp_exposed,
+        bubble_s,
+        update_s,
+        tp_comm_s: m as f64 * tp_s,
+        pp_comm_s: m as f64 * pp_s,
+        dp_comm_s,
+        bubble_fraction: bubble_fraction(pp, m),
+        memory,
+        capacity_bytes,
+        fits: memory.total <= capacity_bytes,
+        samples_per_s: config.global_batch as f64 / step_s,
+        cost_per_1000_steps: device
+            .price_per_gpu_hour
+            .map(|p| step_s * 1000.0 / 3600.0 * gpus as f64 * p),
+        pareto: false,
+    })
+}
+
+/// Marks the fitting plans no other fitting plan beats on both time and cost.
+fn mark_pareto(rows: &mut [PlanRow]) {
+    let points: Vec<Option<(f64, f64)>> = rows
+        .iter()
+        .map(|r| {
+            r.fits
+                .then_some(())
+                .and(r.cost_per_1000_steps.map(|c| (r.step_s, c)))
+        })
+        .collect();
+    for (i, row) in rows.iter_mut().enumerate() {
+        let Some((t, c)) = points[i] else { continue };
+        row.pareto = !points.iter().enumerate().any(|(j, p)| {
+            j != i && p.is_some_and(|(t2, c2)| t2 <= t && c2 <= c && (t2 < t || c2 < c))
+        });
+    }
+}
+
+/// Fitting plans first, then by time or cost.
+fn sort(rows: &mut [PlanRow], by: SortBy) {
+    rows.sort_by(|a, b| {
+        b.fits.cmp(&a.fits).then_with(|| match by {
+            SortBy::Time => a.step_s.total_cmp(&b.step_s),
+            SortBy::Cost => {
+                let ca = a.cost_per_1000_steps.unwrap_or(f64::INFINITY);
+                let cb = b.cost_per_1000_steps.unwrap_or(f64::INFINITY);
+                ca.total_cmp(&cb).then(a.step_s.total_cmp(&b.step_s))
+            }
+        })
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::tests::gpt_block;
+    use perfcast_core::network::Layer;
+
+    /// Compute proportional to FLOPs at 10 TFLOP/s, backward twice the forward.
+    fn flops_time(network: &Network, batch: usize) -> Result<Vec<(f64, f64)>> {
+        Ok(network
+            .modules()
+            .iter()
+            .map(|(_, s)| {
+                let f = perfcast_core::features::derive(s, batch).flops / 1e13 + 5e-6;
+                (f, 2.0 * f)
+            })
+            .collect())
+    }
+
+    fn device(memory_gb: f64) -> DeviceSpec {
+        DeviceSpec {
+            name: "test gpu".into(),
+            kind: perfcast_core::DeviceKind::Gpu,
+            peak_gflops: 10_000.0,
+            mem_bandwidth_gbs: 1000.0,
+            memory_gb,
+            ..perfcast_core::testing::cpu_device()
+        }
+    }
+
+    /// GPT blocks in a row.
+    fn gpt(blocks: usize, s: usize, h: usize, a: usize) -> Network {
+        let one = gpt_block(s, h, a);
+        let mut layers = Vec::new();
+        for bi in 0..blocks {
+            let prefix = |n: &str| format!("h{bi}.{n}");
+            let prev_out = if bi == 0 {
+                "input".to_string()
+            } else {
+                format!("h{}.add2", bi - 1)
+            };
+            for (i, l) in one.layers.iter().enumerate() {
+                let rename = |n: &Option<String>| {
+                    n.as_ref().map(|n| {
+                        if n == "input" {
+                            prev_out.clone()
+                        } else {
+                            prefix(n)
+                        }
+                    })
+                };
+                let mut l2 = Layer {
+                    name: prefix(&l.name),
+                    input_from: rename(&l.input_from),
+                    second_from: rename(&l.second_from),
+                    ..l.clone()
+                };
+                if i == 0 && bi > 0 {
+                    l2.input_from = Some(prev_out.clone());
+                }
+                layers.push(l2);
+            }
+        }
+        Network {
+            name: "gpt".into(),
+            input: vec![s, h],
+            layers,
+        }
+    }
+
+    fn plan_on(net: &Network, memory_gb: f64, config: &PlanConfig) -> PlanReport {
+        let compute = flops_time;
+        let devices = [DeviceOption {
+            label: "x".into(),
+            spec: device(memory_gb),
+            link: Link::preset("nvlink").unwrap(),
+            price_per_gpu_hour: Some(2.0),
+            compute: &compute,
+        }];
+        plan(net, &devices, config).unwrap()
+    }
+
+    #[test]
+    fn every_layout_of_every_count_is_planned_and_sorted() {
+        let net = gpt(4, 128, 256, 4);
+        let config = PlanConfig {
+            global_batch: 16,
+            gpus: vec![1, 2, 4],
+            ..PlanConfig::default()
+        };
+        let r = plan_on(&net, 80.0, &config);
+        // 1 + 3 + 6 layouts, pipelines twice (two schedules): 1 + (2 + 1) + (3 + 3).
+        assert_eq!(layouts(4).len(), 6);
+        assert_eq!(r.rows.len(), 1 + 3 + 6 + 1 + 3, "{:#?}", r.skipped);
+        assert!(r.rows.windows(2).all(|w| w[0].step_s <= w[1].step_s));
+        for row in &r.rows {
+            let l = row.layout;
+            assert_eq!(l.dp * l.tp * l.pp, row.gpus);
+            let parts = row.compute_s + row.exposed_comm_s + row.bubble_s + row.update_s;
+            assert!((parts - row.step_s).abs() < 1e-12 * row.step_s, "{row:?}");
+            assert!(row.fits);
+            // Cost: step x 1000 / 3600 x GPUs x $2.
+            let cost = row.step_s * 1000.0 / 3600.0 * row.gpus as f64 * 2.0;
+            assert!((row.cost_per_1000_steps.unwrap() - cost).abs() < 1e-12);
+            let bf = bubble_fraction(l.pp, l.micro_batches);
+            assert_eq!(row.bubble_fraction, bf);
+        }
+        // Free of memory pressure, a single GPU takes no recomputation.
+        let single = r.rows.iter().find(|r| r.gpus == 1).unwrap();
+        assert_eq!(single.recompute, Recompute::None);
+        // The Pareto front is non-empty and nothing on it is dominated.
+        let front: Vec<&PlanRow> = r.rows.iter().filter(|r| r.pareto).collect();
+        assert!(!front.is_empty());
+        for p in &front {
+            assert!(
+                !r.rows
+                    .iter()
+                    .any(|q| q.step_s < p.step_s && q.cost_per_1000_steps < p.cost_per_1000_steps)
+            );
+        }
+    }
+
+    #[test]
+    fn pipeline_time_is_slots_of_the_slowest_stage() {
+        let net = gpt(4, 128, 256, 4);
+        let config = PlanConfig {
+            global_batch: 8,
+            gpus: vec![4],
+            recompute: Some(Recompute::None),
+            ..PlanConfig::default()
+        };
+        let r = plan_on(&net, 80.0, &config);
+        let pp4 = r
+            .rows
+            .iter()
+            .find(|r| r.layout.pp == 4 && r.layout.schedule == Some(Schedule::OneFOneB))
+            .unwrap();
+        let m = pp4.layout.micro_batches as f64;
+        // (m + p - 1) slots; m compute-and-communication slots, p - 1 bubble slots.
+        let slot = pp4.bubble_s / 3.0;
+        assert!(((pp4.compute_s + pp4.tp_comm_s + pp4.pp_comm_s) / m - slot).abs() < 1e-12);
+        assert!((pp4.bubble_s / (pp4.bubble_s + m * slot) - pp4.bubble_fraction).abs() < 1e-12);
+        // Equal blocks, four stages: one block each, and a block's activation crosses each
+        // boundary forward and its gradient backward: a middle stage sends 2 per micro-batch.
+        let link = Link::preset("nvlink").unwrap();
+        let mb = pp4.layout.micro_batch as f64;
+        let send = link.transfer_s(128.0 * 256.0 * mb * 4.0);
+        assert!((pp4.pp_comm_s - m * 2.0 * send).abs() < 1e-12, "{pp4:?}");
+    }
+
+    #[test]
+    fn a_plan_that_fits_nowhere_names_the_memory_it_needs() {
+        let net = gpt(2, 512, 512, 8);
+        let config = PlanConfig {
+            global_batch: 8,
+            gpus: vec![1, 2],
+            ..PlanConfig::default()
+        };
+        let r = plan_on(&net, 0.5, &config);
+        assert!(!r.fits_anywhere);
+        let msg = r.no_fit_message().unwrap();
+        let s = r.smallest.as_ref().unwrap();
+        assert!(
+            msg.starts_with("no plan fits: the smallest peak is"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(&format!("{:.1} GiB", s.memory.total / GIB)),
+            "{msg}"
+        );
+        assert!(r.rows.iter().all(|row| row.memory.total >= s.memory.total));
+        assert!(r.rows.iter().all(|row| !row.pareto));
+    }
+
+    #[test]
+    fn prices_parse_and_bad_ones_are_named() {
+        let t = PriceTable::parse(
+            "date = \"2026-11\"\n[per_gpu_hour]\na100 = 3.5\n\"Tesla T4\" = 0.5\n",
+        )
+        .unwrap();
+        let spec = device(40.0);
+        assert_eq!(t.price("a100", &spec), Some(3.5));
+        let t4 = DeviceSpec {
+            name: "Tesla T4".into(),
+            ..spec.clone()
+        };
+        assert_eq!(t.price("t4", &t4), Some(0.5));
+        assert_eq!(t.price("h100", &spec), None);
+        let e = PriceTable::parse("[per_gpu_hour]\na100 = -1\n").unwrap_err();
+        assert!(e.contains("`per_gpu_hour.a100`") && e.contains("-1"), "{e}");
+        assert!(PriceTable::parse("per_gpu_hour = 3").is_err());
+    }
+
+    #[test]
+    fn layouts_multiply_to_the_count() {
+        assert_eq!(layouts(1), vec![(1, 1, 1)]);
+        let l8 = layouts(8);
+        assert_eq!(l8.len(), 10);
+        assert!(l8.iter().all(|(d, t, p)| d * t * p == 8));
+        assert_eq!(micro_batch_counts(4), vec![1, 2, 4]);
+        assert_eq!(micro_batch_counts(6), vec![1, 2, 4, 6]);
+        assert_eq!(micro_batch_counts(1), vec![1]);
+    }
+}

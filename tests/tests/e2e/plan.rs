@@ -1,0 +1,269 @@
+//! `perfcast plan` end to end (issue 26): JSON shape, sort order, a plan that fits nowhere,
+//! bad input.
+
+use crate::{run, stderr};
+
+const GPU_BUNDLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../checkpoints/gpu");
+const PRICES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/prices.toml");
+
+fn plan(extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["plan", "--bundle", GPU_BUNDLE];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
+#[test]
+fn plan_lists_every_layout_sorted_with_breakdown_memory_and_cost() {
+    let tmp = tempfile::tempdir().unwrap();
+    let svg = tmp.path().join("pareto.svg");
+    let o = plan(&[
+        "--network",
+        "resnet18@64",
+        "--global-batch",
+        "64",
+        "--devices",
+        "a100,t4",
+        "--gpus",
+        "1,2,4",
+        "--price-file",
+        PRICES,
+        "--sort",
+        "cost",
+        "--format",
+        "json",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["network"], "resnet18");
+    assert_eq!(r["fits_anywhere"], true);
+    assert!(r["message"].is_null());
+    let rows = r["rows"].as_array().unwrap();
+    // Per device: 1 + 2 layouts (dp2, pp2 x two schedules... minus what cannot be cut) and
+    // more for 4 GPUs; at least the pure data-parallel ones are there for both devices.
+    for device in ["a100", "t4"] {
+        for g in [1, 2, 4] {
+            assert!(
+                rows.iter()
+                    .any(|x| x["device"] == device && x["gpus"] == g && x["layout"]["dp"] == g),
+                "{device} x {g}"
+            );
+        }
+    }
+    let f = |x: &serde_json::Value, k: &str| x[k].as_f64().unwrap();
+    for x in rows {
+        let l = &x["layout"];
+        let g = l["dp"].as_u64().unwrap() * l["tp"].as_u64().unwrap() * l["pp"].as_u64().unwrap();
+        assert_eq!(x["gpus"].as_u64().unwrap(), g);
+        let parts =
+            f(x, "compute_s") + f(x, "exposed_comm_s") + f(x, "bubble_s") + f(x, "update_s");
+        assert!(
+            (parts - f(x, "step_s")).abs() <= 1e-9 * f(x, "step_s"),
+            "{x}"
+        );
+        assert!(f(&x["memory"], "total") > f(&x["memory"], "weights"));
+        assert!(x["cost_per_1000_steps"].as_f64().unwrap() > 0.0);
+        assert!(
+            (f(x, "samples_per_s") - 64.0 / f(x, "step_s")).abs() < 1e-6 * f(x, "samples_per_s")
+        );
+    }
+    // Sorted by cost among the fitting plans, which come first.
+    let fits: Vec<bool> = rows.iter().map(|x| x["fits"].as_bool().unwrap()).collect();
+    assert!(fits.windows(2).all(|w| w[0] >= w[1]));
+    let costs: Vec<f64> = rows
+        .iter()
+        .filter(|x| x["fits"] == true)
+        .map(|x| f(x, "cost_per_1000_steps"))
+        .collect();
+    assert!(costs.windows(2).all(|w| w[0] <= w[1]), "{costs:?}");
+    assert!(rows.iter().any(|x| x["pareto"] == true));
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<svg") && text.contains("Pareto front"));
+
+    // Text: a table with the breakdown's columns, sorted by time by default.
+    let o = plan(&[
+        "--network",
+        "resnet18@64",
+        "--global-batch",
+        "64",
+        "--devices",
+        "a100",
+        "--gpus",
+        "1,2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for col in [
+        "layout",
+        "compute",
+        "comm",
+        "bubble",
+        "update",
+        "mem/GPU GiB",
+        "samples/s",
+    ] {
+        assert!(out.contains(col), "{out}");
+    }
+}
+
+#[test]
+fn a_plan_that_fits_nowhere_says_so_and_exits_0() {
+    let o = plan(&[
+        "--network",
+        "resnet18",
+        "--global-batch",
+        "8",
+        "--devices",
+        "t4",
+        "--gpus",
+        "1,2",
+        "--max-memory-fraction",
+        "0.05",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("no plan fits: the smallest peak is") && out.contains("GiB per GPU"),
+        "{out}"
+    );
+    let o = plan(&[
+        "--network",
+        "resnet18",
+        "--global-batch",
+        "8",
+        "--devices",
+        "t4",
+        "--gpus",
+        "1,2",
+        "--max-memory-fraction",
+        "0.05",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["fits_anywhere"], false);
+    // Weights, gradients and Adam state of 11.7 M parameters plus the runtime reserve do not
+    // fit in 5% of a T4 (0.75 GiB), whatever the layout, micro-batch or recomputation.
+    let smallest = r["smallest"]["memory"]["total"].as_f64().unwrap();
+    assert!(smallest > 0.75 * 1024f64.powi(3));
+    let rows = r["rows"].as_array().unwrap();
+    assert!(rows.iter().all(|x| x["fits"] == false));
+    assert!(
+        rows.iter()
+            .all(|x| x["memory"]["total"].as_f64().unwrap() >= smallest)
+    );
+    assert!(r["message"].as_str().unwrap().starts_with("no plan fits"));
+}
+
+#[test]
+fn bad_input_is_one_line_naming_the_value() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bad_prices = tmp.path().join("prices.toml");
+    std::fs::write(&bad_prices, "[per_gpu_hour]\na100 = -3\n").unwrap();
+    let bad_prices = bad_prices.to_str().unwrap().to_string();
+    let missing = tmp.path().join("nope.json");
+    let missing = missing.to_str().unwrap().to_string();
+    for (args, expect) in [
+        (
+            vec![
+                "--network",
+                "resnet18",
+                "--global-batch",
+                "8",
+                "--devices",
+                "a999",
+            ],
+            "`a999`",
+        ),
+        (
+            vec![
+                "--network",
+                "resnet18",
+                "--global-batch",
+                "8",
+                "--gpus",
+                "0",
+            ],
+            "`--gpus 0`",
+        ),
+        (
+            vec![
+                "--network",
+                "resnet18",
+                "--global-batch",
+                "8",
+                "--max-memory-fraction",
+                "1.5",
+            ],
+            "1.5",
+        ),
+        (
+            vec![
+                "--network",
+                "resnet18",
+                "--global-batch",
+                "8",
+                "--price-file",
+                &bad_prices,
+            ],
+            "`per_gpu_hour.a100`",
+        ),
+        (
+            vec!["--network-file", &missing, "--global-batch", "8"],
+            "nope.json",
+        ),
+        (
+            vec![
+                "--network",
+                "resnet18",
+                "--global-batch",
+                "8",
+                "--plot",
+                "x.txt",
+            ],
+            "`--plot x.txt`",
+        ),
+    ] {
+        let o = plan(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        // One line, and at most a `hint:` after a blank line.
+        let lines: Vec<&str> = e
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with("hint:"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{args:?}: {e}");
+        assert!(
+            lines[0].starts_with("error: ") && lines[0].contains(expect),
+            "{args:?}: {e}"
+        );
+    }
+}
+
+#[test]
+fn measure_reports_peak_memory_beside_the_prediction() {
+    let o = run(&[
+        "measure",
+        "--network",
+        "lenet5",
+        "--batch",
+        "2",
+        "--phase",
+        "training",
+        "--max-time-s",
+        "0.05",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let row = &r[0];
+    // At least the weights, their gradients and the momentum (3 x 61,706 fp32 values).
+    let peak = row["peak_bytes"].as_u64().unwrap();
+    assert!(peak > 3 * 61_706 * 4, "{peak}");
+    let predicted = row["predicted_peak_bytes"].as_f64().unwrap();
+    let reference = row["predicted_peak_bytes_reference"].as_f64().unwrap();
+    assert!(predicted >= 3.0 * 61_706.0 * 4.0 && reference > 0.0);
+}
