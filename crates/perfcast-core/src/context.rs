@@ -124,3 +124,30 @@ mod tests {
         assert!(bad.validate().unwrap_err().to_string().contains("`batch`"));
     }
 }
+
+/// A module with its own context fields, each optional: one entry of `perfcast predict
+/// --modules-file` and of `POST /v1/predict` (`{"kind": "conv2d", ..., "batch": 8}`).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct ModuleQuery {
+    /// The module.
+    #[serde(flatten)]
+    pub spec: crate::spec::ModuleSpec,
+    /// Batch size; default the caller's.
+    pub batch: Option<usize>,
+    /// Phase; default the caller's.
+    pub phase: Option<Phase>,
+    /// Compute threads; default the caller's.
+    pub threads: Option<usize>,
+}
+
+impl ModuleQuery {
+    /// The query's context: its own fields, the `defaults`' where it has none.
+    pub fn context(&self, defaults: &Context) -> Context {
+        Context {
+            batch: self.batch.unwrap_or(defaults.batch),
+            phase: self.phase.unwrap_or(defaults.phase),
+            threads: self.threads.unwrap_or(defaults.threads),
+            utilisation: defaults.utilisation,
+        }
+    }
+}

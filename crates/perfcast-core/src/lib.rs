@@ -24,11 +24,12 @@ mod error;
 pub mod features;
 mod metrics;
 pub mod network;
+pub mod rng;
 mod spec;
 pub mod testing;
 pub mod zoo;
 
-pub use context::{Context, MAX_BATCH, Phase};
+pub use context::{Context, MAX_BATCH, ModuleQuery, Phase};
 pub use device::{
     Caches, CpuTopology, DeviceKind, DeviceSpec, SpecSource, parse_cache_size, parse_cpuinfo,
     slugify,

@@ -276,6 +276,35 @@ impl ModelParams {
         }
     }
 
+    /// These parameters with the `model.field=value` settings addressed to this family applied
+    /// (`--set trees.n_trees=600`; settings for other families are skipped, after checking
+    /// that they name a family), through the serde form, so unknown fields and bad values are
+    /// refused by the same checks as a config file; a value is a JSON literal (number, bool)
+    /// when it parses as one, a string otherwise.
+    pub fn with_sets(&self, sets: &[String]) -> Result<ModelParams> {
+        let bad = |message: String| Error::InvalidParams {
+            model: "--set",
+            message,
+        };
+        let name = self.name();
+        let mut value = serde_json::to_value(self).map_err(|e| bad(e.to_string()))?;
+        for set in sets {
+            let shape = || bad(format!("`--set {set}` must look like `model.field=value`"));
+            let (key, raw) = set.split_once('=').ok_or_else(shape)?;
+            let (model, field) = key.split_once('.').ok_or_else(shape)?;
+            ModelParams::by_name(model)?;
+            if model != name {
+                continue;
+            }
+            value[field] = serde_json::from_str(raw)
+                .unwrap_or_else(|_| serde_json::Value::String(raw.to_string()));
+        }
+        let updated: ModelParams = serde_json::from_value(value)
+            .map_err(|e| bad(format!("invalid `--set` for `{name}`: {e}")))?;
+        updated.validate()?;
+        Ok(updated)
+    }
+
     /// Checks the hyper-parameters.
     pub fn validate(&self) -> Result<()> {
         match self {

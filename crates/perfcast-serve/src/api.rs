@@ -59,18 +59,7 @@ impl ApiError {
 /// One module of a `/v1/predict` request: a module spec as `ModuleSpec` serialises it
 /// (`{"kind": "conv2d", ...}`), optionally with its own `batch`, `phase` and `threads`
 /// (the same form as `perfcast predict --modules-file`).
-#[derive(Clone, Debug, Deserialize)]
-pub struct ModuleQuery {
-    /// The module.
-    #[serde(flatten)]
-    pub spec: ModuleSpec,
-    /// Batch size; default the request's.
-    pub batch: Option<usize>,
-    /// Phase; default the request's.
-    pub phase: Option<Phase>,
-    /// Compute threads; default the request's.
-    pub threads: Option<usize>,
-}
+pub use perfcast_core::ModuleQuery;
 
 /// The body of `POST /v1/predict`.
 #[derive(Clone, Debug, Deserialize)]

@@ -143,26 +143,8 @@ fn render(method: &str, path: &str, body: &[u8]) -> Vec<u8> {
     out
 }
 
-/// splitmix64: a tiny deterministic generator for the request mix.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
+/// The deterministic generator of the request mix.
+use perfcast_core::rng::SplitMix64 as Rng;
 
 fn valid_modules(rng: &mut Rng) -> Vec<Template> {
     let specs = [

@@ -336,19 +336,12 @@ fn remeasure(args: RemeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             before - rows.len()
         ));
     }
-    // Deterministic shuffle (Fisher-Yates over a splitmix64 stream) so `--seed` picks the rows.
-    let mut state = args.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut next = || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
-    for i in (1..rows.len()).rev() {
-        let j = (next() % (i as u64 + 1)) as usize;
-        rows.swap(i, j);
-    }
+    // Deterministic shuffle so `--seed` picks the rows (the stream starts one step in, as it
+    // always has: the same seed picks the same rows as before).
+    let order =
+        perfcast_core::rng::shuffled(rows.len(), args.seed.wrapping_add(0x9e37_79b9_7f4a_7c15));
+    let mut slots: Vec<Option<_>> = rows.into_iter().map(Some).collect();
+    let mut rows: Vec<_> = order.iter().filter_map(|&i| slots[i].take()).collect();
     if let Some(out) = &args.write {
         check_new_dir(out)?;
     }

@@ -186,24 +186,7 @@ pub fn with_overrides(
         .trim()
         .trim_end_matches("-raw")
         .trim_end_matches("-xdev");
-    let mut value = serde_json::to_value(ModelParams::by_name(base)?)?;
-    for set in sets {
-        let (key, raw) = set
-            .split_once('=')
-            .ok_or_else(|| anyhow::anyhow!("`--set {set}` must look like `model.field=value`"))?;
-        let (model, field) = key
-            .split_once('.')
-            .ok_or_else(|| anyhow::anyhow!("`--set {set}` must look like `model.field=value`"))?;
-        ModelParams::by_name(model)?;
-        if model != base {
-            continue;
-        }
-        value[field] = serde_json::from_str(raw)
-            .unwrap_or_else(|_| serde_json::Value::String(raw.to_string()));
-    }
-    let inner: ModelParams = serde_json::from_value(value)
-        .map_err(|e| anyhow::anyhow!("invalid `--set` for `{base}`: {e}"))?;
-    inner.validate()?;
+    let inner = ModelParams::by_name(base)?.with_sets(sets)?;
     let params = if name.trim().ends_with("-raw") {
         inner
     } else {

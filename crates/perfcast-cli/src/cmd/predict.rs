@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use perfcast_core::{Context, ModuleKind, ModuleSpec, Network, Phase, zoo};
 use perfcast_select::{Bundle, ModulePrediction, NetworkPrediction, Predictor};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::Ui;
 use crate::output::{Format, emit, emit_json, fmt_ms, sig3};
@@ -265,16 +265,6 @@ pub struct ShowArgs {
     format: Format,
 }
 
-/// One entry of `--modules-file`.
-#[derive(Debug, Deserialize)]
-struct ModuleQuery {
-    #[serde(flatten)]
-    spec: ModuleSpec,
-    batch: Option<usize>,
-    phase: Option<Phase>,
-    threads: Option<usize>,
-}
-
 /// A module prediction with its query, for output.
 #[derive(Debug, Serialize)]
 struct ModuleRow {
@@ -410,7 +400,7 @@ pub fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     } else if let Some(path) = &a.modules_file {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading `{}`", path.display()))?;
-        let items: Vec<ModuleQuery> = serde_json::from_str(&text)
+        let items: Vec<perfcast_core::ModuleQuery> = serde_json::from_str(&text)
             .with_context(|| format!("`{}` is not a JSON array of module specs", path.display()))?;
         items
             .into_iter()
@@ -419,12 +409,12 @@ pub fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
                 q.spec
                     .validate()
                     .with_context(|| format!("`{}`: module {i}", path.display()))?;
-                let context = Context {
-                    batch: q.batch.unwrap_or(a.batch),
-                    phase: q.phase.unwrap_or(a.phase),
-                    threads: q.threads.unwrap_or(a.threads),
+                let context = q.context(&Context {
+                    batch: a.batch,
+                    phase: a.phase,
+                    threads: a.threads,
                     utilisation: 0.0,
-                };
+                });
                 // Checked here, not at prediction time, so the error names the file and entry.
                 context
                     .validate()

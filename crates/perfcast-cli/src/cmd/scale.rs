@@ -1142,23 +1142,7 @@ fn runs_csv(r: &MeasureReport) -> String {
     t
 }
 
-/// `0..len` in an order shuffled by `seed` (Fisher-Yates on SplitMix64): the same on every
-/// machine, different for every seed.
-fn shuffled(len: usize, seed: u64) -> Vec<usize> {
-    let mut state = seed;
-    let mut next = move || {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    };
-    let mut order: Vec<usize> = (0..len).collect();
-    for i in (1..len).rev() {
-        order.swap(i, (next() % (i as u64 + 1)) as usize);
-    }
-    order
-}
+use perfcast_core::rng::shuffled;
 
 /// Median of a non-empty slice, which it sorts.
 fn median(values: &mut [f64]) -> f64 {

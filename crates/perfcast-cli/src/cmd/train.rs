@@ -602,31 +602,10 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
 /// Applies `model.field=value` overrides through the parameters' serde form, so unknown fields
 /// and bad values are refused by the same checks as a config file.
 fn apply_overrides(params: Vec<ModelParams>, sets: &[String]) -> anyhow::Result<Vec<ModelParams>> {
-    let mut out = Vec::with_capacity(params.len());
-    for p in params {
-        let mut value = serde_json::to_value(&p)?;
-        for set in sets {
-            let (key, raw) = set.split_once('=').ok_or_else(|| {
-                anyhow::anyhow!("`--set {set}` must look like `model.field=value`")
-            })?;
-            let (model, field) = key.split_once('.').ok_or_else(|| {
-                anyhow::anyhow!("`--set {set}` must look like `model.field=value`")
-            })?;
-            ModelParams::by_name(model)?;
-            if model != p.name() {
-                continue;
-            }
-            // A JSON literal (number, bool) when it parses as one, a string otherwise.
-            let v = serde_json::from_str(raw)
-                .unwrap_or_else(|_| serde_json::Value::String(raw.to_string()));
-            value[field] = v;
-        }
-        let updated: ModelParams = serde_json::from_value(value)
-            .map_err(|e| anyhow::anyhow!("invalid `--set` for `{}`: {e}", p.name()))?;
-        updated.validate()?;
-        out.push(updated);
-    }
-    Ok(out)
+    Ok(params
+        .iter()
+        .map(|p| p.with_sets(sets))
+        .collect::<Result<_, _>>()?)
 }
 
 /// `checkpoints/<name>` for a bare name, the path itself otherwise.
