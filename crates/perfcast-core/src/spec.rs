@@ -59,6 +59,7 @@ pub enum ModuleKind {
     /// Dropout in training mode: a random mask applied and the survivors rescaled.
     Dropout,
     /// `where(mask, x, value)`: a boolean mask of the same shape picks a fill value (attention masks).
+    #[serde(rename = "masked_fill")]
     MaskedFill,
     /// A copy of a permuted tensor into contiguous memory (`contiguous()` after a transpose).
     Copy,
@@ -1464,6 +1465,16 @@ mod tests {
             err.contains("`in_features` must not be negative, got -5"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn kind_serialises_as_its_name() {
+        // Regression (issue 23): `masked_fill` serialised as `maskedfill` in predictions.
+        for kind in ModuleKind::ALL {
+            let json = serde_json::to_string(&kind).unwrap();
+            assert_eq!(json, format!("\"{}\"", kind.name()));
+            assert_eq!(serde_json::from_str::<ModuleKind>(&json).unwrap(), kind);
+        }
     }
 
     #[test]

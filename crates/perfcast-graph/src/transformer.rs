@@ -13,7 +13,7 @@
 //! | MLP width | `intermediate_size`, `n_inner`, `ffn_dim` (default 4 x width, GPT-2's `n_inner: null`) |
 //! | vocabulary | `vocab_size` |
 //! | positions | `max_position_embeddings`, `n_positions`, `n_ctx` |
-//! | activation | `hidden_act`, `activation_function` (`gelu*` -> gelu, `relu`, `silu`/`swish`, `tanh`) |
+//! | activation | `hidden_act`, `activation_function` (`gelu`, `gelu_pytorch_tanh` -> gelu; `gelu_new`, `gelu_fast` -> the tanh formula's eight element-wise kernels, as eager PyTorch runs them; `relu`, `silu`/`swish`, `tanh`) |
 //! | norm placement | OPT's `do_layer_norm_before` (default true); BERT is post-norm, GPT-2 and Llama pre-norm |
 //! | dropout (training graphs) | `hidden_dropout_prob`, `resid_pdrop`, `dropout`; attention: `attention_probs_dropout_prob`, `attn_pdrop`, `attention_dropout` |
 //!
@@ -31,9 +31,9 @@
 //!   normalises. Llama has rotary positions inside attention instead.
 //! - Attention: Q, K, V projections (GPT-2's fused `c_attn`, one linear of `3h` outputs), the
 //!   head split as zero-cost views (K presented transposed: the scores matmul reads it
-//!   `trans_b`), scores `QK^T` per head, the scale (a scalar op), the mask (BERT and OPT/Llama
-//!   add a broadcast mask: one pass over the scores, an `add_scalar`; GPT-2 picks with a causal
-//!   `masked_fill`), softmax, `probs x V`, the heads merged back (`transpose().contiguous()`: a
+//!   `trans_b`), scores `QK^T` per head, the scale (a scalar op), the mask (Hugging Face's eager
+//!   attention adds a broadcast mask, causal for decoders: one pass over the scores, an
+//!   `add_scalar`), softmax, `probs x V`, the heads merged back (`transpose().contiguous()`: a
 //!   copy), the output projection. Llama adds rotary embeddings to Q and K (`x cos`, the
 //!   rotate-half as a negated half and a concat, `x sin`, an add) and repeats grouped K/V heads
 //!   (a concat of the copies) when it has fewer K/V heads than heads.
@@ -86,8 +86,11 @@ impl Family {
 /// The activation of the MLP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {
-    /// GELU (erf or tanh form).
+    /// GELU, one kernel (`gelu`, `gelu_pytorch_tanh`).
     Gelu,
+    /// GELU's tanh approximation written out as Hugging Face's `gelu_new` runs it in eager
+    /// PyTorch: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, eight element-wise kernels.
+    GeluNew,
     /// ReLU.
     Relu,
     /// SiLU (swish).
@@ -99,7 +102,7 @@ pub enum Activation {
 impl Activation {
     fn spec(self, e: Elementwise) -> ModuleSpec {
         match self {
-            Activation::Gelu => ModuleSpec::Gelu(e),
+            Activation::Gelu | Activation::GeluNew => ModuleSpec::Gelu(e),
             Activation::Relu => ModuleSpec::Relu(e),
             Activation::Silu => ModuleSpec::Silu(e),
             Activation::Tanh => ModuleSpec::Tanh(e),
@@ -314,6 +317,7 @@ impl TransformerConfig {
             .str_opt(&["hidden_act", "activation_function"])?
             .unwrap_or(("hidden_act", default_act));
         let activation = match act.to_ascii_lowercase().as_str() {
+            "gelu_new" | "gelu_fast" => Activation::GeluNew,
             a if a.starts_with("gelu") => Activation::Gelu,
             "relu" => Activation::Relu,
             "silu" | "swish" => Activation::Silu,
@@ -599,28 +603,18 @@ impl Builder<'_> {
             }),
         );
         let st = [heads, t, t];
-        let scaled = match c.family {
-            Family::Opt => scores,
-            Family::Llama => self.unary(
+        // Hugging Face's eager attention: scores times the scale, plus an
+        // additive mask (causal for decoders, padding for BERT), one pass each.
+        let scaled = if c.family == Family::Opt {
+            scores
+        } else {
+            self.unary(
                 &format!("{p}.scale"),
                 &scores,
                 ModuleSpec::MulScalar(ew(st)),
-            ),
-            Family::Bert | Family::Gpt2 => self.unary(
-                &format!("{p}.scale"),
-                &scores,
-                ModuleSpec::DivScalar(ew(st)),
-            ),
-        };
-        let masked = if c.family == Family::Gpt2 {
-            self.unary(
-                &format!("{p}.mask"),
-                &scaled,
-                ModuleSpec::MaskedFill(ew(st)),
             )
-        } else {
-            self.unary(&format!("{p}.mask"), &scaled, ModuleSpec::AddScalar(ew(st)))
         };
+        let masked = self.unary(&format!("{p}.mask"), &scaled, ModuleSpec::AddScalar(ew(st)));
         let probs = self.unary(
             &format!("{p}.softmax"),
             &masked,
@@ -648,7 +642,7 @@ impl Builder<'_> {
         let merged = self.push(
             Layer::new(
                 format!("{p}.merge_heads"),
-                ModuleSpec::Copy(ew([t, heads, d])),
+                ModuleSpec::Copy(ew([1, t, heads * d])),
             )
             .reads(&context)
             .reshaped(),
@@ -678,7 +672,7 @@ impl Builder<'_> {
             self.linear(&format!("{p}.down"), &prod, i, h, false)
         } else {
             let fc = self.linear(&format!("{p}.fc1"), x, h, i, true);
-            let act = self.unary(&format!("{p}.act"), &fc, c.activation.spec(ew(inner)));
+            let act = self.activation(&format!("{p}.act"), &fc, inner);
             self.linear(&format!("{p}.fc2"), &act, i, h, true)
         };
         self.dropout(
@@ -687,6 +681,34 @@ impl Builder<'_> {
             c.dropout,
             self.hidden_shape(),
         )
+    }
+
+    /// The MLP activation over `shape`; `gelu_new` as its eight kernels.
+    fn activation(&mut self, p: &str, x: &str, shape: [usize; 3]) -> String {
+        if self.config.activation != Activation::GeluNew {
+            return self.unary(p, x, self.config.activation.spec(ew(shape)));
+        }
+        let e = ew(shape);
+        let cube = self.unary(&format!("{p}.pow"), x, ModuleSpec::PowScalar(e.clone()));
+        let scaled = self.unary(
+            &format!("{p}.mul1"),
+            &cube,
+            ModuleSpec::MulScalar(e.clone()),
+        );
+        let inner = self.binary(&format!("{p}.add1"), x, &scaled, ModuleSpec::Add(e.clone()));
+        let arg = self.unary(
+            &format!("{p}.mul2"),
+            &inner,
+            ModuleSpec::MulScalar(e.clone()),
+        );
+        let tanh = self.unary(&format!("{p}.tanh"), &arg, ModuleSpec::Tanh(e.clone()));
+        let one = self.unary(
+            &format!("{p}.add2"),
+            &tanh,
+            ModuleSpec::AddScalar(e.clone()),
+        );
+        let half = self.unary(&format!("{p}.mul3"), x, ModuleSpec::MulScalar(e.clone()));
+        self.binary(&format!("{p}.mul4"), &half, &one, ModuleSpec::Mul(e))
     }
 
     fn block(&mut self, p: &str, x: &str) -> String {
@@ -837,14 +859,17 @@ mod tests {
     }
 
     #[test]
-    fn gpt2_is_pre_norm_with_fused_qkv_causal_mask_and_lm_head() {
+    fn gpt2_is_pre_norm_with_fused_qkv_additive_mask_gelu_new_and_lm_head() {
         let config = load("gpt2");
         assert_eq!(config.family, Family::Gpt2);
         assert!(config.pre_norm);
         let net = config.build(&BuildOptions::new(64)).unwrap();
         let qkv = net.layers.iter().find(|l| l.name == "h3.attn.qkv").unwrap();
         assert_eq!(qkv.spec.output_shape().unwrap(), vec![64, 2304]);
-        assert_eq!(count(&net, ModuleKind::MaskedFill), 12);
+        assert_eq!(count(&net, ModuleKind::AddScalar), 12 * 2);
+        // gelu_new as eager PyTorch runs it: eight kernels, one of them a tanh.
+        assert_eq!(count(&net, ModuleKind::Tanh), 12);
+        assert_eq!(count(&net, ModuleKind::Gelu), 0);
         assert_eq!(count(&net, ModuleKind::LayerNorm), 2 * 12 + 1);
         assert_eq!(net.output_shape().unwrap(), vec![64, 50257]);
         // Training graphs get the config's dropout layers: embeddings, and per block the

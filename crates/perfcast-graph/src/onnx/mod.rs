@@ -34,7 +34,8 @@
 //! | `Reshape` / `Flatten` of a transposed tensor | copy (PyTorch's reshape materialises a permuted tensor) |
 //! | `Concat`, `Slice`, `Pad` | concat, slice, pad |
 //! | `ReduceSum`, `ReduceMean` | sum |
-//! | `Cast` | copy |
+//! | `Cast` | copy; a view when it casts an activation to float (a no-op in eager PyTorch) |
+//! | `GatherElements` | slice |
 //! | nearest kinds: `Erf` -> gelu (an erf per element), `Exp`/`Log` -> sigmoid, `Sqrt` -> pow_scalar, `Reciprocal` -> div_scalar, `Neg` -> mul_scalar, `Clip`/`LeakyRelu`/`HardSigmoid`/`HardSwish`/`Abs` -> relu | |
 //!
 //! Every other op is *unmapped*: listed in [`Imported::unmapped`] with its count and its share
@@ -924,6 +925,7 @@ impl<'a> Importer<'a> {
                     })?,
                 )
             }
+            "GatherElements" => same(self.shape(node, 1)?),
             "Gather" => {
                 let data = self.shape(node, 0)?;
                 let idx = self.shape(node, 1)?;
@@ -1354,7 +1356,19 @@ impl<'a> Importer<'a> {
                 self.nearest(node, ModuleKind::Relu);
                 unary(ModuleKind::Relu)
             }
-            "Cast" => unary(ModuleKind::Copy),
+            // A cast of an activation to float is a no-op in eager PyTorch (`.type()` of its own
+            // type); other casts convert every element.
+            "Cast" => {
+                let from_layer = self
+                    .val(node, 0)?
+                    .is_some_and(|v| matches!(v.src, Src::Layer(_)));
+                if from_layer && node.int("to", 0) == i64::from(proto::dtype::FLOAT) {
+                    unary(ModuleKind::View)
+                } else {
+                    unary(ModuleKind::Copy)
+                }
+            }
+            "GatherElements" => unary(ModuleKind::Slice),
             "Identity" | "Expand" | "Squeeze" | "Unsqueeze" | "Transpose" => {
                 unary(ModuleKind::View)
             }
