@@ -490,6 +490,48 @@ mod tests {
     }
 
     #[test]
+    fn the_kinds_real_models_add_run_in_a_network() {
+        // Issue 23: embedding, rmsnorm, silu, views, concat, slice, pad and a detached layer
+        // (a tensor the network does not model) run forward and train, wired as imports wire
+        // them (parts of a tensor get operands of their own).
+        use perfcast_core::{Elementwise, Embedding, Layer, LayerNorm, ModuleSpec, Network};
+        let e = |shape| Elementwise { shape };
+        let net = Network {
+            name: "parts".into(),
+            input: vec![8],
+            layers: vec![
+                Layer::new(
+                    "embed",
+                    ModuleSpec::Embedding(Embedding {
+                        tokens: 8,
+                        vocab: 50,
+                        features: 16,
+                    }),
+                ),
+                Layer::new(
+                    "norm",
+                    ModuleSpec::RmsNorm(LayerNorm {
+                        tokens: 8,
+                        features: 16,
+                    }),
+                ),
+                Layer::new("act", ModuleSpec::Silu(e([1, 8, 16]))),
+                Layer::new("heads", ModuleSpec::View(e([2, 8, 8]))),
+                Layer::new("half", ModuleSpec::Slice(e([2, 8, 4]))),
+                Layer::new("join", ModuleSpec::Concat(e([2, 8, 8]))),
+                Layer::new("mask", ModuleSpec::AddScalar(e([1, 4, 4]))).detach(),
+                Layer::new("pad", ModuleSpec::Pad(e([2, 10, 10]))).reads("join"),
+            ],
+        };
+        net.check().unwrap();
+        let device = crate::Backend::Flex.device().unwrap();
+        for phase in [Phase::Inference, Phase::Training] {
+            let (mut call, _) = prepare_network(&net, &context(2, phase), &device).unwrap();
+            call().unwrap_or_else(|e| panic!("{phase:?}: {e}"));
+        }
+    }
+
+    #[test]
     fn residual_and_attention_wiring_trains() {
         let device = crate::Backend::Flex.device().unwrap();
         for name in ["resnet18", "transformer"] {
