@@ -21,7 +21,7 @@ use crate::spec::{Elementwise, LayerNorm, MAX_AXIS, ModuleSpec};
 ///
 /// - linear `(B, T, in -> out)` -> `(1, B*T, in -> out)`: GEMM(B*T, in, out);
 /// - matmul `(B, H, m, k, n)` -> `(1, B*H, m, k, n)`: bmm(B*H, m, k, n);
-/// - LayerNorm `(B, T, F)` -> `(1, B*T, F)`;
+/// - LayerNorm and RMSNorm `(B, T, F)` -> `(1, B*T, F)`; an embedding's `B x T` lookups -> `B*T`;
 /// - element-wise and softmax `(B, c, h, w)` -> `(1, 1, B*c*h, w)` (softmax reduces over `w`).
 ///
 /// Convolutions and pooling keep their batch: their kernels tile the batch into the GEMM's
@@ -45,6 +45,14 @@ pub fn canonical(spec: &ModuleSpec, context: &Context) -> Option<(ModuleSpec, Co
         ModuleSpec::LayerNorm(l) if b > 1 => ModuleSpec::LayerNorm(LayerNorm {
             tokens: fold(l.tokens)?,
             features: l.features,
+        }),
+        ModuleSpec::RmsNorm(l) if b > 1 => ModuleSpec::RmsNorm(LayerNorm {
+            tokens: fold(l.tokens)?,
+            features: l.features,
+        }),
+        ModuleSpec::Embedding(e) if b > 1 => ModuleSpec::Embedding(crate::Embedding {
+            tokens: fold(e.tokens)?,
+            ..e.clone()
         }),
         _ => {
             let e = spec.as_elementwise()?;

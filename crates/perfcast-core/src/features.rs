@@ -30,7 +30,18 @@ fn per_element_flops(spec: &ModuleSpec) -> f64 {
         ModuleSpec::Dropout(_) => 3.0,
         // A copy does no arithmetic; one nominal operation per element moved keeps its work
         // positive (models read work in log space).
-        ModuleSpec::MaskedFill(_) | ModuleSpec::Sum(_) | ModuleSpec::Copy(_) => 1.0,
+        ModuleSpec::MaskedFill(_)
+        | ModuleSpec::Sum(_)
+        | ModuleSpec::Copy(_)
+        | ModuleSpec::Concat(_)
+        | ModuleSpec::Slice(_)
+        | ModuleSpec::Pad(_)
+        | ModuleSpec::Embedding(_) => 1.0,
+        // A view moves nothing and computes nothing.
+        ModuleSpec::View(_) => 0.0,
+        ModuleSpec::Silu(_) => 5.0,
+        // A square, a mean, a reciprocal square root and a scale: LayerNorm less the centring.
+        ModuleSpec::RmsNorm(_) => 4.0,
         ModuleSpec::Sigmoid(_) | ModuleSpec::Tanh(_) => 4.0,
         ModuleSpec::Gelu(_) => 8.0,
         ModuleSpec::Softmax(_) => 5.0,
@@ -109,6 +120,13 @@ pub fn derive_with(spec: &ModuleSpec, batch: usize, out: &[usize]) -> Derived {
             2.0 * l.features as f64,
             0.0,
         ),
+        ModuleSpec::RmsNorm(l) => (in_elems * per_element_flops(spec), l.features as f64, 0.0),
+        // One nominal operation per output element (a row copy).
+        ModuleSpec::Embedding(e) => (
+            out_elems * per_element_flops(spec),
+            (e.vocab * e.features) as f64,
+            0.0,
+        ),
         ModuleSpec::Add(_) | ModuleSpec::Mul(_) | ModuleSpec::Div(_) | ModuleSpec::Pow(_) => {
             (in_elems * per_element_flops(spec), 0.0, in_elems)
         }
@@ -122,8 +140,18 @@ pub fn derive_with(spec: &ModuleSpec, batch: usize, out: &[usize]) -> Derived {
         ModuleSpec::Conv2d(_) | ModuleSpec::Linear(_) | ModuleSpec::Matmul(_) => 2.0,
         _ => 1.0,
     };
-    let bytes_read = F32_BYTES * (in_elems + extra_inputs + params);
-    let bytes_written = F32_BYTES * out_elems;
+    let (bytes_read, bytes_written) = match spec {
+        // Only the gathered rows move (as many as the output), with 8-byte (int64) indices.
+        ModuleSpec::Embedding(_) => (
+            F32_BYTES * out_elems + 8.0 * in_elems,
+            F32_BYTES * out_elems,
+        ),
+        ModuleSpec::View(_) => (0.0, 0.0),
+        _ => (
+            F32_BYTES * (in_elems + extra_inputs + params),
+            F32_BYTES * out_elems,
+        ),
+    };
     let moved = bytes_read + bytes_written;
     Derived {
         flops,
@@ -213,9 +241,29 @@ mod tests {
     }
 
     #[test]
+    fn embedding_moves_the_rows_it_reads_not_the_table() {
+        let spec = ModuleSpec::Embedding(crate::Embedding {
+            tokens: 10,
+            vocab: 50_000,
+            features: 8,
+        });
+        let d = derive(&spec, 2);
+        // 2 x 10 rows of 8 floats read and written, 20 int64 indices read.
+        assert_eq!(d.bytes_read, 4.0 * 160.0 + 8.0 * 20.0);
+        assert_eq!(d.bytes_written, 4.0 * 160.0);
+        assert_eq!(d.params, 400_000.0);
+        assert_eq!(d.output_elems, 160.0);
+    }
+
+    #[test]
     fn every_kind_has_positive_work_and_bytes() {
         for spec in crate::testing::one_of_each_kind() {
             let d = derive(&spec, 2);
+            if spec.kind().is_zero_cost() {
+                // A view is the one kind without work: predictors answer it as zero, marked.
+                assert_eq!((d.flops, d.bytes_read, d.bytes_written), (0.0, 0.0, 0.0));
+                continue;
+            }
             assert!(d.flops > 0.0, "{}", spec.describe());
             assert!(d.bytes_read > 0.0 && d.bytes_written > 0.0);
             assert!(d.train_flops >= d.flops);

@@ -38,8 +38,8 @@ pub use error::{Error, Result};
 pub use metrics::Metrics;
 pub use network::{Layer, LayerShapes, NETWORK_INPUT, Network};
 pub use spec::{
-    BatchNorm2d, Conv2d, Dims, Elementwise, LayerNorm, Linear, MAX_AXIS, MAX_ELEMENTS, Matmul,
-    ModuleKind, ModuleSpec, Pool2d,
+    BatchNorm2d, Conv2d, Dims, Elementwise, Embedding, LayerNorm, Linear, MAX_AXIS, MAX_ELEMENTS,
+    Matmul, ModuleKind, ModuleSpec, Pool2d, Reads,
 };
 
 /// perfcast's version, recorded in every dataset row and bundle.

@@ -38,6 +38,9 @@
 //!   - `second_from` (required for `add`, `mul` and `matmul`, refused for other kinds): the
 //!     layer (or `input`) whose output is the second operand. A residual connection is an `add`
 //!     whose `second_from` names the block's input (or the shortcut branch's last layer).
+//!   - `detached` (optional, default false): the layer reads tensors the network does not
+//!     model (constants, a second model input, an imported op with no kind); its operands are
+//!     its spec's own shapes and `input_from` / `second_from` are ignored.
 //!   - `reshape` (optional, default false): the layer reads its operand(s) reshaped, i.e.
 //!     flattened, split into heads or transposed. Such views are free and not modelled as layers;
 //!     only the element count must match. This is how a flatten before a fully connected layer
@@ -53,6 +56,10 @@
 //! both are the same contiguous tensor. Anything else (including a flatten) needs `reshape`: it
 //! is never inferred from matching element counts alone, so a wrong `in_features` is caught.
 //!
+//! Concat and pad read a part of the tensor they write, and a slice a part of a larger one: a
+//! concat or pad layer may read at most its shape's element count, a slice at least (the
+//! other parts of a concat are not named; its cost counts them).
+//!
 //! Errors name the layer by its index in `layers` (from 0) and its name, with the expected and
 //! the actual shape, e.g. ``layer 3 `conv2`: expects input [64, 56, 56], gets [128, 28, 28]
 //! from layer 2 `pool1` ``.
@@ -63,7 +70,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::spec::ModuleSpec;
+use crate::spec::{ModuleSpec, Reads};
 
 /// The reserved layer name that refers to the network input in `input_from` and `second_from`.
 pub const NETWORK_INPUT: &str = "input";
@@ -96,6 +103,12 @@ pub struct Layer {
     /// the element count must then match. Default false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub reshape: bool,
+    /// Whether the layer reads tensors the network does not model (a constant, a second model
+    /// input, the output of an imported op with no kind): its operand shapes are then its
+    /// spec's own, checked by the spec alone, and `input_from` / `second_from` are not used.
+    /// Default false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub detached: bool,
     /// What the layer computes, with its per-sample input shape.
     pub spec: ModuleSpec,
 }
@@ -123,8 +136,15 @@ impl Layer {
             input_from: None,
             second_from: None,
             reshape: false,
+            detached: false,
             spec,
         }
+    }
+
+    /// Reads tensors the network does not model (see [`Layer::detached`]).
+    pub fn detach(mut self) -> Self {
+        self.detached = true;
+        self
     }
 
     /// Reads the output of the layer `name` (or [`NETWORK_INPUT`]) instead of the previous one.
@@ -169,8 +189,15 @@ fn elements(shape: &[usize]) -> u128 {
         .fold(1u128, |acc, &d| acc.saturating_mul(d as u128))
 }
 
-/// Whether a layer expecting `expected` can read a tensor of shape `got`.
-fn fits(expected: &[usize], got: &[usize], reshape: bool) -> bool {
+/// Whether a layer expecting `expected` can read a tensor of shape `got`. Concat and pad read
+/// one part of what they write, a slice part of a larger tensor ([`crate::ModuleKind::reads`]): for
+/// them only the element counts are compared.
+fn fits(expected: &[usize], got: &[usize], reshape: bool, reads: Reads) -> bool {
+    match reads {
+        Reads::AtMost => return elements(got) <= elements(expected),
+        Reads::AtLeast => return elements(got) >= elements(expected),
+        Reads::Exactly => {}
+    }
     if reshape {
         elements(expected) == elements(got)
     } else {
@@ -282,6 +309,15 @@ impl Network {
                 layer_error(message)
             };
 
+            if layer.detached {
+                index.insert(&layer.name, i);
+                shapes.push(LayerShapes {
+                    input: layer.spec.input_shape(),
+                    second: second_operand_shape(&layer.spec),
+                    output,
+                });
+                continue;
+            }
             let source = match &layer.input_from {
                 Some(name) => resolve("input_from", name)?,
                 None if i == 0 => Source::Input,
@@ -289,7 +325,7 @@ impl Network {
             };
             let expected = layer.spec.input_shape();
             let got = shape_of(source);
-            if !fits(&expected, got, layer.reshape) {
+            if !fits(&expected, got, layer.reshape, layer.spec.kind().reads()) {
                 return Err(mismatch("input", &expected, got, source));
             }
 
@@ -298,7 +334,7 @@ impl Network {
                 (Some(expected), Some(name)) => {
                     let source = resolve("second_from", name)?;
                     let got = shape_of(source);
-                    if !fits(&expected, got, layer.reshape) {
+                    if !fits(&expected, got, layer.reshape, Reads::Exactly) {
                         return Err(mismatch("second operand", &expected, got, source));
                     }
                     Some(expected)
@@ -625,6 +661,32 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("missing.json`: cannot read it"), "{err}");
+    }
+
+    #[test]
+    fn concat_and_pad_read_a_part_and_slice_a_larger_tensor() {
+        use crate::spec::Elementwise;
+        let e = |shape| Elementwise { shape };
+        let net = |second: [usize; 3]| Network {
+            name: "parts".into(),
+            input: vec![2, 4, 8],
+            layers: vec![
+                Layer::new("cat", ModuleSpec::Concat(e([2, 4, 16]))),
+                Layer::new("part", ModuleSpec::Slice(e(second))),
+                Layer::new("pad", ModuleSpec::Pad(e([2, 6, 10]))).reads(NETWORK_INPUT),
+            ],
+        };
+        assert_eq!(net([2, 4, 4]).output_shape().unwrap(), vec![2, 6, 10]);
+        // A slice cannot be larger than what it reads.
+        let err = net([2, 4, 32]).check().unwrap_err().to_string();
+        assert!(
+            err.contains("layer 1 `part`: expects input [2, 4, 32]"),
+            "{err}"
+        );
+        // A concat cannot write fewer elements than one of its parts.
+        let mut small = net([2, 4, 4]);
+        small.layers[0].spec = ModuleSpec::Concat(e([2, 4, 4]));
+        assert!(small.check().is_err());
     }
 
     #[test]

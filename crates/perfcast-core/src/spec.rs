@@ -59,16 +59,33 @@ pub enum ModuleKind {
     /// Dropout in training mode: a random mask applied and the survivors rescaled.
     Dropout,
     /// `where(mask, x, value)`: a boolean mask of the same shape picks a fill value (attention masks).
+    #[serde(rename = "masked_fill")]
     MaskedFill,
     /// A copy of a permuted tensor into contiguous memory (`contiguous()` after a transpose).
     Copy,
     /// A sum over the last dimension (reductions: losses, pooling of tokens).
     Sum,
+    /// x * sigmoid(x) (SiLU / swish, Llama's gated MLP).
+    Silu,
+    /// A view (reshape, flatten, squeeze, unsqueeze, transpose read as strides): metadata only,
+    /// predicted as zero cost and marked so.
+    View,
+    /// Concatenation of parts into one tensor: every element read and written once.
+    Concat,
+    /// A slice (or one part of a split) copied out of a larger tensor.
+    Slice,
+    /// Constant padding into a larger tensor.
+    Pad,
+    /// RMS normalisation of `[tokens, features]` over `features` (Llama).
+    #[serde(rename = "rmsnorm")]
+    RmsNorm,
+    /// Embedding lookup: `tokens` rows gathered from a `[vocab, features]` table.
+    Embedding,
 }
 
 impl ModuleKind {
     /// All kinds, in a stable order.
-    pub const ALL: [ModuleKind; 24] = [
+    pub const ALL: [ModuleKind; 31] = [
         ModuleKind::Conv2d,
         ModuleKind::Linear,
         ModuleKind::Matmul,
@@ -93,6 +110,13 @@ impl ModuleKind {
         ModuleKind::MaskedFill,
         ModuleKind::Copy,
         ModuleKind::Sum,
+        ModuleKind::Silu,
+        ModuleKind::View,
+        ModuleKind::Concat,
+        ModuleKind::Slice,
+        ModuleKind::Pad,
+        ModuleKind::RmsNorm,
+        ModuleKind::Embedding,
     ];
 
     /// The kind's name, as used in file names, JSON and the CLI.
@@ -122,6 +146,13 @@ impl ModuleKind {
             ModuleKind::MaskedFill => "masked_fill",
             ModuleKind::Copy => "copy",
             ModuleKind::Sum => "sum",
+            ModuleKind::Silu => "silu",
+            ModuleKind::View => "view",
+            ModuleKind::Concat => "concat",
+            ModuleKind::Slice => "slice",
+            ModuleKind::Pad => "pad",
+            ModuleKind::RmsNorm => "rmsnorm",
+            ModuleKind::Embedding => "embedding",
         }
     }
 
@@ -156,7 +187,8 @@ impl ModuleKind {
                 "pad_h", "pad_w",
             ],
             ModuleKind::BatchNorm2d => &["channels", "in_h", "in_w"],
-            ModuleKind::LayerNorm => &["tokens", "features"],
+            ModuleKind::LayerNorm | ModuleKind::RmsNorm => &["tokens", "features"],
+            ModuleKind::Embedding => &["tokens", "vocab", "features"],
             _ => &["c", "h", "w"],
         }
     }
@@ -190,7 +222,28 @@ impl ModuleKind {
                 | ModuleKind::Linear
                 | ModuleKind::BatchNorm2d
                 | ModuleKind::LayerNorm
+                | ModuleKind::RmsNorm
+                | ModuleKind::Embedding
         )
+    }
+
+    /// Whether the kind does no work at all (a view): predictors answer it as zero cost, marked
+    /// so, whatever a bundle holds, and sweeps do not measure it.
+    pub fn is_zero_cost(self) -> bool {
+        self == ModuleKind::View
+    }
+
+    /// How the element count of the tensor a layer of this kind reads relates to its spec's
+    /// own [`ModuleSpec::input_shape`]: concat and pad read one part of what they write (at
+    /// most as many elements); a slice copies, and a view presents, part of a larger tensor or
+    /// all of it (at least as many: a split's parts are views in PyTorch); every other kind
+    /// reads exactly its input shape.
+    pub fn reads(self) -> Reads {
+        match self {
+            ModuleKind::Concat | ModuleKind::Pad => Reads::AtMost,
+            ModuleKind::Slice | ModuleKind::View => Reads::AtLeast,
+            _ => Reads::Exactly,
+        }
     }
 }
 
@@ -220,6 +273,13 @@ impl std::str::FromStr for ModuleKind {
             "where" | "masked_fill" => "masked_fill",
             "contiguous" | "copy" => "copy",
             "reduce_sum" | "sum" => "sum",
+            "swish" | "silu" => "silu",
+            "reshape" | "flatten" | "squeeze" | "unsqueeze" | "transpose" | "view" => "view",
+            "cat" | "concat" | "concatenate" => "concat",
+            "split" | "narrow" | "slice" => "slice",
+            "pad" | "constant_pad" => "pad",
+            "rms_norm" | "rmsnorm" => "rmsnorm",
+            "gather" | "embedding" => "embedding",
             other => other,
         };
         Self::ALL
@@ -346,7 +406,38 @@ pub struct LayerNorm {
     pub features: usize,
 }
 
+/// Embedding lookup: `tokens` indices per sample gather rows of a `[vocab, features]` table.
+///
+/// Input `[1, tokens]` (the indices), output `[tokens, features]`. Only the rows read move:
+/// bytes are the gathered rows, the indices (8 bytes each) and the output, not the table.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Embedding {
+    /// Indices per sample (sequence length); default 1.
+    #[serde(default = "one")]
+    pub tokens: usize,
+    /// Rows of the table.
+    pub vocab: usize,
+    /// Columns of the table (the embedding width).
+    pub features: usize,
+}
+
+/// How many elements a layer may read against its spec's input shape ([`ModuleKind::reads`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reads {
+    /// The input shape itself (up to leading ones, or its element count when reshaped).
+    Exactly,
+    /// One part of the input shape: concat and pad read a part of what they write.
+    AtMost,
+    /// At least the input shape: a slice copies, a view presents, part of a larger tensor.
+    AtLeast,
+}
+
 /// An element-wise op (activation, add, mul) or softmax on a `[c, h, w]` tensor per sample.
+///
+/// Concat, slice and pad are element-wise shaped too: their `shape` is the tensor they write
+/// (the concatenation, the slice, the padded tensor), which they read as a copy; a view's is
+/// the shape it presents.
 ///
 /// Any per-sample rank folds into three dims: a `[tokens, features]` activation is `[1, tokens,
 /// features]`. Softmax runs over the last dim.
@@ -378,6 +469,11 @@ macro_rules! elementwise_spec {
             | ModuleSpec::MaskedFill($e)
             | ModuleSpec::Copy($e)
             | ModuleSpec::Sum($e)
+            | ModuleSpec::Silu($e)
+            | ModuleSpec::View($e)
+            | ModuleSpec::Concat($e)
+            | ModuleSpec::Slice($e)
+            | ModuleSpec::Pad($e)
     };
 }
 
@@ -438,6 +534,21 @@ pub enum ModuleSpec {
     Copy(Elementwise),
     /// A sum over the last dimension (reductions: losses, pooling of tokens), on an [`Elementwise`] shape.
     Sum(Elementwise),
+    /// SiLU on an [`Elementwise`] shape.
+    Silu(Elementwise),
+    /// A zero-cost view presenting an [`Elementwise`] shape.
+    View(Elementwise),
+    /// A concatenation writing an [`Elementwise`] shape.
+    Concat(Elementwise),
+    /// A slice copied out into an [`Elementwise`] shape.
+    Slice(Elementwise),
+    /// Constant padding writing an [`Elementwise`] shape.
+    Pad(Elementwise),
+    /// RMS normalisation, see [`LayerNorm`] (the same shape, no mean and no shift).
+    #[serde(rename = "rmsnorm")]
+    RmsNorm(LayerNorm),
+    /// See [`Embedding`].
+    Embedding(Embedding),
 }
 
 fn one() -> usize {
@@ -638,6 +749,13 @@ impl ModuleSpec {
             ModuleSpec::MaskedFill(_) => ModuleKind::MaskedFill,
             ModuleSpec::Copy(_) => ModuleKind::Copy,
             ModuleSpec::Sum(_) => ModuleKind::Sum,
+            ModuleSpec::Silu(_) => ModuleKind::Silu,
+            ModuleSpec::View(_) => ModuleKind::View,
+            ModuleSpec::Concat(_) => ModuleKind::Concat,
+            ModuleSpec::Slice(_) => ModuleKind::Slice,
+            ModuleSpec::Pad(_) => ModuleKind::Pad,
+            ModuleSpec::RmsNorm(_) => ModuleKind::RmsNorm,
+            ModuleSpec::Embedding(_) => ModuleKind::Embedding,
         }
     }
 
@@ -669,6 +787,11 @@ impl ModuleSpec {
             ModuleKind::MaskedFill => ModuleSpec::MaskedFill(e),
             ModuleKind::Copy => ModuleSpec::Copy(e),
             ModuleKind::Sum => ModuleSpec::Sum(e),
+            ModuleKind::Silu => ModuleSpec::Silu(e),
+            ModuleKind::View => ModuleSpec::View(e),
+            ModuleKind::Concat => ModuleSpec::Concat(e),
+            ModuleKind::Slice => ModuleSpec::Slice(e),
+            ModuleKind::Pad => ModuleSpec::Pad(e),
             _ => return None,
         })
     }
@@ -707,6 +830,7 @@ impl ModuleSpec {
                 elements_at_most(kind, "weight", &[l.out_features, l.in_features])
             }
             ModuleSpec::Matmul(m) => elements_at_most(kind, "right operand", &[m.heads, m.k, m.n]),
+            ModuleSpec::Embedding(e) => elements_at_most(kind, "table", &[e.vocab, e.features]),
             _ => Ok(()),
         }
     }
@@ -726,7 +850,8 @@ impl ModuleSpec {
                 Dims::new([p.channels, p.input_hw[0], p.input_hw[1]])
             }
             ModuleSpec::BatchNorm2d(b) => Dims::new([b.channels, b.input_hw[0], b.input_hw[1]]),
-            ModuleSpec::LayerNorm(l) => Dims::new([l.tokens, l.features]),
+            ModuleSpec::LayerNorm(l) | ModuleSpec::RmsNorm(l) => Dims::new([l.tokens, l.features]),
+            ModuleSpec::Embedding(e) => Dims::new([1, e.tokens]),
             elementwise_spec!(e) => Dims::new(e.shape),
         }
     }
@@ -837,10 +962,16 @@ impl ModuleSpec {
                 positive(kind, "input width", b.input_hw[1])?;
                 Ok(self.input_dims())
             }
-            ModuleSpec::LayerNorm(l) => {
+            ModuleSpec::LayerNorm(l) | ModuleSpec::RmsNorm(l) => {
                 positive(kind, "tokens", l.tokens)?;
                 positive(kind, "features", l.features)?;
                 Ok(self.input_dims())
+            }
+            ModuleSpec::Embedding(e) => {
+                positive(kind, "tokens", e.tokens)?;
+                positive(kind, "vocab", e.vocab)?;
+                positive(kind, "features", e.features)?;
+                Ok(Dims::new([e.tokens, e.features]))
             }
             elementwise_spec!(e) => {
                 for (name, v) in ["c", "h", "w"].iter().zip(e.shape) {
@@ -912,7 +1043,8 @@ impl ModuleSpec {
             ModuleSpec::BatchNorm2d(b) => {
                 all(&[u(b.channels), u(b.input_hw[0]), u(b.input_hw[1])]);
             }
-            ModuleSpec::LayerNorm(l) => all(&[u(l.tokens), u(l.features)]),
+            ModuleSpec::LayerNorm(l) | ModuleSpec::RmsNorm(l) => all(&[u(l.tokens), u(l.features)]),
+            ModuleSpec::Embedding(e) => all(&[u(e.tokens), u(e.vocab), u(e.features)]),
             elementwise_spec!(e) => all(&e.shape.map(u)),
         }
     }
@@ -1048,6 +1180,15 @@ impl ModuleSpec {
                 tokens: v[0],
                 features: v[1],
             }),
+            ModuleKind::RmsNorm => ModuleSpec::RmsNorm(LayerNorm {
+                tokens: v[0],
+                features: v[1],
+            }),
+            ModuleKind::Embedding => ModuleSpec::Embedding(Embedding {
+                tokens: v[0],
+                vocab: v[1],
+                features: v[2],
+            }),
             elementwise => {
                 let e = Elementwise {
                     shape: [v[0], v[1], v[2]],
@@ -1113,6 +1254,10 @@ impl ModuleSpec {
                 b.channels, b.input_hw[0], b.input_hw[1]
             ),
             ModuleSpec::LayerNorm(l) => format!("layernorm {}x{}", l.tokens, l.features),
+            ModuleSpec::RmsNorm(l) => format!("rmsnorm {}x{}", l.tokens, l.features),
+            ModuleSpec::Embedding(e) => {
+                format!("embedding {}x[{}x{}]", e.tokens, e.vocab, e.features)
+            }
             elementwise_spec!(e) => format!(
                 "{} {}x{}x{}",
                 self.kind(),
@@ -1320,6 +1465,16 @@ mod tests {
             err.contains("`in_features` must not be negative, got -5"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn kind_serialises_as_its_name() {
+        // Regression (issue 23): `masked_fill` serialised as `maskedfill` in predictions.
+        for kind in ModuleKind::ALL {
+            let json = serde_json::to_string(&kind).unwrap();
+            assert_eq!(json, format!("\"{}\"", kind.name()));
+            assert_eq!(serde_json::from_str::<ModuleKind>(&json).unwrap(), kind);
+        }
     }
 
     #[test]

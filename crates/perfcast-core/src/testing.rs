@@ -64,7 +64,21 @@ pub fn one_of_each_kind() -> Vec<ModuleSpec> {
         ModuleSpec::Dropout(e.clone()),
         ModuleSpec::MaskedFill(e.clone()),
         ModuleSpec::Copy(e.clone()),
-        ModuleSpec::Sum(e),
+        ModuleSpec::Sum(e.clone()),
+        ModuleSpec::Silu(e.clone()),
+        ModuleSpec::View(e.clone()),
+        ModuleSpec::Concat(e.clone()),
+        ModuleSpec::Slice(e.clone()),
+        ModuleSpec::Pad(e),
+        ModuleSpec::RmsNorm(crate::LayerNorm {
+            tokens: 4,
+            features: 16,
+        }),
+        ModuleSpec::Embedding(crate::Embedding {
+            tokens: 8,
+            vocab: 100,
+            features: 16,
+        }),
     ]
 }
 

@@ -27,6 +27,10 @@ use crate::timer::TimingConfig;
 enum Source {
     Input,
     Layer(usize),
+    /// A tensor of its own, made once: what a detached layer reads (a constant, a second model
+    /// input), and what a layer reads when it is part of a larger or smaller tensor (concat,
+    /// slice, pad, a view of one part of a split), which a reshape cannot give.
+    Fresh(usize),
 }
 
 /// Counts that describe a network's run, for composition models and reports.
@@ -56,6 +60,8 @@ pub struct NetworkRun {
     /// Per layer: the index of the last layer that reads its output (frees it afterwards).
     last_use: Vec<usize>,
     input: Tensor<4>,
+    /// The [`Source::Fresh`] operands.
+    fresh: Vec<Tensor<4>>,
     training: bool,
     velocity: Vec<Vec<Option<Param>>>,
     device: Device,
@@ -67,7 +73,7 @@ impl NetworkRun {
     /// Builds `network` for `context`'s batch and phase on `device` (a plain device; autodiff is
     /// added here for training). The network is checked first; errors name the layer.
     pub fn new(network: &Network, context: &Context, device: &Device) -> Result<Self, String> {
-        network.check().map_err(|e| e.to_string())?;
+        let checked = network.check().map_err(|e| e.to_string())?;
         let training = context.phase == Phase::Training;
         let device = if training {
             device.clone().autodiff()
@@ -78,6 +84,7 @@ impl NetworkRun {
         let mut index = std::collections::HashMap::new();
         let mut wiring = Vec::with_capacity(network.layers.len());
         let mut last_use: Vec<usize> = vec![0; network.layers.len()];
+        let mut fresh_shapes: Vec<[usize; 4]> = Vec::new();
         for (i, layer) in network.layers.iter().enumerate() {
             let resolve = |name: &str| -> Source {
                 if name == perfcast_core::network::NETWORK_INPUT {
@@ -93,6 +100,33 @@ impl NetworkRun {
                 None => Source::Layer(i - 1),
             };
             let second = layer.second_from.as_deref().map(resolve);
+            let shape = operand_shape(&layer.spec, batch);
+            let second_shape = second_operand_shape(&layer.spec, batch);
+            // A source whose element count differs from the operand cannot be reshaped into it.
+            let count = |source: Source| -> usize {
+                match source {
+                    Source::Input => batch * network.input.iter().product::<usize>(),
+                    Source::Layer(j) => batch * checked[j].output.iter().product::<usize>(),
+                    Source::Fresh(_) => 0,
+                }
+            };
+            let mut fresh_of = |source: Source, shape: [usize; 4]| -> Source {
+                if layer.detached || count(source) != shape.iter().product::<usize>() {
+                    fresh_shapes.push(shape);
+                    Source::Fresh(fresh_shapes.len() - 1)
+                } else {
+                    source
+                }
+            };
+            let first = fresh_of(first, shape);
+            let second = match (second, second_shape) {
+                (Some(s), Some(shape)) => Some(fresh_of(s, shape)),
+                (None, Some(shape)) if layer.detached => {
+                    fresh_shapes.push(shape);
+                    Some(Source::Fresh(fresh_shapes.len() - 1))
+                }
+                (s, _) => s,
+            };
             for source in [Some(first), second].into_iter().flatten() {
                 if let Source::Layer(j) = source {
                     last_use[j] = i;
@@ -101,8 +135,8 @@ impl NetworkRun {
             wiring.push(Wiring {
                 first,
                 second,
-                shape: operand_shape(&layer.spec, batch),
-                second_shape: second_operand_shape(&layer.spec, batch),
+                shape,
+                second_shape,
             });
             index.insert(layer.name.as_str(), i);
         }
@@ -126,15 +160,20 @@ impl NetworkRun {
                 .collect();
             // The input is data, not a parameter: no gradient.
             let input = Tensor::<4>::random(input_shape, Distribution::Uniform(-1.0, 1.0), &device);
-            (layers, input)
+            let fresh: Vec<Tensor<4>> = fresh_shapes
+                .iter()
+                .map(|&s| Tensor::<4>::random(s, Distribution::Uniform(-1.0, 1.0), &device))
+                .collect();
+            (layers, input, fresh)
         })?;
-        let (layers, input) = built;
+        let (layers, input, fresh) = built;
         let velocity = layers.iter().map(|l| vec![None; l.params.len()]).collect();
         Ok(NetworkRun {
             layers,
             wiring,
             last_use,
             input,
+            fresh,
             training,
             velocity,
             device,
@@ -162,6 +201,7 @@ impl NetworkRun {
         let fetch = |outputs: &[Option<Tensor<4>>], source: Source| -> Tensor<4> {
             match source {
                 Source::Input => self.input.clone(),
+                Source::Fresh(k) => self.fresh[k].clone(),
                 Source::Layer(j) => outputs[j]
                     .clone()
                     .expect("a layer's output lives until its last reader"),
@@ -446,6 +486,48 @@ mod tests {
                 prepare_network(&net, &context(1, Phase::Inference), &device).unwrap();
             assert_eq!(counts.layers, net.layers.len());
             call().unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+
+    #[test]
+    fn the_kinds_real_models_add_run_in_a_network() {
+        // Issue 23: embedding, rmsnorm, silu, views, concat, slice, pad and a detached layer
+        // (a tensor the network does not model) run forward and train, wired as imports wire
+        // them (parts of a tensor get operands of their own).
+        use perfcast_core::{Elementwise, Embedding, Layer, LayerNorm, ModuleSpec, Network};
+        let e = |shape| Elementwise { shape };
+        let net = Network {
+            name: "parts".into(),
+            input: vec![8],
+            layers: vec![
+                Layer::new(
+                    "embed",
+                    ModuleSpec::Embedding(Embedding {
+                        tokens: 8,
+                        vocab: 50,
+                        features: 16,
+                    }),
+                ),
+                Layer::new(
+                    "norm",
+                    ModuleSpec::RmsNorm(LayerNorm {
+                        tokens: 8,
+                        features: 16,
+                    }),
+                ),
+                Layer::new("act", ModuleSpec::Silu(e([1, 8, 16]))),
+                Layer::new("heads", ModuleSpec::View(e([2, 8, 8]))),
+                Layer::new("half", ModuleSpec::Slice(e([2, 8, 4]))),
+                Layer::new("join", ModuleSpec::Concat(e([2, 8, 8]))),
+                Layer::new("mask", ModuleSpec::AddScalar(e([1, 4, 4]))).detach(),
+                Layer::new("pad", ModuleSpec::Pad(e([2, 10, 10]))).reads("join"),
+            ],
+        };
+        net.check().unwrap();
+        let device = crate::Backend::Flex.device().unwrap();
+        for phase in [Phase::Inference, Phase::Training] {
+            let (mut call, _) = prepare_network(&net, &context(2, phase), &device).unwrap();
+            call().unwrap_or_else(|e| panic!("{phase:?}: {e}"));
         }
     }
 

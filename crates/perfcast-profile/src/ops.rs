@@ -9,11 +9,11 @@
 //! whole-network runner ([`crate::network`]) both use it, so a layer is measured alone exactly
 //! as it runs inside a network.
 
-use burn::tensor::activation::{gelu, relu, sigmoid, softmax, tanh};
+use burn::tensor::activation::{gelu, relu, sigmoid, silu, softmax, tanh};
 use burn::tensor::module::{
     avg_pool2d, batch_norm, batch_norm_train, conv2d, layer_norm, linear, max_pool2d,
 };
-use burn::tensor::ops::{AvgPoolOptions, ConvOptions, MaxPoolOptions};
+use burn::tensor::ops::{AvgPoolOptions, ConvOptions, MaxPoolOptions, PadMode};
 use burn::tensor::{Device, Distribution, Gradients, Tensor};
 use perfcast_core::{Context, ModuleSpec, Phase, features};
 
@@ -93,8 +93,26 @@ impl Param {
     }
 }
 
+/// The rows and columns constant padding adds on each side of a pad's `[h, w]` (one where the
+/// axis is at least 3, so the operand keeps at least one).
+fn pad_border(h: usize, w: usize) -> (usize, usize) {
+    (usize::from(h >= 3), usize::from(w >= 3))
+}
+
 /// The rank-4 shape of a spec's (first) operand at `batch`.
+///
+/// A slice reads a tensor twice its width (it copies out half), a pad a tensor its border
+/// smaller ([`pad_border`]); every other kind reads its input shape.
 pub fn operand_shape(spec: &ModuleSpec, batch: usize) -> [usize; 4] {
+    match spec {
+        ModuleSpec::Slice(e) => return [batch, e.shape[0], e.shape[1], 2 * e.shape[2]],
+        ModuleSpec::Pad(e) => {
+            let [c, h, w] = e.shape;
+            let (ph, pw) = pad_border(h, w);
+            return [batch, c, h - 2 * ph, w - 2 * pw];
+        }
+        _ => {}
+    }
     let s = spec.input_shape();
     match s.as_slice() {
         [c, h, w] => [batch, *c, *h, *w],
@@ -191,6 +209,14 @@ impl LayerOp {
                 params.push(leaf(r1(l.features, 0.5, 1.5)));
                 params.push(leaf(r1(l.features, -0.1, 0.1)));
             }
+            ModuleSpec::RmsNorm(l) => params.push(leaf(r1(l.features, 0.5, 1.5))),
+            ModuleSpec::Embedding(e) => {
+                params.push(leaf(Param::R2(Tensor::<2>::random(
+                    [e.vocab, e.features],
+                    Distribution::Uniform(-0.1, 0.1),
+                    device,
+                ))));
+            }
             _ => {}
         }
         LayerOp {
@@ -269,6 +295,53 @@ impl LayerOp {
                 x.reshape([b, c, w, h]).swap_dims(2, 3).add_scalar(0.0)
             }
             ModuleSpec::Sum(_) => x.sum_dim(3),
+            ModuleSpec::Silu(_) => silu(x),
+            // Metadata only: the same buffer under another shape.
+            ModuleSpec::View(_) => {
+                let [b, c, h, w] = x.dims();
+                x.reshape([b, c * h, w, 1])
+            }
+            // Two halves of the widest axis joined back into one tensor of the spec's shape.
+            ModuleSpec::Concat(_) => {
+                let dims = x.dims();
+                let axis = (1..4).rev().find(|&a| dims[a] >= 2).unwrap_or(3);
+                let half = dims[axis] / 2;
+                let parts = if half == 0 {
+                    vec![x]
+                } else {
+                    vec![
+                        x.clone().narrow(axis, 0, half),
+                        x.narrow(axis, half, dims[axis] - half),
+                    ]
+                };
+                Tensor::cat(parts, axis)
+            }
+            // The first half of the last axis copied out (a scalar add forces the copy).
+            ModuleSpec::Slice(e) => x.narrow(3, 0, e.shape[2]).add_scalar(0.0),
+            ModuleSpec::Pad(e) => {
+                let (ph, pw) = pad_border(e.shape[1], e.shape[2]);
+                x.pad((pw, pw, ph, ph), PadMode::Constant(0.0))
+            }
+            ModuleSpec::RmsNorm(l) => {
+                let scale = self.r1(0).reshape([1, 1, 1, l.features]);
+                let rms = (x.clone() * x.clone())
+                    .mean_dim(3)
+                    .add_scalar(1e-6)
+                    .sqrt()
+                    .recip();
+                x * rms * scale
+            }
+            // Indices drawn from the operand (uniform in [-1, 1]) spread over the table.
+            ModuleSpec::Embedding(e) => {
+                let [b, _, _, t] = x.dims();
+                let indices = x
+                    .reshape([b * t])
+                    .add_scalar(1.0)
+                    .mul_scalar(e.vocab as f64 / 2.0)
+                    .int()
+                    .clamp(0, e.vocab as i64 - 1);
+                self.r2(0).select(0, indices).reshape([b, 1, t, e.features])
+            }
         }
     }
 

@@ -26,8 +26,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use perfcast_core::{
-    BatchNorm2d, Context, Conv2d, Elementwise, LayerNorm, Linear, Matmul, ModuleKind, ModuleSpec,
-    Phase, Pool2d, features,
+    BatchNorm2d, Context, Conv2d, Elementwise, Embedding, LayerNorm, Linear, Matmul, ModuleKind,
+    ModuleSpec, Phase, Pool2d, features,
 };
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -235,8 +235,13 @@ pub fn default_params(kind: ModuleKind) -> BTreeMap<String, Param> {
             set("channels", Param::log(1.0, 2048.0));
             set("input_hw", Param::log(4.0, 256.0));
         }
-        ModuleKind::LayerNorm => {
+        ModuleKind::LayerNorm | ModuleKind::RmsNorm => {
             set("tokens", Param::log(1.0, 512.0));
+            set("features", Param::log(16.0, 8192.0));
+        }
+        ModuleKind::Embedding => {
+            set("tokens", Param::log(1.0, 512.0));
+            set("vocab", Param::log(16.0, 65536.0));
             set("features", Param::log(16.0, 8192.0));
         }
         _ => {
@@ -684,6 +689,15 @@ fn build_sample(
         }
         ModuleKind::LayerNorm => ModuleSpec::LayerNorm(LayerNorm {
             tokens: num(v, "tokens")?,
+            features: num(v, "features")?,
+        }),
+        ModuleKind::RmsNorm => ModuleSpec::RmsNorm(LayerNorm {
+            tokens: num(v, "tokens")?,
+            features: num(v, "features")?,
+        }),
+        ModuleKind::Embedding => ModuleSpec::Embedding(Embedding {
+            tokens: num(v, "tokens")?,
+            vocab: num(v, "vocab")?,
             features: num(v, "features")?,
         }),
         elementwise_kind => ModuleSpec::elementwise(elementwise_kind, elementwise()?)

@@ -101,9 +101,16 @@ fn keeps_of(kind: ModuleKind, i: usize, reads: &[Tensor], out_elems: f64) -> (Ve
     let all = reads.to_vec();
     let own = Tensor::Layer(i);
     match kind {
-        K::Conv2d | K::Linear | K::LayerNorm | K::BatchNorm2d | K::Gelu | K::PowScalar => {
-            (vec![first], 0.0)
-        }
+        K::Conv2d
+        | K::Linear
+        | K::LayerNorm
+        | K::RmsNorm
+        | K::BatchNorm2d
+        | K::Gelu
+        | K::Silu
+        | K::PowScalar
+        // An embedding's backward scatters into its table by the token ids it read.
+        | K::Embedding => (vec![first], 0.0),
         K::Matmul | K::Mul | K::Div => (all, 0.0),
         K::Pow => {
             let mut v = all;
@@ -113,9 +120,18 @@ fn keeps_of(kind: ModuleKind, i: usize, reads: &[Tensor], out_elems: f64) -> (Ve
         K::Relu | K::Sigmoid | K::Tanh | K::Softmax => (vec![own], 0.0),
         K::MaxPool2d => (vec![first], out_elems * INDEX_BYTES),
         K::Dropout | K::MaskedFill => (Vec::new(), out_elems * MASK_BYTES),
-        K::AvgPool2d | K::Add | K::AddScalar | K::MulScalar | K::DivScalar | K::Copy | K::Sum => {
-            (Vec::new(), 0.0)
-        }
+        // Linear in their input, or only moving it: the backward needs no saved tensor.
+        K::AvgPool2d
+        | K::Add
+        | K::AddScalar
+        | K::MulScalar
+        | K::DivScalar
+        | K::Copy
+        | K::Sum
+        | K::View
+        | K::Concat
+        | K::Slice
+        | K::Pad => (Vec::new(), 0.0),
     }
 }
 

@@ -354,6 +354,15 @@ mod small {
                 tokens: 1 << (i % 9),
                 features: 64 + (i * 97) % 2000,
             }),
+            ModuleKind::RmsNorm => ModuleSpec::RmsNorm(LayerNorm {
+                tokens: 1 << (i % 9),
+                features: 64 + (i * 97) % 2000,
+            }),
+            ModuleKind::Embedding => ModuleSpec::Embedding(perfcast_core::Embedding {
+                tokens: 1 << (i % 9),
+                vocab: 1000 + (i * 97) % 50_000,
+                features: 64 + (i * 97) % 2000,
+            }),
             elementwise => ModuleSpec::elementwise(elementwise, e).expect("element-wise kind"),
         }
     }

@@ -29,7 +29,9 @@ pub mod select;
 pub use bundle::{Bundle, Manifest};
 pub use compose::{Composed, HostCosts, PhaseCosts, RunShape};
 pub use error::{Error, Result};
-pub use predictor::{ModulePrediction, NetworkPrediction, Predictor, PreparedNetwork};
+pub use predictor::{
+    ModulePrediction, NetworkPrediction, Predictor, PreparedNetwork, ZERO_COST_MODEL,
+};
 pub use score::{KindScore, score_records};
 pub use select::{Budget, Candidate, Selection};
 

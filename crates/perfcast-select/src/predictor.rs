@@ -56,6 +56,21 @@ pub struct LayerPrediction {
     pub prediction: ModulePrediction,
 }
 
+/// The model name of a zero-cost kind's prediction ([`ModuleKind::is_zero_cost`]: views).
+pub const ZERO_COST_MODEL: &str = "zero-cost";
+
+/// The prediction of a zero-cost kind: 0 ms, marked by its model name and a note, never a
+/// fallback (nothing was estimated).
+fn zero_cost(kind: ModuleKind) -> ModulePrediction {
+    ModulePrediction {
+        kind,
+        ms: 0.0,
+        model: Cow::Borrowed(ZERO_COST_MODEL),
+        fallback: false,
+        warnings: Vec::new(),
+    }
+}
+
 /// A network's predicted latency: per layer and the sum.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NetworkPrediction {
@@ -342,7 +357,8 @@ impl Predictor {
                 continue;
             }
             let kind = ModuleKind::ALL[k];
-            let Some(model) = self.bundle.model(kind) else {
+            // Zero-cost kinds (views) are answered as such whatever the bundle holds.
+            let Some(model) = self.bundle.model(kind).filter(|_| !kind.is_zero_cost()) else {
                 for &i in list {
                     let (spec, context) = queries[i];
                     *slot(&mut fallback, n, i, None) = Some(self.predict_valid(spec, context)?);
@@ -499,6 +515,9 @@ impl Predictor {
         context: &Context,
         as_given: fn(&Self, &ModuleSpec, &Context) -> Result<ModulePrediction>,
     ) -> Result<ModulePrediction> {
+        if spec.kind().is_zero_cost() {
+            return Ok(zero_cost(spec.kind()));
+        }
         if self.composed(spec, context) {
             return self.predict_composed(spec, context);
         }

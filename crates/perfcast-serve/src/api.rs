@@ -92,8 +92,15 @@ const PREDICT_FIELDS: &[&str] = &[
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkRequest {
-    /// A zoo name (`vgg16`) or a network in its JSON form.
-    pub network: NetworkRef,
+    /// A zoo name (`vgg16`) or a network in its JSON form; or give `transformer`.
+    #[serde(default)]
+    pub network: Option<NetworkRef>,
+    /// A Hugging Face style transformer config (the object of a `config.json`), built with
+    /// `seq` tokens per sample (perfcast-graph's builder).
+    #[serde(default)]
+    pub transformer: Option<serde_json::Value>,
+    /// Tokens per sample of a `transformer`.
+    pub seq: Option<usize>,
     /// Input resolution of a zoo network (tokens for the transformer); default the network's.
     pub resolution: Option<usize>,
     /// Batch size; default 1.
@@ -108,6 +115,8 @@ pub struct NetworkRequest {
 
 const NETWORK_FIELDS: &[&str] = &[
     "network",
+    "transformer",
+    "seq",
     "resolution",
     "batch",
     "phase",
@@ -276,7 +285,56 @@ pub fn parse_network(body: &[u8]) -> Result<NetworkQuery, ApiError> {
             format!("`resolution` must be in 1..={MAX_RESOLUTION}, got {r}"),
         ));
     }
-    match req.network {
+    let network = match (req.network, req.transformer) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::field(
+                "transformer",
+                "give `network` or `transformer`, not both",
+            ));
+        }
+        (None, None) => {
+            return Err(ApiError::field(
+                "network",
+                "missing field `network` (a zoo name or a network object) or `transformer` (a \
+                 config object, with `seq`)",
+            ));
+        }
+        (Some(n), None) => n,
+        (None, Some(config)) => {
+            let Some(seq) = req.seq else {
+                return Err(ApiError::field(
+                    "seq",
+                    "a `transformer` needs `seq`, the tokens per sample",
+                ));
+            };
+            if req.resolution.is_some() {
+                return Err(ApiError::field(
+                    "resolution",
+                    "`resolution` applies to zoo networks only; a transformer takes `seq`",
+                ));
+            }
+            let text = config.to_string();
+            let built = perfcast_graph::transformer::TransformerConfig::from_json(
+                &text,
+                std::path::Path::new("request"),
+            )
+            .and_then(|c| c.build(&perfcast_graph::transformer::BuildOptions::new(seq)));
+            return match built {
+                Ok(network) => Ok(NetworkQuery::Inline {
+                    network: Box::new(network),
+                    context,
+                }),
+                Err(e) => Err(ApiError::field("transformer", e.to_string())),
+            };
+        }
+    };
+    if req.seq.is_some() {
+        return Err(ApiError::field(
+            "seq",
+            "`seq` applies to a `transformer` only",
+        ));
+    }
+    match network {
         NetworkRef::Zoo(name) => {
             let key = name.trim().to_ascii_lowercase();
             if perfcast_core::zoo::default_resolution(&key).is_none() {
@@ -403,7 +461,8 @@ fn diagnose_module(field: &str, value: Value) -> Result<(), ApiError> {
         ModuleKind::Matmul => typed::<Matmul>(field, rest).map(drop),
         ModuleKind::MaxPool2d | ModuleKind::AvgPool2d => typed::<Pool2d>(field, rest).map(drop),
         ModuleKind::BatchNorm2d => typed::<BatchNorm2d>(field, rest).map(drop),
-        ModuleKind::LayerNorm => typed::<LayerNorm>(field, rest).map(drop),
+        ModuleKind::LayerNorm | ModuleKind::RmsNorm => typed::<LayerNorm>(field, rest).map(drop),
+        ModuleKind::Embedding => typed::<perfcast_core::Embedding>(field, rest).map(drop),
         _ => typed::<Elementwise>(field, rest).map(drop),
     }
 }
@@ -447,13 +506,24 @@ fn diagnose_network(body: &[u8], original: &serde_json::Error) -> ApiError {
     let result = (|| {
         let mut map = parse_value(body)?;
         unknown_fields(&map, NETWORK_FIELDS)?;
+        if let Some(v) = map.remove("seq") {
+            typed::<Option<usize>>("seq", v)?;
+        }
+        if let Some(v) = map.remove("transformer")
+            && !v.is_null()
+            && !v.is_object()
+        {
+            return Err(ApiError::field(
+                "transformer",
+                format!(
+                    "`transformer` must be a config object, got {}",
+                    type_name(&v)
+                ),
+            ));
+        }
         match map.remove("network") {
-            None | Some(Value::Null) => {
-                return Err(ApiError::field(
-                    "network",
-                    "missing field `network` (a zoo name or a network object)",
-                ));
-            }
+            // Whether `network` or `transformer` is given is checked once the body parses.
+            None | Some(Value::Null) => {}
             Some(Value::String(_)) => {}
             Some(v @ Value::Object(_)) => {
                 typed::<Network>("network", v)?;

@@ -3,6 +3,7 @@
 
 mod devices;
 mod import;
+mod models;
 mod networks;
 mod plan;
 mod predict;

@@ -7,6 +7,7 @@ pub mod devices;
 pub mod devices_eval;
 pub mod import;
 pub mod map;
+pub mod model;
 pub mod networks;
 pub mod plan;
 pub mod predict;

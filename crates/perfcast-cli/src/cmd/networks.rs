@@ -60,8 +60,31 @@ fn choices(
     names: &[String],
     files: &[PathBuf],
     resolution: Option<usize>,
+    model: &crate::cmd::model::ModelArgs,
 ) -> anyhow::Result<Vec<NetworkChoice>> {
     let mut out = Vec::new();
+    // Transformers are built as inference graphs (no dropout layers) for every phase measured.
+    if let Some(loaded) = model.load(Phase::Inference, &[])? {
+        if let Some(report) = &loaded.report
+            && !report.unmapped.is_empty()
+        {
+            anyhow::bail!(
+                "`{}` has ops perfcast has no kind for ({}): a measured run would include them                  and its prediction not\n\nhint: `perfcast predict --onnx` lists them",
+                report.source.display(),
+                report
+                    .unmapped
+                    .iter()
+                    .map(|u| u.op.op.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        out.push(NetworkChoice {
+            label: loaded.network.name.clone(),
+            network: loaded.network,
+            resolution: None,
+        });
+    }
     for name in names {
         out.push(zoo_choice(name, resolution)?);
     }
@@ -76,7 +99,8 @@ fn choices(
     anyhow::ensure!(
         !out.is_empty(),
         "no network given\n\nhint: `--network vgg16` (zoo: {}), `--network vgg16@112` for another \
-         resolution, or `--network-file net.json`",
+         resolution, `--network-file net.json`, `--transformer config.json --seq N` or `--onnx \
+         model.onnx`",
         zoo::names().join(", ")
     );
     Ok(out)
@@ -125,6 +149,8 @@ pub struct MeasureArgs {
     /// Input resolution of zoo networks without `@` (tokens for the transformer)
     #[arg(long)]
     resolution: Option<usize>,
+    #[command(flatten)]
+    model: crate::cmd::model::ModelArgs,
     #[command(flatten)]
     options: MeasureOptions,
     /// Output format
@@ -353,7 +379,7 @@ pub fn profile_layers(
 
 /// `perfcast measure`.
 pub fn run_measure(a: MeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
-    let nets = choices(&a.network, &a.network_file, a.resolution)?;
+    let nets = choices(&a.network, &a.network_file, a.resolution, &a.model)?;
     let rows = measure_all_peaks(&nets, &a.options, ui)?;
     // The memory model's peak of a training step as `measure` runs it: fp32, SGD with
     // momentum, no runtime reserve (a CPU process); under burn's rules (what this backend keeps)
@@ -490,6 +516,8 @@ pub struct RunsSource {
     #[arg(long, conflicts_with_all = ["networks", "network_file"])]
     from: Option<PathBuf>,
     #[command(flatten)]
+    model: crate::cmd::model::ModelArgs,
+    #[command(flatten)]
     options: MeasureOptions,
 }
 
@@ -512,7 +540,7 @@ fn runs(source: &RunsSource, ui: &Ui) -> anyhow::Result<Vec<(String, NetworkReco
             })
             .collect());
     }
-    let nets = choices(&source.networks, &source.network_file, None)?;
+    let nets = choices(&source.networks, &source.network_file, None, &source.model)?;
     measure_all(&nets, &source.options, ui)
 }
 

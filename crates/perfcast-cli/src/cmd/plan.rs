@@ -58,16 +58,15 @@ pub enum SortArg {
 #[derive(Debug, Args)]
 pub struct PlanArgs {
     /// A network from the built-in zoo, optionally `@resolution` (tokens for the transformer)
-    #[arg(
-        long,
-        conflicts_with = "network_file",
-        required_unless_present = "network_file"
-    )]
+    #[arg(long, conflicts_with = "network_file")]
     network: Option<String>,
     /// A network from a JSON file (format: `examples/networks/`; GPT-2 large:
     /// `examples/networks/gpt2-large.json`)
     #[arg(long)]
     network_file: Option<PathBuf>,
+    /// A Hugging Face transformer config or an ONNX model (`--transformer gpt2.json --seq 1024`)
+    #[command(flatten)]
+    model: crate::cmd::model::ModelArgs,
     /// Samples per step over all GPUs
     #[arg(long)]
     global_batch: usize,
@@ -118,12 +117,22 @@ pub struct PlanArgs {
     plot: Option<PathBuf>,
 }
 
-/// The network to plan; further sources (ONNX, Hugging Face configs) plug in here.
+/// The network to plan: a zoo name, a network JSON, a transformer config or an ONNX file.
 fn network_of(a: &PlanArgs) -> anyhow::Result<Network> {
+    // A training step: a transformer config builds its dropout layers.
+    if let Some(loaded) = a.model.load(perfcast_core::Phase::Training, &[])? {
+        anyhow::ensure!(
+            a.network.is_none() && a.network_file.is_none(),
+            "give one network: `--network`, `--network-file`, `--transformer` or `--onnx`"
+        );
+        return Ok(loaded.network);
+    }
     match (&a.network, &a.network_file) {
         (Some(name), _) => Ok(zoo_choice(name, None)?.network),
         (None, Some(path)) => Ok(Network::from_json_file(path)?),
-        (None, None) => anyhow::bail!("`--network` or `--network-file` is needed"),
+        (None, None) => anyhow::bail!(
+            "nothing to plan: give `--network`, `--network-file`, `--transformer` or `--onnx`"
+        ),
     }
 }
 

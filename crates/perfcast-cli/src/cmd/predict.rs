@@ -83,6 +83,8 @@ pub struct PredictArgs {
     /// A network from a JSON file (format: `examples/networks/`)
     #[arg(long, conflicts_with = "kind")]
     network_file: Option<PathBuf>,
+    #[command(flatten)]
+    model: crate::cmd::model::ModelArgs,
     /// Predict for this device: a spec file (perfcast's `device.json` format, or a NeuSight
     /// `device_configs/*.json`); needs a cross-device bundle unless it is the bundle's device
     #[arg(long, value_name = "FILE.json", conflicts_with = "device")]
@@ -338,9 +340,14 @@ fn spec_from_flags(kind: ModuleKind, a: &PredictArgs) -> anyhow::Result<ModuleSp
             let (c, hw) = chw()?;
             json!({"channels": c, "input_hw": hw})
         }
-        ModuleKind::LayerNorm => {
+        ModuleKind::LayerNorm | ModuleKind::RmsNorm => {
             let (t, f) = tf()?;
             json!({"tokens": t, "features": f})
+        }
+        ModuleKind::Embedding => {
+            let (t, f) = tf()?;
+            json!({"tokens": t, "features": f,
+                   "vocab": a.out_features.ok_or_else(|| need("out-features (the vocabulary)"))?})
         }
         _ => {
             let mut shape = input.ok_or_else(|| need("input"))?;
@@ -360,12 +367,38 @@ fn spec_from_flags(kind: ModuleKind, a: &PredictArgs) -> anyhow::Result<ModuleSp
     Ok(spec)
 }
 
-fn network(a: &PredictArgs) -> anyhow::Result<Option<Network>> {
+fn network(
+    a: &PredictArgs,
+) -> anyhow::Result<Option<(Network, Option<crate::cmd::model::ImportReport>)>> {
+    let given = [
+        a.network.is_some(),
+        a.network_file.is_some(),
+        a.model.given(),
+    ];
+    anyhow::ensure!(
+        given.iter().filter(|g| **g).count() <= 1,
+        "give one of `--network`, `--network-file`, `--transformer` and `--onnx`"
+    );
+    if a.model.given() {
+        anyhow::ensure!(
+            a.kind.is_none(),
+            "a module kind and `--transformer` / `--onnx` cannot be given together"
+        );
+        // With `--onnx`, `--input NAME=DIMS` gives an input's shape.
+        let extra: Vec<String> = a
+            .input
+            .iter()
+            .filter(|_| a.model.onnx.is_some())
+            .cloned()
+            .collect();
+        let loaded = a.model.load(a.phase, &extra)?;
+        return Ok(loaded.map(|l| (l.network, l.report)));
+    }
     if let Some(name) = &a.network {
-        return Ok(Some(zoo::build(name, a.resolution)?));
+        return Ok(Some((zoo::build(name, a.resolution)?, None)));
     }
     if let Some(path) = &a.network_file {
-        return Ok(Some(Network::from_json_file(path)?));
+        return Ok(Some((Network::from_json_file(path)?, None)));
     }
     Ok(None)
 }
@@ -427,7 +460,8 @@ pub fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     } else {
         anyhow::bail!(
             "nothing to predict\n\nhint: name a module kind (`perfcast predict conv2d --input \
-             3x224x224 --out-channels 64 --kernel 7`), `--modules-file`, `--network` or `--network-file`"
+             3x224x224 --out-channels 64 --kernel 7`), `--modules-file`, `--network`, \
+             `--network-file`, `--transformer` or `--onnx`"
         );
     };
     let target =
@@ -449,7 +483,7 @@ pub fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         None => load_bundle(&a.bundle)?,
     };
     let predictor = Predictor::new(bundle);
-    if let Some(net) = net {
+    if let Some((net, report)) = net {
         let p = predictor.predict_network(&net, &context)?;
         for l in p
             .layers
@@ -463,9 +497,32 @@ pub fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
                 l.prediction.warnings.join("; ")
             ));
         }
+        #[derive(Serialize)]
+        struct Out<'a> {
+            #[serde(flatten)]
+            prediction: &'a NetworkPrediction,
+            /// What an ONNX import folded, fused, approximated and left unmapped.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            import: Option<&'a crate::cmd::model::ImportReport>,
+        }
         match a.format {
-            Format::Json => emit_json(&p)?,
-            Format::Text => emit(&render_network(&p))?,
+            Format::Json => emit_json(&Out {
+                prediction: &p,
+                import: report.as_ref(),
+            })?,
+            Format::Text => {
+                let mut t = render_network(&p);
+                let views = crate::cmd::model::views(&net);
+                if views > 0 {
+                    t.push_str(&format!(
+                        "{views} view layer(s) (reshape, transpose, split) are zero-cost: predicted as 0 ms, marked `zero-cost`\n"
+                    ));
+                }
+                if let Some(r) = &report {
+                    t.push_str(&r.render());
+                }
+                emit(&t)?
+            }
         }
         return Ok(ExitCode::SUCCESS);
     }

@@ -133,7 +133,14 @@ fn spec_fields_text(extreme: u32) -> impl Strategy<Value = String> {
                     ("padding", true, true),
                 ],
                 ModuleKind::BatchNorm2d => &[("channels", false, false), ("input_hw", false, true)],
-                ModuleKind::LayerNorm => &[("tokens", true, false), ("features", false, false)],
+                ModuleKind::LayerNorm | ModuleKind::RmsNorm => {
+                    &[("tokens", true, false), ("features", false, false)]
+                }
+                ModuleKind::Embedding => &[
+                    ("tokens", true, false),
+                    ("vocab", false, false),
+                    ("features", false, false),
+                ],
                 _ => &[("shape", false, false)],
             };
             let mut parts = vec![format!("\"kind\":\"{}\"", kind.name())];
