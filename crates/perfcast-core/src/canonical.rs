@@ -95,6 +95,10 @@ pub fn conv_work_saving(spec: &ModuleSpec) -> f64 {
 /// once and the output written once; a training step also reads the output's gradient and
 /// writes the input's).
 pub fn least_time_s(spec: &ModuleSpec, context: &Context, device: &DeviceSpec) -> f64 {
+    // A view moves and computes nothing, forward or backward.
+    if spec.kind().is_zero_cost() {
+        return 0.0;
+    }
     let d = features::derive(spec, context.batch);
     let training = context.phase == Phase::Training;
     let flops = if training { d.train_flops } else { d.flops } / conv_work_saving(spec);

@@ -160,9 +160,13 @@ impl NetworkRun {
                 .collect();
             // The input is data, not a parameter: no gradient.
             let input = Tensor::<4>::random(input_shape, Distribution::Uniform(-1.0, 1.0), &device);
+            // Tracked in training, so a branch that starts from one stays in the backward pass.
             let fresh: Vec<Tensor<4>> = fresh_shapes
                 .iter()
-                .map(|&s| Tensor::<4>::random(s, Distribution::Uniform(-1.0, 1.0), &device))
+                .map(|&s| {
+                    let t = Tensor::<4>::random(s, Distribution::Uniform(-1.0, 1.0), &device);
+                    if training { t.require_grad() } else { t }
+                })
                 .collect();
             (layers, input, fresh)
         })?;

@@ -661,6 +661,30 @@ mod tests {
     }
 
     #[test]
+    fn network_requests_build_transformer_configs() {
+        let body = br#"{"transformer": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2,
+            "n_head": 4, "vocab_size": 100, "n_positions": 32}, "seq": 16, "batch": 2}"#;
+        let NetworkQuery::Inline { network, context } = parse_network(body).unwrap() else {
+            panic!("a transformer is an inline network")
+        };
+        assert_eq!(network.input, vec![16]);
+        assert_eq!(context.batch, 2);
+        let e = parse_network(br#"{"transformer": {"model_type": "gpt2"}}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("seq"));
+        let e = parse_network(br#"{"transformer": {"model_type": "gpt2"}, "seq": 4}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("transformer"));
+        assert!(
+            e.error.contains("missing field `hidden_size`"),
+            "{}",
+            e.error
+        );
+        let e = parse_network(br#"{"network": "vgg16", "transformer": {}}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("transformer"));
+        let e = parse_network(br#"{"batch": 2}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("network"));
+    }
+
+    #[test]
     fn network_requests_name_zoo_or_inline_networks() {
         let q = parse_network(br#"{"network": "VGG16", "batch": 4, "resolution": 112}"#).unwrap();
         let NetworkQuery::Zoo {
