@@ -171,6 +171,46 @@ pub fn tensor_parallel(network: &Network, t: usize) -> Result<TensorParallel> {
                     m.heads /= t;
                     out = Placement::Sharded;
                 }
+                // A reshape of a split tensor: its split axis is the producer's split size, a
+                // factor of it (heads of a fused QKV projection) or a multiple (heads merged).
+                ModuleSpec::View(v) if all_split => {
+                    let (from, orig) = match node.reads[0] {
+                        Tensor::Layer(j) => (&shapes[j], &network.layers[j].spec),
+                        Tensor::Input => unreachable!("the input is replicated"),
+                    };
+                    let full = orig.output_shape().unwrap_or_default();
+                    // Compared from the last axis: the shapes may differ in leading ones.
+                    let split = full
+                        .iter()
+                        .rev()
+                        .zip(from.iter().rev())
+                        .find(|(a, b)| a != b)
+                        .map_or(0, |(a, _)| *a);
+                    let dims = v.shape;
+                    let fits = |d: usize| d > 0 && d.is_multiple_of(t);
+                    let axis = (split > 0)
+                        .then(|| {
+                            dims.iter()
+                                .position(|&d| fits(d) && d == split)
+                                .or_else(|| {
+                                    dims.iter()
+                                        .position(|&d| fits(d) && split.is_multiple_of(d))
+                                })
+                                .or_else(|| {
+                                    dims.iter()
+                                        .position(|&d| fits(d) && d.is_multiple_of(split))
+                                })
+                        })
+                        .flatten()
+                        .ok_or_else(|| {
+                            split_err(
+                                &layer.name,
+                                format!("cannot tell which axis of the view {dims:?} is split"),
+                            )
+                        })?;
+                    v.shape[axis] /= t;
+                    out = Placement::Sharded;
+                }
                 _ if kind.is_elementwise() && kind != ModuleKind::Sum && all_split && any_split => {
                     // The split shape the producer hands over, at rank 3.
                     let from = match node.reads[0] {

@@ -267,3 +267,40 @@ fn measure_reports_peak_memory_beside_the_prediction() {
     let reference = row["predicted_peak_bytes_reference"].as_f64().unwrap();
     assert!(predicted >= 3.0 * 61_706.0 * 4.0 && reference > 0.0);
 }
+
+#[test]
+fn a_transformer_config_plans_every_layout_tensor_parallel_included() {
+    // GPT-2 from its Hugging Face config: its fused QKV projection is split by heads through
+    // the reshapes (views) the config graph has, so TP layouts are planned, not refused.
+    let config = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/transformers/gpt2.json"
+    );
+    let o = plan(&[
+        "--transformer",
+        config,
+        "--seq",
+        "128",
+        "--global-batch",
+        "8",
+        "--devices",
+        "a100",
+        "--gpus",
+        "2",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = r["rows"].as_array().unwrap();
+    let has = |dp: u64, tp: u64, pp: u64| {
+        rows.iter().any(|x| {
+            let l = &x["layout"];
+            l["dp"] == dp && l["tp"] == tp && l["pp"] == pp
+        })
+    };
+    assert!(has(2, 1, 1) && has(1, 2, 1) && has(1, 1, 2), "{r}");
+    // The TP layout all-reduces activations; the DP one does not split a layer.
+    let tp = rows.iter().find(|x| x["layout"]["tp"] == 2).unwrap();
+    assert!(tp["exposed_comm_s"].as_f64().unwrap() > 0.0, "{tp}");
+}
