@@ -503,6 +503,19 @@ pub fn error_cdf(pred: &[f64], truth: &[f64]) -> Vec<(f64, f64)> {
         .collect()
 }
 
+/// Whether a `--plot` path asks for SVG (true) or PNG (false), checked before any work; any other
+/// extension is an error naming the path.
+pub fn is_svg(path: &std::path::Path) -> anyhow::Result<bool> {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some(e) if e.eq_ignore_ascii_case("svg") => Ok(true),
+        Some(e) if e.eq_ignore_ascii_case("png") => Ok(false),
+        _ => anyhow::bail!(
+            "`--plot {}`: the file must end in `.svg` or `.png`",
+            path.display()
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -195,22 +195,10 @@ impl LayerTimes for Predicted<'_> {
     }
 }
 
-/// Checks a plot path's extension before any work.
-fn plot_is_svg(path: &Path) -> anyhow::Result<bool> {
-    match path.extension().and_then(|e| e.to_str()) {
-        Some(e) if e.eq_ignore_ascii_case("svg") => Ok(true),
-        Some(e) if e.eq_ignore_ascii_case("png") => Ok(false),
-        _ => anyhow::bail!(
-            "`--plot {}`: the file must end in `.svg` or `.png`",
-            path.display()
-        ),
-    }
-}
-
 pub fn run(a: PlanArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     // Everything typed is checked before a bundle loads.
     if let Some(p) = &a.plot {
-        plot_is_svg(p)?;
+        crate::plot::is_svg(p)?;
     }
     let network = network_of(&a)?;
     anyhow::ensure!(
@@ -489,7 +477,7 @@ fn write_plot(path: &Path, r: &PlanReport) -> anyhow::Result<()> {
         name: "Pareto front".into(),
         points: front,
     }];
-    let bytes = if plot_is_svg(path)? {
+    let bytes = if crate::plot::is_svg(path)? {
         chart.svg_with_lines(&lines).into_bytes()
     } else {
         chart.png_with_lines(&lines)?

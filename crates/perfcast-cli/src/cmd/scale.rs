@@ -279,20 +279,8 @@ pub fn run(c: ScaleCommand, ui: &Ui) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// The image format a plot path asks for, checked before any work.
-fn plot_kind(path: &Path) -> anyhow::Result<bool> {
-    match path.extension().and_then(|e| e.to_str()) {
-        Some(e) if e.eq_ignore_ascii_case("svg") => Ok(true),
-        Some(e) if e.eq_ignore_ascii_case("png") => Ok(false),
-        _ => anyhow::bail!(
-            "`--plot {}`: the file must end in `.svg` or `.png`",
-            path.display()
-        ),
-    }
-}
-
 fn write_chart(path: &Path, chart: &plot::Chart<'_>) -> anyhow::Result<()> {
-    let bytes = if plot_kind(path)? {
+    let bytes = if crate::plot::is_svg(path)? {
         chart.svg().into_bytes()
     } else {
         chart.png()?
@@ -365,7 +353,7 @@ struct PredictReport {
 fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     // Everything the user typed is checked before the bundle is loaded.
     if let Some(path) = &a.plot {
-        plot_kind(path)?;
+        crate::plot::is_svg(path)?;
     }
     let net = match (&a.network, &a.network_file) {
         (Some(name), _) => zoo::build(name, a.resolution)?,
@@ -764,7 +752,7 @@ struct HoldoutSummary {
 
 fn fit(a: FitArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     if let Some(path) = &a.plot {
-        plot_kind(path)?;
+        crate::plot::is_svg(path)?;
     }
     let expression = Expression::parse(&a.terms).context("`--terms`")?;
     let points: Vec<Point> = a
