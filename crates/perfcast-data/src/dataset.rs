@@ -161,6 +161,34 @@ impl DatasetDir {
         Ok(stored)
     }
 
+    /// Replaces the timings of stored rows (by key, [`Record::key`]) atomically, under the
+    /// dataset's lock, so rows another writer appended meanwhile stay. Keys the table does not
+    /// hold are ignored. Returns how many rows changed.
+    pub fn replace_timings(
+        &self,
+        kind: ModuleKind,
+        timings: &std::collections::HashMap<String, crate::Timing>,
+    ) -> Result<usize> {
+        if timings.is_empty() {
+            return Ok(0);
+        }
+        let _lock = self.lock()?;
+        let mut all = self.read(kind)?;
+        let mut changed = 0;
+        for record in &mut all {
+            if let Some(t) = timings.get(&record.key())
+                && record.timing() != Some(t)
+            {
+                record.outcome = crate::Outcome::Ok(t.clone());
+                changed += 1;
+            }
+        }
+        if changed > 0 {
+            self.write_unlocked(kind, &all)?;
+        }
+        Ok(changed)
+    }
+
     /// Replaces the table of one kind atomically, under the dataset's lock.
     pub fn write(&self, kind: ModuleKind, records: &[Record]) -> Result<()> {
         let _lock = self.lock()?;

@@ -21,6 +21,7 @@
 //! ```
 
 mod backend;
+pub mod canary;
 mod error;
 pub mod load;
 pub mod network;

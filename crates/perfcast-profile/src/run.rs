@@ -14,6 +14,7 @@ use perfcast_data::{DatasetDir, Outcome, Record, Timing, measurement_key};
 use serde::Serialize;
 
 use crate::backend::Backend;
+use crate::canary::{Canary, CanaryConfig, CanaryReport, fastest_clean, slow_stretches};
 use crate::error::{Error, Result};
 use crate::load::LoadGenerator;
 use crate::ops::{catch, estimated_bytes, prepare};
@@ -67,6 +68,16 @@ pub enum Event<'a> {
         /// Rows done so far.
         done: usize,
     },
+    /// The canary found disturbed stretches: their rows are measured again.
+    Remeasuring {
+        /// Rows to measure again.
+        rows: usize,
+    },
+    /// One more row was measured again.
+    Remeasured {
+        /// Re-measurement visits so far.
+        done: usize,
+    },
 }
 
 /// Counts per module kind.
@@ -96,6 +107,15 @@ pub struct RunSummary {
     pub elapsed_s: f64,
     /// Failures: kind, configuration and reason (first 20).
     pub failures: Vec<String>,
+    /// What the interference canary saw and what was measured again (absent when it was off).
+    pub canary: Option<CanaryReport>,
+}
+
+/// A row stored by this run with the stretch (between two canary readings) it was measured in.
+struct Measured {
+    job: Job,
+    timing: Timing,
+    stretch: usize,
 }
 
 /// Expands a sweep into jobs, grouped by background load so the load generator restarts rarely.
@@ -272,6 +292,15 @@ pub fn run(
     } else {
         1
     };
+    let canary = sweep.canary.map(|c| (c, Canary::new(options.backend)));
+    let mut readings: Vec<Option<f64>> = Vec::new();
+    let mut measured: Vec<Measured> = Vec::new();
+    let mut last_reading = Instant::now();
+    if let Some((_, c)) = &canary
+        && !todo.is_empty()
+    {
+        readings.push(c.read());
+    }
     for jobs in todo.chunks(block) {
         if interrupted.load(Ordering::Relaxed) {
             outcome = Err(Error::Interrupted { done });
@@ -308,7 +337,7 @@ pub fn run(
             })
             .collect();
         let mut saved = Ok(());
-        for record in &records {
+        for (job, record) in jobs.iter().zip(&records) {
             let kind = record.spec.kind();
             let stored = match dataset.append(kind, std::slice::from_ref(record)) {
                 Ok(n) => n,
@@ -321,7 +350,14 @@ pub fn run(
             match &record.outcome {
                 // Another writer (a concurrent `--resume` run) stored this row first.
                 _ if stored == 0 => counts.skipped += 1,
-                Outcome::Ok(_) => counts.measured += 1,
+                Outcome::Ok(timing) => {
+                    counts.measured += 1;
+                    measured.push(Measured {
+                        job: job.clone(),
+                        timing: timing.clone(),
+                        stretch: readings.len().saturating_sub(1),
+                    });
+                }
                 Outcome::Failed { reason } => {
                     counts.failed += 1;
                     if failures.len() < 20 {
@@ -340,8 +376,38 @@ pub fn run(
             outcome = Err(e.into());
             break;
         }
+        if let Some((config, c)) = &canary
+            && last_reading.elapsed().as_secs_f64() >= config.every_s
+        {
+            // Our own background load would read as interference.
+            drop(load.take());
+            readings.push(c.read());
+            last_reading = Instant::now();
+        }
     }
     drop(load);
+    let mut canary_report = None;
+    if let (Ok(()), Some((config, c))) = (&outcome, &canary) {
+        if measured
+            .last()
+            .is_some_and(|m| m.stretch + 1 == readings.len())
+        {
+            readings.push(c.read());
+        }
+        let revisit = Revisit {
+            dataset: &dataset,
+            backend: options.backend,
+            sweep,
+            max_bytes: options.max_bytes,
+            config: *config,
+            canary: c,
+            budget_s: config.budget_share * started.elapsed().as_secs_f64(),
+        };
+        match revisit.run(measured, readings, on_event, interrupted) {
+            Ok(report) => canary_report = Some(report),
+            Err(e) => outcome = Err(e),
+        }
+    }
     std::panic::set_hook(previous_hook);
     outcome?;
 
@@ -355,7 +421,122 @@ pub fn run(
         kinds,
         elapsed_s: started.elapsed().as_secs_f64(),
         failures,
+        canary: canary_report,
     })
+}
+
+/// Measuring again the rows of disturbed stretches.
+struct Revisit<'a> {
+    dataset: &'a DatasetDir,
+    backend: Backend,
+    sweep: &'a Sweep,
+    max_bytes: f64,
+    config: CanaryConfig,
+    canary: &'a Canary,
+    /// Seconds re-measuring may take.
+    budget_s: f64,
+}
+
+impl Revisit<'_> {
+    /// Finds the rows measured in disturbed stretches, visits each up to `retries` more times in
+    /// stretches bracketed by canary readings, and stores each row's fastest clean visit.
+    /// Rows measured under background load (utilisation > 0) are left alone: the load they
+    /// were meant to see is not re-created here. An interrupt stops the visits and stores what
+    /// they found.
+    fn run(
+        &self,
+        measured: Vec<Measured>,
+        mut readings: Vec<Option<f64>>,
+        on_event: &mut dyn FnMut(Event<'_>),
+        interrupted: &AtomicBool,
+    ) -> Result<CanaryReport> {
+        let tolerance = self.config.tolerance;
+        let slow = slow_stretches(&readings, tolerance);
+        // Per row: its visits as (timing, stretch).
+        let mut disturbed: Vec<Measured> = measured
+            .into_iter()
+            .filter(|m| slow.get(m.stretch) == Some(&true) && m.job.sample.utilisation == 0.0)
+            .collect();
+        // The most disturbed stretches first, in case the budget runs out.
+        let worst = |m: &Measured| {
+            let at = |i: usize| readings.get(i).copied().flatten().unwrap_or(0.0);
+            at(m.stretch).max(at(m.stretch + 1))
+        };
+        disturbed.sort_by(|a, b| worst(b).total_cmp(&worst(a)));
+        let mut rows: Vec<(Job, Vec<(Timing, usize)>)> = disturbed
+            .into_iter()
+            .map(|m| (m.job, vec![(m.timing, m.stretch)]))
+            .collect();
+        let started = Instant::now();
+        if !rows.is_empty() {
+            on_event(Event::Remeasuring { rows: rows.len() });
+        }
+        let mut done = 0;
+        'retries: for _ in 0..self.config.retries {
+            let slow = slow_stretches(&readings, tolerance);
+            let pending: Vec<usize> = (0..rows.len())
+                .filter(|&i| rows[i].1.iter().all(|(_, s)| slow[*s]))
+                .collect();
+            let mut next = 0;
+            while next < pending.len() {
+                if interrupted.load(Ordering::Relaxed)
+                    || started.elapsed().as_secs_f64() > self.budget_s
+                {
+                    break 'retries;
+                }
+                readings.push(self.canary.read());
+                let stretch = readings.len() - 1;
+                let stretch_started = Instant::now();
+                while next < pending.len()
+                    && stretch_started.elapsed().as_secs_f64() < self.config.every_s
+                {
+                    let (job, visits) = &mut rows[pending[next]];
+                    on_event(Event::Started { job });
+                    if let Outcome::Ok(t) =
+                        measure_job(job, self.backend, self.sweep, self.max_bytes)
+                    {
+                        visits.push((t, stretch));
+                    }
+                    next += 1;
+                    done += 1;
+                    on_event(Event::Remeasured { done });
+                }
+                readings.push(self.canary.read());
+            }
+        }
+        // Judge every visit against the fastest reading of the whole run.
+        let slow = slow_stretches(&readings, tolerance);
+        let mut report = CanaryReport {
+            readings_ms: readings.iter().flatten().copied().collect(),
+            best_ms: readings.iter().flatten().copied().reduce(f64::min),
+            disturbed: rows.len(),
+            remeasured: rows.iter().filter(|(_, visits)| visits.len() > 1).count(),
+            still_disturbed: 0,
+        };
+        let mut kept: BTreeMap<ModuleKind, Vec<(String, Timing)>> = BTreeMap::new();
+        for (job, visits) in &rows {
+            let judged: Vec<(Timing, bool)> =
+                visits.iter().map(|(t, s)| (t.clone(), !slow[*s])).collect();
+            if judged.iter().all(|(_, clean)| !clean) {
+                report.still_disturbed += 1;
+            }
+            if let Some(best) = fastest_clean(&judged) {
+                let key = measurement_key(
+                    &job.sample.spec,
+                    &job.sample.context(job.phase),
+                    self.backend.name(),
+                );
+                kept.entry(job.sample.spec.kind())
+                    .or_default()
+                    .push((key, best));
+            }
+        }
+        for (kind, timings) in kept {
+            let timings: std::collections::HashMap<String, Timing> = timings.into_iter().collect();
+            self.dataset.replace_timings(kind, &timings)?;
+        }
+        Ok(report)
+    }
 }
 
 #[cfg(test)]
@@ -465,6 +646,94 @@ mod tests {
             cut.is_none(),
             "an interrupt mid-block must not produce rows"
         );
+    }
+
+    #[test]
+    fn rows_of_disturbed_stretches_keep_their_fastest_clean_visit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dataset =
+            DatasetDir::create_or_open(tmp.path(), &perfcast_core::testing::cpu_device()).unwrap();
+        let sweep = Sweep {
+            timing: crate::timer::TimingConfig {
+                warmup_s: 0.0,
+                min_samples: 3,
+                max_time_s: 0.001,
+                ..Default::default()
+            },
+            ..Sweep::default()
+        };
+        let calm = job(r#"{"kind":"relu","shape":[4,6,8]}"#, Phase::Inference);
+        let hit = job(r#"{"kind":"relu","shape":[4,6,9]}"#, Phase::Inference);
+        // Stored timings no real relu takes: the disturbed one must be replaced, the calm one kept.
+        let fake = Timing::median_only(1e6);
+        let records: Vec<Record> = [&calm, &hit]
+            .iter()
+            .map(|j| Record {
+                spec: j.sample.spec.clone(),
+                context: j.sample.context(j.phase),
+                backend: Backend::Flex.name().into(),
+                outcome: Outcome::Ok(fake.clone()),
+                perfcast_version: "test".into(),
+                timestamp: 0,
+            })
+            .collect();
+        dataset.append(ModuleKind::Relu, &records).unwrap();
+        let measured = vec![
+            Measured {
+                job: calm.clone(),
+                timing: fake.clone(),
+                stretch: 0,
+            },
+            Measured {
+                job: hit.clone(),
+                timing: fake.clone(),
+                stretch: 1,
+            },
+        ];
+        // Stretch 0 lies between two equal readings, stretch 1 ends at one five times slower.
+        let readings = vec![Some(1000.0), Some(1000.0), Some(5000.0)];
+        let canary = Canary::new(Backend::Flex);
+        let revisit = Revisit {
+            dataset: &dataset,
+            backend: Backend::Flex,
+            sweep: &sweep,
+            max_bytes: f64::INFINITY,
+            config: CanaryConfig::default(),
+            canary: &canary,
+            budget_s: 60.0,
+        };
+        let mut events = Vec::new();
+        let report = revisit
+            .run(
+                measured,
+                readings,
+                &mut |e| {
+                    if let Event::Remeasuring { rows } = e {
+                        events.push(rows)
+                    }
+                },
+                &AtomicBool::new(false),
+            )
+            .unwrap();
+        assert_eq!((report.disturbed, report.remeasured), (1, 1));
+        assert_eq!(events, [1]);
+        assert!(report.readings_ms.len() >= 5, "{report:?}");
+        let stored = dataset.read(ModuleKind::Relu).unwrap();
+        let ms = |j: &Job| {
+            stored
+                .iter()
+                .find(|r| r.spec == j.sample.spec)
+                .and_then(|r| r.timing())
+                .unwrap()
+                .median_ms
+        };
+        assert_eq!(ms(&calm), 1e6, "a calm stretch's row is not touched");
+        assert!(
+            ms(&hit) < 1e3,
+            "the disturbed row keeps its new visit: {}",
+            ms(&hit)
+        );
+        assert_eq!(stored.len(), 2);
     }
 
     #[test]

@@ -13,6 +13,11 @@
 //! max_gflop = 1.0                # skip configurations above this forward work ...
 //! max_mib = 256.0                # ... or touching more memory than this
 //!
+//! [canary]                       # interference detection (`canary = false`: off)
+//! every_s = 8.0                  # seconds of measuring between canary readings
+//! tolerance = 0.07               # a reading this much above the run's best is disturbed
+//! retries = 2                    # extra visits of rows measured while disturbed
+//!
 //! [conv2d]
 //! in_channels = { min = 3, max = 256, scale = "log" }   # a range: uniform or log-uniform
 //! kernel = [1, 3, 5]
@@ -33,6 +38,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
 
+use crate::canary::CanaryConfig;
 use crate::error::{Error, Result};
 use crate::ops::estimated_bytes;
 use crate::timer::TimingConfig;
@@ -132,6 +138,8 @@ pub struct Sweep {
     pub params: BTreeMap<ModuleKind, BTreeMap<String, Param>>,
     /// Timing harness settings.
     pub timing: TimingConfig,
+    /// Interference detection (`[canary]` in TOML, `canary = false` to turn it off).
+    pub canary: Option<CanaryConfig>,
     /// Where the sweep came from, for messages.
     pub source: PathBuf,
 }
@@ -274,6 +282,7 @@ impl Default for Sweep {
             max_mib: 256.0,
             params: BTreeMap::new(),
             timing: TimingConfig::default(),
+            canary: Some(CanaryConfig::default()),
             source: builtin_path(),
         }
     }
@@ -370,6 +379,15 @@ impl Sweep {
                         fail(format!("`timing`: {}", e.message().trim()))
                     })?;
                 }
+                "canary" => {
+                    sweep.canary = match value {
+                        toml::Value::Boolean(false) => None,
+                        toml::Value::Boolean(true) => Some(CanaryConfig::default()),
+                        table => Some(table.clone().try_into().map_err(|e: toml::de::Error| {
+                            fail(format!("`canary`: {}", e.message().trim()))
+                        })?),
+                    };
+                }
                 other => {
                     let kind: ModuleKind = other.parse().map_err(|_| {
                         fail(format!(
@@ -420,6 +438,9 @@ impl Sweep {
             ));
         }
         self.timing.validate()?;
+        if let Some(canary) = &self.canary {
+            canary.validate()?;
+        }
         for kind in &self.modules {
             for (name, param) in self.params_of(*kind) {
                 if let Param::Range { min, max, .. } = param {

@@ -135,6 +135,24 @@ pub fn warn_if_busy(ui: &Ui) {
     }
 }
 
+/// One line on what the interference canary saw.
+fn canary_line(c: &perfcast_profile::canary::CanaryReport) -> String {
+    let best = c.best_ms.map_or("-".into(), fmt_ms);
+    let worst = c.readings_ms.iter().copied().reduce(f64::max);
+    let spread = match (c.best_ms, worst) {
+        (Some(b), Some(w)) if b > 0.0 => format!(", slowest +{:.0}%", 100.0 * (w / b - 1.0)),
+        _ => String::new(),
+    };
+    format!(
+        "\ncanary: {} readings, best {best}{spread}; {} rows measured while disturbed, {} of \
+         them measured again ({} without a clean visit keep their fastest)\n",
+        c.readings_ms.len(),
+        c.disturbed,
+        c.remeasured,
+        c.still_disturbed
+    )
+}
+
 pub fn run(args: ProfileArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     let sweep = build_sweep(&args)?;
     anyhow::ensure!(
@@ -193,6 +211,14 @@ pub fn run(args: ProfileArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         Event::Started { job } => {
             bar.set_message(format!("{} ({})", job.sample.spec.describe(), job.phase))
         }
+        Event::Remeasuring { rows } => {
+            log(format!(
+                "the canary found disturbed stretches: measuring their {rows} rows again"
+            ));
+            bar.set_position(0);
+            bar.set_length(rows as u64);
+        }
+        Event::Remeasured { done } => bar.set_position(done as u64),
         Event::Finished { record, .. } => {
             bar.inc(1);
             if verbose {
@@ -238,6 +264,9 @@ pub fn run(args: ProfileArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
                     "{kind:<12} {:>9} {:>7} {:>8} {:>11}\n",
                     c.measured, c.failed, c.skipped, c.total_rows
                 ));
+            }
+            if let Some(c) = &summary.canary {
+                text.push_str(&canary_line(c));
             }
             if !summary.failures.is_empty() {
                 text.push_str("\nfailed configurations (recorded with their reason):\n");
