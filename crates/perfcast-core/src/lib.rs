@@ -22,6 +22,8 @@ mod device;
 mod device_file;
 mod error;
 pub mod features;
+pub mod gpus;
+pub mod known;
 mod metrics;
 pub mod network;
 pub mod rng;

@@ -90,10 +90,11 @@
 
 pub mod csv;
 pub mod deepbench;
-pub mod gpus;
 pub mod justus;
-pub mod known;
 pub mod neusight;
+
+/// The published device tables live in perfcast-core (the light predictor needs them too).
+pub use perfcast_core::{gpus, known};
 mod read;
 
 use std::collections::{BTreeMap, HashMap, HashSet};

@@ -320,3 +320,28 @@ fn read_file(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_matches_the_published_configs_when_they_are_here() {
+        // The shared data sits beside the repository in development; skipped elsewhere.
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/data/neusight/device_configs");
+        if !dir.is_dir() {
+            return;
+        }
+        let published = load_device_configs(&dir).unwrap();
+        assert_eq!(published.len(), perfcast_core::known::NEUSIGHT.len());
+        for p in published {
+            let ours = perfcast_core::known::NEUSIGHT
+                .iter()
+                .find(|n| n.name == p.name)
+                .unwrap()
+                .spec();
+            assert_eq!(ours, p, "{}", p.name);
+        }
+    }
+}

@@ -8,7 +8,7 @@
 //! one is assumed and why. Multi-die boards (K80, M60) are described per die: a TensorFlow
 //! process of the benchmark ran on one die.
 
-use perfcast_core::{Caches, DeviceKind, DeviceSpec, SpecSource};
+use crate::{Caches, DeviceKind, DeviceSpec, SpecSource};
 
 /// One published spec.
 #[derive(Clone, Copy, Debug)]
