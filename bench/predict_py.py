@@ -11,7 +11,11 @@ Times, on one row and on 10,000 rows:
   under `torch.inference_mode()`;
 - perfcast, through `perfcast bundle bench <bundle> --format json` (one module, a VGG-16 query,
   and 10,000 module rows; see `crates/perfcast-select/benches/predictor.rs` for the same in
-  divan), run as a subprocess between the Python timings.
+  divan), run as a subprocess between the Python timings;
+- perfcast from Python (the `perfcast` package, `pip install ./python`), when it is installed:
+  `bundle.predict(module)` for one conv2d, and `bundle.predict_columns("conv2d", ...)` for
+  10,000 random conv2d rows as one numpy batch (the cost a Python NAS loop pays, dict and array
+  conversion included).
 
 Inputs are random standardised rows: values do not change the arithmetic, so this compares
 speed only. Python runs single-threaded by default (`--threads`), as perfcast's single-row
@@ -138,7 +142,27 @@ def main():
         "batch_query": single_thread["query"],
         "all_lines": lines,
     }
-    for name in ("sklearn_random_forest", "pytorch_mlp"):
+    try:
+        import perfcast as pc
+    except ImportError:
+        pc = None
+    if pc is not None:
+        bundle = pc.load_bundle(args.bundle)
+        conv = {"kind": "conv2d", "in_channels": 64, "out_channels": 64, "input_hw": [56, 56],
+                "kernel": [3, 3], "padding": [1, 1]}
+        cin = 2 ** rng.integers(2, 9, args.rows)
+        cols = dict(in_channels=cin, out_channels=2 ** rng.integers(2, 9, args.rows),
+                    input_hw=np.repeat(2 ** rng.integers(3, 7, (args.rows, 1)), 2, axis=1),
+                    kernel=np.full((args.rows, 2), 3), padding=np.full((args.rows, 2), 1))
+        batch = rng.choice([1, 8, 32], args.rows)
+        results["perfcast_python"] = {
+            "one_row_us": p50_us(lambda: bundle.predict(conv, batch=8), args.calls),
+            "batch_per_row_us": p50_us(
+                lambda: bundle.predict_columns("conv2d", batch=batch, **cols), 20) / args.rows,
+        }
+    for name in ("sklearn_random_forest", "pytorch_mlp", "perfcast_python"):
+        if name not in results:
+            continue
         r = results[name]
         r["batch_rows_per_s"] = 1e6 / r["batch_per_row_us"]
         r["one_row_ratio_to_perfcast"] = r["one_row_us"] / results["perfcast"]["one_row_us"]
@@ -160,7 +184,9 @@ def main():
         return
     print(f"{'predictor':<24} {'1 row p50 us':>13} {'us/row (10k)':>13} {'rows/s (10k)':>13} "
           f"{'1-row ratio':>12} {'10k ratio':>10}")
-    for name in ("perfcast", "sklearn_random_forest", "pytorch_mlp"):
+    for name in ("perfcast", "perfcast_python", "sklearn_random_forest", "pytorch_mlp"):
+        if name not in results:
+            continue
         r = results[name]
         ratio1 = r.get("one_row_ratio_to_perfcast", 1.0)
         ratio_b = r.get("batch_ratio_to_perfcast", 1.0)

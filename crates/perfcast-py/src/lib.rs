@@ -1,0 +1,678 @@
+//! `perfcast._perfcast`: the native half of the Python package (python/perfcast).
+//!
+//! Thin glue over the predictor: Python values become the same `ModuleSpec`, `Context` and
+//! `Network` values the CLI and the server build, and answers come back as the same serde forms
+//! (so `bundle.predict_network(...)` and `perfcast predict --format json` agree to the bit).
+//! Every prediction runs with the GIL released. Errors are `perfcast.InputError` (a bad query,
+//! naming the field) or `perfcast.BundleError` (a bundle or model file), both `perfcast.Error`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use perfcast_core::{Context, DeviceSpec, ModuleQuery, ModuleSpec, Network, Phase};
+use perfcast_select::{Bundle as LoadedBundle, Predictor};
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use serde_json::Value;
+
+create_exception!(_perfcast, Error, PyException, "Any perfcast error.");
+create_exception!(
+    _perfcast,
+    InputError,
+    Error,
+    "A bad query: a module, network, device or argument perfcast cannot use (the message names the field)."
+);
+create_exception!(
+    _perfcast,
+    BundleError,
+    Error,
+    "A bundle that cannot be loaded: missing, corrupt, or trained for another device or build."
+);
+
+fn input_err(message: impl std::fmt::Display) -> PyErr {
+    InputError::new_err(message.to_string())
+}
+
+fn bundle_err(message: impl std::fmt::Display) -> PyErr {
+    BundleError::new_err(message.to_string())
+}
+
+/// A Python value (dict, list, str, int, float, bool, None) as JSON.
+fn to_json(value: &Bound<'_, PyAny>) -> PyResult<Value> {
+    if value.is_none() {
+        return Ok(Value::Null);
+    }
+    if let Ok(b) = value.cast::<PyBool>() {
+        return Ok(Value::Bool(b.is_true()));
+    }
+    if let Ok(i) = value.cast::<PyInt>() {
+        let n: i64 = i.extract()?;
+        return Ok(Value::from(n));
+    }
+    if let Ok(f) = value.cast::<PyFloat>() {
+        return number(f.value());
+    }
+    if let Ok(s) = value.cast::<PyString>() {
+        return Ok(Value::String(s.to_cow()?.into_owned()));
+    }
+    if let Ok(d) = value.cast::<PyDict>() {
+        let mut map = serde_json::Map::with_capacity(d.len());
+        for (k, v) in d.iter() {
+            let key = k
+                .cast::<PyString>()
+                .map_err(|_| input_err(format!("dict keys must be strings, got `{k}`")))?;
+            map.insert(key.to_cow()?.into_owned(), to_json(&v)?);
+        }
+        return Ok(Value::Object(map));
+    }
+    if let Ok(l) = value.cast::<PyList>() {
+        return l
+            .iter()
+            .map(|v| to_json(&v))
+            .collect::<PyResult<_>>()
+            .map(Value::Array);
+    }
+    if let Ok(t) = value.cast::<PyTuple>() {
+        return t
+            .iter()
+            .map(|v| to_json(&v))
+            .collect::<PyResult<_>>()
+            .map(Value::Array);
+    }
+    // numpy scalars and anything else with __index__ or __float__.
+    if let Ok(n) = value.extract::<i64>() {
+        return Ok(Value::from(n));
+    }
+    if let Ok(f) = value.extract::<f64>() {
+        return number(f);
+    }
+    Err(input_err(format!(
+        "cannot read a `{}` as a JSON value",
+        value.get_type().name()?
+    )))
+}
+
+/// A float as JSON: a whole number becomes an integer (sizes arrive as floats from numpy).
+fn number(f: f64) -> PyResult<Value> {
+    if !f.is_finite() {
+        return Err(input_err(format!("{f} is not a finite number")));
+    }
+    if f.fract() == 0.0 && f.abs() < 9.0e15 {
+        return Ok(Value::from(f as i64));
+    }
+    Ok(serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number))
+}
+
+/// JSON as a Python value.
+fn to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match value {
+        Value::Null => py.None().into_bound(py),
+        Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => i.into_pyobject(py)?.into_any(),
+            None => n.as_f64().unwrap_or(f64::NAN).into_pyobject(py)?.into_any(),
+        },
+        Value::String(s) => PyString::new(py, s).into_any(),
+        Value::Array(items) => {
+            let list = PyList::empty(py);
+            for item in items {
+                list.append(to_py(py, item)?)?;
+            }
+            list.into_any()
+        }
+        Value::Object(map) => {
+            let dict = PyDict::new(py);
+            for (k, v) in map {
+                dict.set_item(k, to_py(py, v)?)?;
+            }
+            dict.into_any()
+        }
+    })
+}
+
+/// Little-endian f64 bytes as numbers.
+fn f64s(bytes: &[u8], what: &str) -> PyResult<Vec<f64>> {
+    if !bytes.len().is_multiple_of(8) {
+        return Err(input_err(format!(
+            "{what}: {} bytes is not a whole number of f64",
+            bytes.len()
+        )));
+    }
+    Ok(bytes
+        .chunks_exact(8)
+        .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect())
+}
+
+/// Numbers as little-endian f64 bytes (numpy reads them with `frombuffer`).
+fn f64_bytes<'py>(py: Python<'py>, values: impl Iterator<Item = f64>) -> Bound<'py, PyBytes> {
+    let bytes: Vec<u8> = values.flat_map(f64::to_le_bytes).collect();
+    PyBytes::new(py, &bytes)
+}
+
+fn serialize<'py>(py: Python<'py>, value: &impl serde::Serialize) -> PyResult<Bound<'py, PyAny>> {
+    to_py(py, &serde_json::to_value(value).map_err(input_err)?)
+}
+
+fn phase(name: &str) -> PyResult<Phase> {
+    name.parse::<Phase>()
+        .map_err(|e| input_err(format!("`phase`: {e}")))
+}
+
+fn context(batch: usize, phase_name: &str, threads: usize, utilisation: f64) -> PyResult<Context> {
+    let c = Context {
+        batch,
+        phase: phase(phase_name)?,
+        threads,
+        utilisation,
+    };
+    c.validate().map_err(input_err)?;
+    Ok(c)
+}
+
+/// A module from a dict (`{"kind": "conv2d", ...}`, as in the CLI's `--modules-file`).
+fn module(value: Value, what: &str) -> PyResult<ModuleQuery> {
+    // serde's tagged-enum errors lose the field's name ("invalid value: integer `-3`"); no
+    // field of a module or its context may be negative, so name such a field first.
+    if let Value::Object(map) = &value {
+        for (k, v) in map {
+            let negative = |x: &Value| x.as_f64().is_some_and(|f| f < 0.0);
+            if negative(v) || v.as_array().is_some_and(|a| a.iter().any(negative)) {
+                return Err(input_err(format!(
+                    "{what}: `{k}` must not be negative, got {v}"
+                )));
+            }
+        }
+    }
+    let q: ModuleQuery = serde_json::from_value(value).map_err(|e| {
+        let e = e.to_string();
+        if e.starts_with("unknown variant") {
+            input_err(format!("{what}: `kind`: {e}"))
+        } else {
+            input_err(format!("{what}: {e}"))
+        }
+    })?;
+    q.spec
+        .validate()
+        .map_err(|e| input_err(format!("{what}: {e}")))?;
+    Ok(q)
+}
+
+/// A device by known name (`"h100"`), spec dict, or spec file path.
+fn device(value: &Bound<'_, PyAny>) -> PyResult<DeviceSpec> {
+    if let Ok(d) = value.cast::<PyDict>() {
+        let spec: DeviceSpec = serde_json::from_value(to_json(d.as_any())?)
+            .map_err(|e| input_err(format!("`device`: {e}")))?;
+        spec.validate()
+            .map_err(|e| input_err(format!("`device`: {e}")))?;
+        return Ok(spec);
+    }
+    let text: String = value
+        .extract()
+        .map_err(|_| input_err("`device` must be a known name, a spec dict or a spec file path"))?;
+    let path = Path::new(&text);
+    if text.ends_with(".json") || path.is_file() {
+        return DeviceSpec::read_file(path).map_err(input_err);
+    }
+    perfcast_core::known::lookup(&text).map_err(|e| input_err(format!("`device`: {e}")))
+}
+
+/// A loaded bundle: predicts modules and networks; `device=` selects another target for a
+/// cross-device bundle (each device's models are loaded once and kept).
+#[pyclass(frozen, module = "perfcast._perfcast")]
+struct Bundle {
+    dir: PathBuf,
+    default: Arc<Predictor>,
+    by_device: Mutex<HashMap<String, Arc<Predictor>>>,
+}
+
+impl Bundle {
+    fn predictor(&self, target: Option<&Bound<'_, PyAny>>) -> PyResult<Arc<Predictor>> {
+        let Some(target) = target.filter(|t| !t.is_none()) else {
+            return Ok(Arc::clone(&self.default));
+        };
+        let spec = device(target)?;
+        let key = serde_json::to_string(&spec).map_err(input_err)?;
+        let mut cache = self.by_device.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = cache.get(&key) {
+            return Ok(Arc::clone(p));
+        }
+        let loaded = LoadedBundle::load_for_device(&self.dir, &spec).map_err(bundle_err)?;
+        let p = Arc::new(Predictor::new(loaded));
+        cache.insert(key, Arc::clone(&p));
+        Ok(p)
+    }
+}
+
+#[pymethods]
+impl Bundle {
+    /// Loads `checkpoints/<name>/` (or any bundle directory), for `device` when given.
+    #[new]
+    #[pyo3(signature = (path, device=None))]
+    fn new(path: PathBuf, device: Option<&Bound<'_, PyAny>>) -> PyResult<Bundle> {
+        let loaded = match device.filter(|d| !d.is_none()) {
+            Some(d) => LoadedBundle::load_for_device(&path, &self::device(d)?),
+            None => LoadedBundle::load(&path),
+        }
+        .map_err(bundle_err)?;
+        Ok(Bundle {
+            dir: path,
+            default: Arc::new(Predictor::new(loaded)),
+            by_device: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The bundle's manifest (device, kinds, chosen models, trained ranges) as a dict.
+    fn manifest<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        serialize(py, &self.default.bundle().manifest)
+    }
+
+    /// One module's latency, ms, with the model that answered and any warnings.
+    #[pyo3(signature = (module, batch=1, phase="inference", threads=1, utilisation=0.0, device=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn predict_detail<'py>(
+        &self,
+        py: Python<'py>,
+        module: &Bound<'py, PyAny>,
+        batch: usize,
+        phase: &str,
+        threads: usize,
+        utilisation: f64,
+        device: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let q = self::module(to_json(module)?, "`module`")?;
+        let c = q.context(&context(batch, phase, threads, utilisation)?);
+        c.validate().map_err(input_err)?;
+        let p = self.predictor(device)?;
+        let out = py
+            .detach(|| p.predict_module(&q.spec, &c))
+            .map_err(input_err)?;
+        serialize(py, &out)
+    }
+
+    /// One module's latency, ms.
+    #[pyo3(signature = (module, batch=1, phase="inference", threads=1, utilisation=0.0, device=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn predict(
+        &self,
+        py: Python<'_>,
+        module: &Bound<'_, PyAny>,
+        batch: usize,
+        phase: &str,
+        threads: usize,
+        utilisation: f64,
+        device: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<f64> {
+        let q = self::module(to_json(module)?, "`module`")?;
+        let c = q.context(&context(batch, phase, threads, utilisation)?);
+        c.validate().map_err(input_err)?;
+        let p = self.predictor(device)?;
+        Ok(py
+            .detach(|| p.predict_module(&q.spec, &c))
+            .map_err(input_err)?
+            .ms)
+    }
+
+    /// Many modules (dicts, each may carry its own `batch`, `phase`, `threads`), ms, in order.
+    #[pyo3(signature = (modules, batch=1, phase="inference", threads=1, utilisation=0.0, device=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn predict_many<'py>(
+        &self,
+        py: Python<'py>,
+        modules: &Bound<'py, PyAny>,
+        batch: usize,
+        phase: &str,
+        threads: usize,
+        utilisation: f64,
+        device: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let defaults = context(batch, phase, threads, utilisation)?;
+        let mut queries = Vec::new();
+        for (i, item) in modules.try_iter()?.enumerate() {
+            let q = module(to_json(&item?)?, &format!("module {i}"))?;
+            let c = q.context(&defaults);
+            c.validate()
+                .map_err(|e| input_err(format!("module {i}: {e}")))?;
+            queries.push((q.spec, c));
+        }
+        let p = self.predictor(device)?;
+        let out = py
+            .detach(|| p.predict_modules(&queries))
+            .map_err(input_err)?;
+        Ok(f64_bytes(py, out.iter().map(|m| m.ms)))
+    }
+
+    /// Modules of one kind given as columns: `(field, rows, width, values)` with `values` the
+    /// little-endian f64 bytes of a `rows` x `width` array (`width` 0: one number per row, else
+    /// a list field such as `shape`); `batches` the bytes of one batch per row, else `batch`
+    /// for all. Returns the latencies, ms, as little-endian f64 bytes (the Python wrapper turns
+    /// numpy arrays into these and back without the numpy C API).
+    #[pyo3(signature = (kind, columns, batch=1, batches=None, phase="inference", threads=1, utilisation=0.0, device=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn predict_columns<'py>(
+        &self,
+        py: Python<'py>,
+        kind: &str,
+        columns: Vec<(String, usize, usize, Bound<'py, PyBytes>)>,
+        batch: usize,
+        batches: Option<Bound<'py, PyBytes>>,
+        phase: &str,
+        threads: usize,
+        utilisation: f64,
+        device: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let mut rows: Option<usize> = None;
+        let mut fields = Vec::with_capacity(columns.len());
+        for (name, n, width, bytes) in &columns {
+            let values = f64s(bytes.as_bytes(), &format!("column `{name}`"))?;
+            if values.len() != n * (*width).max(1) {
+                return Err(input_err(format!(
+                    "column `{name}`: {} values for {n} rows of width {width}",
+                    values.len()
+                )));
+            }
+            if let Some(m) = rows.filter(|m| m != n) {
+                return Err(input_err(format!(
+                    "column `{name}` has {n} rows, another has {m}"
+                )));
+            }
+            rows = Some(*n);
+            fields.push((name.as_str(), *width, values));
+        }
+        let rows = rows.unwrap_or(0);
+        let batches = match &batches {
+            Some(b) => {
+                let v = f64s(b.as_bytes(), "`batch`")?;
+                if v.len() != rows {
+                    return Err(input_err(format!(
+                        "`batch` has {} rows, the columns {rows}",
+                        v.len()
+                    )));
+                }
+                Some(v)
+            }
+            None => None,
+        };
+        let defaults = context(batch, phase, threads, utilisation)?;
+        let mut queries = Vec::with_capacity(rows);
+        for r in 0..rows {
+            let mut map = serde_json::Map::new();
+            map.insert("kind".into(), Value::String(kind.to_string()));
+            for (name, width, values) in &fields {
+                let v = if *width > 0 {
+                    values[r * width..(r + 1) * width]
+                        .iter()
+                        .map(|x| number(*x))
+                        .collect::<PyResult<_>>()
+                        .map(Value::Array)?
+                } else {
+                    number(values[r])?
+                };
+                map.insert((*name).to_string(), v);
+            }
+            let q = module(Value::Object(map), &format!("row {r}"))?;
+            let mut c = q.context(&defaults);
+            if let Some(b) = &batches {
+                c.batch = number(b[r])?.as_u64().filter(|v| *v > 0).ok_or_else(|| {
+                    input_err(format!(
+                        "row {r}: `batch` {} is not a positive whole number",
+                        b[r]
+                    ))
+                })? as usize;
+            }
+            c.validate()
+                .map_err(|e| input_err(format!("row {r}: {e}")))?;
+            queries.push((q.spec, c));
+        }
+        let p = self.predictor(device)?;
+        let out = py
+            .detach(|| p.predict_modules(&queries))
+            .map_err(input_err)?;
+        Ok(f64_bytes(py, out.iter().map(|m| m.ms)))
+    }
+
+    /// A whole network (from [`network`] or a dict in perfcast's network JSON): every layer and
+    /// the composed total, as the CLI's `predict --network --format json` gives them.
+    #[pyo3(signature = (network, batch=1, phase="inference", threads=1, device=None))]
+    fn predict_network<'py>(
+        &self,
+        py: Python<'py>,
+        network: &Bound<'py, PyAny>,
+        batch: usize,
+        phase: &str,
+        threads: usize,
+        device: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let net: Network = match network.cast::<NetworkGraph>() {
+            Ok(g) => g.get().network.clone(),
+            Err(_) => {
+                let text = serde_json::to_string(&to_json(network)?).map_err(input_err)?;
+                Network::from_json(&text).map_err(|e| input_err(format!("`network`: {e}")))?
+            }
+        };
+        let c = context(batch, phase, threads, 0.0)?;
+        let p = self.predictor(device)?;
+        let out = py
+            .detach(|| p.predict_network(&net, &c))
+            .map_err(input_err)?;
+        serialize(py, &out)
+    }
+
+    fn __repr__(&self) -> String {
+        let m = &self.default.bundle().manifest;
+        format!(
+            "Bundle('{}', device='{}', kinds={})",
+            self.dir.display(),
+            m.device.name,
+            m.kinds.len()
+        )
+    }
+}
+
+/// A network built from a zoo name, network JSON, an ONNX file or bytes, or a transformer
+/// config: the layers perfcast predicts.
+#[pyclass(frozen, module = "perfcast._perfcast")]
+struct NetworkGraph {
+    network: Network,
+    /// What an ONNX import folded, fused and left unmapped (None for other sources).
+    import: Option<Value>,
+}
+
+#[pymethods]
+impl NetworkGraph {
+    /// The network's name.
+    #[getter]
+    fn name(&self) -> String {
+        self.network.name.clone()
+    }
+
+    /// Number of layers.
+    fn __len__(&self) -> usize {
+        self.network.layers.len()
+    }
+
+    /// The network in perfcast's network JSON, as a dict.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        serialize(py, &self.network)
+    }
+
+    /// What the ONNX import folded, fused, approximated and left unmapped (None otherwise).
+    #[getter]
+    fn import_report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match &self.import {
+            Some(v) => to_py(py, v),
+            None => Ok(py.None().into_bound(py)),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "NetworkGraph('{}', layers={})",
+            self.network.name,
+            self.network.layers.len()
+        )
+    }
+}
+
+/// A zoo network (`resnet50`, `vgg16@112`: `@` gives the input resolution).
+#[pyfunction]
+#[pyo3(signature = (name, resolution=None))]
+fn zoo(name: &str, resolution: Option<usize>) -> PyResult<NetworkGraph> {
+    let (name, resolution) = match name.split_once('@') {
+        Some((n, r)) => (
+            n,
+            Some(r.parse::<usize>().map_err(|_| {
+                input_err(format!("`{name}`: `{r}` after `@` is not a resolution"))
+            })?),
+        ),
+        None => (name, resolution),
+    };
+    Ok(NetworkGraph {
+        network: perfcast_core::zoo::build(name, resolution).map_err(input_err)?,
+        import: None,
+    })
+}
+
+/// A network from perfcast's network JSON (a dict with `name`, `input` and `layers`).
+#[pyfunction]
+fn network_json(doc: &Bound<'_, PyAny>) -> PyResult<NetworkGraph> {
+    let text = serde_json::to_string(&to_json(doc)?).map_err(input_err)?;
+    Ok(NetworkGraph {
+        network: Network::from_json(&text).map_err(|e| input_err(format!("`network`: {e}")))?,
+        import: None,
+    })
+}
+
+/// The zoo's network names.
+#[pyfunction]
+fn zoo_names() -> Vec<&'static str> {
+    perfcast_core::zoo::names().to_vec()
+}
+
+/// A transformer from a Hugging Face style `config.json` (path or dict) at `seq` tokens.
+#[pyfunction]
+#[pyo3(signature = (config, seq, lm_head=None, training=false))]
+fn transformer(
+    config: &Bound<'_, PyAny>,
+    seq: usize,
+    lm_head: Option<bool>,
+    training: bool,
+) -> PyResult<NetworkGraph> {
+    use perfcast_graph::transformer::{BuildOptions, TransformerConfig};
+    let parsed = if let Ok(d) = config.cast::<PyDict>() {
+        let text = serde_json::to_string(&to_json(d.as_any())?).map_err(input_err)?;
+        TransformerConfig::from_json(&text, Path::new("<dict>"))
+    } else {
+        let path: PathBuf = config
+            .extract()
+            .map_err(|_| input_err("`config` must be a config.json path or a dict"))?;
+        TransformerConfig::from_file(&path)
+    }
+    .map_err(input_err)?;
+    let network = parsed
+        .build(&BuildOptions {
+            seq,
+            lm_head,
+            dropout: training,
+        })
+        .map_err(input_err)?;
+    Ok(NetworkGraph {
+        network,
+        import: None,
+    })
+}
+
+/// An ONNX model from a path or its bytes; `seq` fixes symbolic sequence axes, `inputs` full
+/// input shapes by name.
+#[pyfunction]
+#[pyo3(signature = (model, seq=None, inputs=None, strict=false, fuse_conv_bn=false))]
+fn onnx(
+    model: &Bound<'_, PyAny>,
+    seq: Option<usize>,
+    inputs: Option<HashMap<String, Vec<usize>>>,
+    strict: bool,
+    fuse_conv_bn: bool,
+) -> PyResult<NetworkGraph> {
+    use perfcast_graph::onnx::{ImportOptions, import_bytes, import_file};
+    let options = ImportOptions {
+        seq,
+        inputs: inputs.unwrap_or_default().into_iter().collect(),
+        strict,
+        fuse_conv_bn,
+    };
+    let imported = if let Ok(b) = model.cast::<PyBytes>() {
+        import_bytes(b.as_bytes(), Path::new("<bytes>"), &options)
+    } else {
+        let path: PathBuf = model
+            .extract()
+            .map_err(|_| input_err("`model` must be an .onnx path or bytes"))?;
+        import_file(&path, &options)
+    }
+    .map_err(input_err)?;
+    let report = serde_json::json!({
+        "nodes": imported.nodes,
+        "layers": imported.network.layers.len(),
+        "folded": imported.folded,
+        "fused": imported.fused,
+        "notes": imported.notes,
+        "unmapped": imported.unmapped,
+        "unmapped_flop_share": imported.unmapped_flop_share(),
+        "unmapped_byte_share": imported.unmapped_byte_share(),
+    });
+    Ok(NetworkGraph {
+        network: imported.network,
+        import: Some(report),
+    })
+}
+
+/// The known devices `device=` accepts by name, as dicts of their specs.
+#[pyfunction]
+fn devices<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    let rows: Vec<Value> = perfcast_core::known::known()
+        .iter()
+        .map(|s| {
+            let mut v = serde_json::to_value(s).unwrap_or(Value::Null);
+            if let Value::Object(m) = &mut v {
+                m.insert("id".into(), Value::String(s.slug()));
+            }
+            v
+        })
+        .collect();
+    to_py(py, &Value::Array(rows))
+}
+
+/// A module's derived quantities (FLOPs, bytes, parameters) for a batch.
+#[pyfunction]
+#[pyo3(signature = (module, batch=1))]
+fn describe<'py>(
+    py: Python<'py>,
+    module: &Bound<'py, PyAny>,
+    batch: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let q = self::module(to_json(module)?, "`module`")?;
+    let spec: &ModuleSpec = &q.spec;
+    let f = perfcast_core::features::derive(spec, batch);
+    serialize(py, &f)
+}
+
+#[pymodule]
+fn _perfcast(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("Error", py.get_type::<Error>())?;
+    m.add("InputError", py.get_type::<InputError>())?;
+    m.add("BundleError", py.get_type::<BundleError>())?;
+    m.add("__version__", perfcast_core::VERSION)?;
+    m.add_class::<Bundle>()?;
+    m.add_class::<NetworkGraph>()?;
+    m.add_function(wrap_pyfunction!(zoo, m)?)?;
+    m.add_function(wrap_pyfunction!(zoo_names, m)?)?;
+    m.add_function(wrap_pyfunction!(network_json, m)?)?;
+    m.add_function(wrap_pyfunction!(transformer, m)?)?;
+    m.add_function(wrap_pyfunction!(onnx, m)?)?;
+    m.add_function(wrap_pyfunction!(devices, m)?)?;
+    m.add_function(wrap_pyfunction!(describe, m)?)?;
+    Ok(())
+}
