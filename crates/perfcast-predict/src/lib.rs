@@ -1,0 +1,1 @@
+//! perfcast-predict: the light predictor (being assembled; see issue 22).
