@@ -4,7 +4,11 @@
 
 use perfcast_core::{DeviceSpec, ModuleKind, ModuleSpec};
 use perfcast_data::Record;
-pub use perfcast_predict::features::*;
+pub use perfcast_predict::features::{
+    ALIGNMENT, COMMON, CONV_EXTRA, FeatureSchema, MAX_ROW, alignment, conv_algorithm_flags,
+    conv_backward_features, fnv1a, gemm_dims, gpu_canonical, im2col_mib, log1p_pos, row,
+    row_in_phase, row_into,
+};
 
 use crate::error::{Error, Result};
 use crate::matrix::Matrix;

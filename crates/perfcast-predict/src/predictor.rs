@@ -5,8 +5,6 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::features::{MAX_ROW, row, row_into};
-use crate::regressor::Regressor;
 use perfcast_core::canonical::{canonical, least_time_s};
 use perfcast_core::{Context, ModuleKind, ModuleSpec, Network, Phase, features};
 use serde::{Deserialize, Serialize};
@@ -14,6 +12,8 @@ use serde::{Deserialize, Serialize};
 use crate::bundle::Bundle;
 use crate::compose::RunShape;
 use crate::error::{Error, Result};
+use crate::features::{MAX_ROW, row, row_into};
+use crate::regressor::Regressor;
 
 /// Efficiencies of the spec-only roofline used for kinds a bundle has no model for.
 const FALLBACK_COMPUTE_EFFICIENCY: f64 = 0.5;
