@@ -12,7 +12,7 @@ use burn::tensor::{Device, Tensor, TensorData};
 use divan::Bencher;
 use divan::counter::ItemsCount;
 use perfcast_core::{Context, Linear, ModuleKind, ModuleSpec, Phase};
-use perfcast_models::medn::{FastNet, MednConfig, MednParams};
+use perfcast_models::medn::{BurnWeights, FastNet, InitNet, MednConfig, MednParams};
 use perfcast_models::{FeatureSchema, Fit, Matrix, Regressor, TrainSet, features};
 
 const INPUTS: usize = 64;

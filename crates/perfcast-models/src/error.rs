@@ -15,14 +15,6 @@ pub enum Error {
     /// Training data unusable (too few rows, NaN, non-positive targets).
     #[error("invalid training data: {0}")]
     InvalidData(String),
-    /// A feature row of the wrong width.
-    #[error("expected {expected} features, got {got}")]
-    FeatureWidth {
-        /// Width the model was fitted on.
-        expected: usize,
-        /// Width given.
-        got: usize,
-    },
     /// A saved model that does not load.
     #[error("cannot load model `{path}`: {message}")]
     Load {
@@ -36,6 +28,10 @@ pub enum Error {
         "unknown model `{0}` (known: ridge, knn, trees, ridge-trees, roofline, medn, mlp, util, <family>-xdev)"
     )]
     UnknownModel(String),
+    /// From a fitted model's prediction path (perfcast-predict): a row of the wrong width, a
+    /// phase the model was not trained on, a saved model whose parts do not fit together.
+    #[error(transparent)]
+    Predict(#[from] perfcast_predict::Error),
 }
 
 /// Result with perfcast-models' [`Error`].

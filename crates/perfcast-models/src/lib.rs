@@ -1,26 +1,28 @@
-//! perfcast-models: latency regressors behind one interface, and the evaluation that judges them.
+//! perfcast-models: fitting latency regressors behind one interface, and the evaluation that
+//! judges them.
 //!
-//! Every model implements [`Regressor`] (fit from a [`TrainSet`], predict one row or a batch,
-//! report its size, save and load) and predicts milliseconds from the same raw feature rows
-//! ([`features`]). [`eval`] scores any `&dyn Regressor` the same way: k-fold cross-validation,
-//! held-out splits (random or by configuration group), accuracy metrics and measured prediction
-//! time.
+//! Every model implements [`Regressor`] (predict one row or a batch, report its size, save as a
+//! [`SavedModel`]) and predicts milliseconds from the same raw feature rows ([`features`]); the
+//! fitted models, their saved forms and prediction paths are the light predictor's
+//! (perfcast-predict, no burn), and this crate fits them: hyper-parameters validated before
+//! fitting and the [`Fit`] trait. [`eval`] scores any `&dyn Regressor` the same way: k-fold
+//! cross-validation, held-out splits (random or by configuration group), accuracy metrics and
+//! measured prediction time.
 //!
 //! Models: [`ridge`] (ridge regression on log features, optional squares and pairwise products),
 //! [`knn`] (k nearest neighbours on standardised log features, k-d tree index), [`trees`]
 //! (gradient-boosted regression trees), [`stack`] (`ridge-trees`: trees on a degree-2 ridge's
 //! residuals, with conv2d call features), [`roofline`] (max of compute and memory time with
 //! efficiencies fitted per kind), [`medn`] (the multi-task encoder-decoder network in burn, and
-//! the single-task MLP baseline, with a fast `f32` inference path).
+//! the single-task MLP baseline), the cross-device wrapper [`device_features`] and PROFET-style
+//! [`anchor`] mapping.
 
 pub mod anchor;
 pub mod device_features;
 mod error;
 pub mod eval;
 pub mod features;
-pub mod gpu_util;
 pub mod knn;
-mod matrix;
 pub mod medn;
 pub mod regressor;
 pub mod ridge;
@@ -30,5 +32,6 @@ pub mod trees;
 
 pub use error::{Error, Result};
 pub use features::{FeatureSchema, TrainSet};
-pub use matrix::Matrix;
+pub use perfcast_predict::matrix::Matrix;
+pub use perfcast_predict::{gpu_util, matrix};
 pub use regressor::{Fit, Regressor, SavedModel};

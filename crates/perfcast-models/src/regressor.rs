@@ -1,119 +1,16 @@
-//! The one interface every model implements, and the saved form of every fitted model.
+//! Fitting: hyper-parameters that fit into a [`Regressor`], and the checks every fit runs.
 //!
 //! Hyper-parameters (a `*Params` struct, validated before fitting) are separate from fitted
-//! models, as in linfa. Fitted models are used through `Box<dyn Regressor>`, so evaluation and
-//! auto-selection treat them all alike. Every model predicts milliseconds and works in log
-//! space internally, so predictions are positive.
+//! models, as in linfa. The fitted models, their interface and their saved forms are the
+//! predictor's (`perfcast_predict::regressor`), re-exported here.
 
-use perfcast_core::Phase;
-use serde::{Deserialize, Serialize};
+pub use perfcast_predict::regressor::{
+    LogStandardiser, Regressor, SavedModel, check_rows, check_tasks, check_width,
+};
 
 use crate::error::{Error, Result};
-use crate::features::{FeatureSchema, TrainSet, row_in_phase};
+use crate::features::TrainSet;
 use crate::matrix::Matrix;
-
-/// A fitted latency model.
-pub trait Regressor: Send + Sync + std::fmt::Debug {
-    /// Model family name: `ridge`, `knn`, `trees`, `roofline`, ...
-    fn name(&self) -> &'static str;
-
-    /// The schema the model was fitted on (row width and meaning).
-    fn schema(&self) -> &FeatureSchema;
-
-    /// Predicted latency (ms) of one raw feature row in schema order.
-    ///
-    /// Must not allocate on the hot path: single-row prediction is timed in microseconds.
-    fn predict_row(&self, x: &[f64]) -> Result<f64>;
-
-    /// Predicted latencies (ms) of every row.
-    fn predict(&self, x: &Matrix) -> Result<Vec<f64>> {
-        check_width(self.schema(), x.cols())?;
-        x.iter_rows().map(|r| self.predict_row(r)).collect()
-    }
-
-    /// Predicted latencies (ms) of rows held one after another in `rows` (schema order) into
-    /// `out`, one per row: the batch entry of the prediction path. The default predicts row
-    /// by row; a model whose single row is latency-bound (trees walk one node after another)
-    /// interleaves rows. Results equal [`Regressor::predict_row`]'s.
-    fn predict_rows(&self, rows: &[f64], out: &mut [f64]) -> Result<()> {
-        let width = self.schema().len();
-        check_rows(width, rows, out)?;
-        for (x, o) in rows.chunks_exact(width).zip(out.iter_mut()) {
-            *o = self.predict_row(x)?;
-        }
-        Ok(())
-    }
-
-    /// Whether the model reads every query in its training-phase form and picks its output by
-    /// phase, so [`Regressor::predict_tasks`] is its fast path (multi-task MEDN). Default false.
-    fn multi_task(&self) -> bool {
-        false
-    }
-
-    /// Predicted latencies (ms) of training-phase rows (`rows` holds them one after another,
-    /// each in schema order), row `i` asked for in `phases[i]`, into `out[i]`.
-    ///
-    /// Every row carries everything its other phase's row is computed from, so any model
-    /// answers: the default rewrites a row into its `phases[i]` form and predicts it.
-    /// Multi-task models answer from the training-phase form directly, many rows per pass.
-    fn predict_tasks(&self, rows: &[f64], phases: &[Phase], out: &mut [f64]) -> Result<()> {
-        let width = check_tasks(self.schema(), rows.len(), phases.len(), out.len())?;
-        for ((x, phase), o) in rows.chunks_exact(width).zip(phases).zip(out.iter_mut()) {
-            *o = match phase {
-                Phase::Training => self.predict_row(x)?,
-                Phase::Inference => self.predict_row(&row_in_phase(self.schema(), x, *phase)?)?,
-            };
-        }
-        Ok(())
-    }
-
-    /// Memory the fitted parameters take, in bytes (what a bundle would store).
-    fn size_bytes(&self) -> usize;
-
-    /// The saved form of the model.
-    fn to_saved(&self) -> SavedModel;
-}
-
-/// The row width of [`Regressor::predict_tasks`] arguments, or an error unless `rows` values
-/// hold `phases` whole rows of `schema` and `out` has room for them.
-pub fn check_tasks(
-    schema: &FeatureSchema,
-    rows: usize,
-    phases: usize,
-    out: usize,
-) -> Result<usize> {
-    let width = schema.len();
-    if rows != width * phases || out != phases {
-        return Err(Error::InvalidData(format!(
-            "{rows} values for {phases} rows of {width} features into {out} outputs"
-        )));
-    }
-    Ok(width)
-}
-
-/// Errors unless a row of `width` fits `schema`.
-pub fn check_width(schema: &FeatureSchema, width: usize) -> Result<()> {
-    if width != schema.len() {
-        return Err(Error::FeatureWidth {
-            expected: schema.len(),
-            got: width,
-        });
-    }
-    Ok(())
-}
-
-/// Checks that `rows` holds exactly `out.len()` rows of `width` values (the batch entry's
-/// contract, shared by every model's [`Regressor::predict_rows`]).
-pub fn check_rows(width: usize, rows: &[f64], out: &[f64]) -> Result<()> {
-    if rows.len() != width * out.len() {
-        return Err(Error::InvalidData(format!(
-            "{} values for {} rows of {width} features",
-            rows.len(),
-            out.len()
-        )));
-    }
-    Ok(())
-}
 
 /// Hyper-parameters that fit into a [`Regressor`].
 pub trait Fit {
@@ -125,47 +22,6 @@ pub trait Fit {
 
     /// Fits on a training set (validating first).
     fn fit(&self, data: &TrainSet) -> Result<Self::Fitted>;
-}
-
-/// Every fitted model in saved form; `serde` gives the file format (JSON).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(tag = "model", rename_all = "lowercase")]
-pub enum SavedModel {
-    /// Ridge regression on log features.
-    Ridge(crate::ridge::FittedRidge),
-    /// k nearest neighbours.
-    Knn(crate::knn::FittedKnn),
-    /// Gradient-boosted trees.
-    Trees(crate::trees::FittedTrees),
-    /// Gradient-boosted trees on a degree-2 ridge's residuals.
-    #[serde(rename = "ridge-trees")]
-    RidgeTrees(Box<crate::stack::FittedRidgeTrees>),
-    /// Roofline with fitted efficiencies.
-    Roofline(crate::roofline::FittedRoofline),
-    /// Multi-task encoder-decoder network.
-    Medn(crate::medn::FittedMedn),
-    /// Single-task MLP per target (PerfNet-style baseline).
-    Mlp(crate::medn::FittedMedn),
-    /// A model of any family fitted across devices (device block, roofline-normalised).
-    #[serde(rename = "crossdevice")]
-    CrossDevice(crate::device_features::SavedCrossDevice),
-}
-
-impl SavedModel {
-    /// The model behind the interface.
-    pub fn into_regressor(self) -> Box<dyn Regressor> {
-        match self {
-            SavedModel::Ridge(m) => Box::new(m),
-            SavedModel::Knn(m) => Box::new(m),
-            SavedModel::Trees(m) => Box::new(m),
-            SavedModel::RidgeTrees(m) => m,
-            SavedModel::Roofline(m) => Box::new(m),
-            SavedModel::Medn(m) | SavedModel::Mlp(m) => Box::new(m),
-            SavedModel::CrossDevice(m) => {
-                Box::new(crate::device_features::FittedCrossDevice::from_saved(m))
-            }
-        }
-    }
 }
 
 /// Checks the invariants every fit needs: rows, finite features, positive finite targets.
@@ -199,20 +55,14 @@ pub fn check_train_set(data: &TrainSet, min_rows: usize) -> Result<()> {
     Ok(())
 }
 
-/// Per-feature standardisation of `ln(1 + x)`, fitted on the training rows.
-///
-/// Constant columns get scale 1 so they contribute nothing instead of dividing by zero.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LogStandardiser {
-    /// Mean of each transformed column.
-    pub mean: Vec<f64>,
-    /// Reciprocal standard deviation of each transformed column.
-    pub inv_std: Vec<f64>,
+/// Fitting a [`LogStandardiser`] on training rows (the standardiser itself is the predictor's).
+pub trait FitStandardiser {
+    /// Fits on the rows of `x`.
+    fn fit(x: &Matrix) -> Self;
 }
 
-impl LogStandardiser {
-    /// Fits on the rows of `x`.
-    pub fn fit(x: &Matrix) -> LogStandardiser {
+impl FitStandardiser for LogStandardiser {
+    fn fit(x: &Matrix) -> LogStandardiser {
         let n = x.rows().max(1) as f64;
         let cols = x.cols();
         let mut mean = vec![0.0; cols];
@@ -232,24 +82,5 @@ impl LogStandardiser {
             .map(|v| if *v > 1e-12 { 1.0 / v.sqrt() } else { 1.0 })
             .collect();
         LogStandardiser { mean, inv_std }
-    }
-
-    /// Transforms one row into `out` (same width), without allocating.
-    #[inline]
-    pub fn transform_into(&self, row: &[f64], out: &mut [f64]) {
-        for (((o, v), m), s) in out.iter_mut().zip(row).zip(&self.mean).zip(&self.inv_std) {
-            *o = (crate::features::log1p_pos(*v) - m) * s;
-        }
-    }
-
-    /// Transforms every row.
-    pub fn transform(&self, x: &Matrix) -> Matrix {
-        let mut out = Matrix::with_cols(x.cols());
-        let mut buf = vec![0.0; x.cols()];
-        for r in x.iter_rows() {
-            self.transform_into(r, &mut buf);
-            out.push_row(&buf);
-        }
-        out
     }
 }

@@ -9,8 +9,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::features::{FeatureSchema, TrainSet};
-use crate::regressor::{Fit, Regressor, SavedModel, check_train_set, check_width};
+use crate::features::TrainSet;
+use crate::regressor::{Fit, check_train_set};
+pub use perfcast_predict::roofline::{Efficiencies, FittedRoofline, indices, predict};
 
 /// Hyper-parameters of [`FittedRoofline`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -24,51 +25,6 @@ impl Default for RooflineParams {
     fn default() -> Self {
         RooflineParams { iterations: 400 }
     }
-}
-
-/// Fitted efficiencies of one phase.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Efficiencies {
-    /// Share of peak FLOP/s reached.
-    pub compute: f64,
-    /// Share of peak bandwidth reached.
-    pub memory: f64,
-    /// Fixed cost per call, ms.
-    pub overhead_ms: f64,
-}
-
-/// Fitted roofline model.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct FittedRoofline {
-    schema: FeatureSchema,
-    /// Indices of work_flops, work_bytes, dev_peak_gflops, dev_bandwidth_gbs, training.
-    idx: [usize; 5],
-    /// Efficiencies for inference rows.
-    pub inference: Efficiencies,
-    /// Efficiencies for training rows.
-    pub training: Efficiencies,
-}
-
-fn indices(schema: &FeatureSchema) -> Result<[usize; 5]> {
-    let mut idx = [0; 5];
-    for (slot, name) in idx.iter_mut().zip([
-        "work_flops",
-        "work_bytes",
-        "dev_peak_gflops",
-        "dev_bandwidth_gbs",
-        "training",
-    ]) {
-        *slot = schema.index(name).ok_or_else(|| {
-            Error::InvalidData(format!("the roofline model needs feature `{name}`"))
-        })?;
-    }
-    Ok(idx)
-}
-
-fn predict(e: &Efficiencies, flops: f64, bytes: f64, peak_gflops: f64, bw_gbs: f64) -> f64 {
-    let compute_ms = flops / (e.compute * peak_gflops * 1e6);
-    let memory_ms = bytes / (e.memory * bw_gbs * 1e6);
-    compute_ms.max(memory_ms) + e.overhead_ms
 }
 
 /// Minimises `f` from `start` with Nelder-Mead (reflection, expansion, contraction, shrink).
@@ -203,53 +159,16 @@ impl Fit for RooflineParams {
         if training.is_empty() {
             train = inf;
         }
-        Ok(FittedRoofline {
-            schema: data.schema.clone(),
-            idx,
-            inference: inf,
-            training: train,
-        })
-    }
-}
-
-impl Regressor for FittedRoofline {
-    fn name(&self) -> &'static str {
-        "roofline"
-    }
-
-    fn schema(&self) -> &FeatureSchema {
-        &self.schema
-    }
-
-    fn predict_row(&self, x: &[f64]) -> Result<f64> {
-        check_width(&self.schema, x.len())?;
-        let e = if x[self.idx[4]] > 0.5 {
-            &self.training
-        } else {
-            &self.inference
-        };
-        Ok(predict(
-            e,
-            x[self.idx[0]],
-            x[self.idx[1]],
-            x[self.idx[2]],
-            x[self.idx[3]],
-        ))
-    }
-
-    fn size_bytes(&self) -> usize {
-        6 * 8 + 5 * 8
-    }
-
-    fn to_saved(&self) -> SavedModel {
-        SavedModel::Roofline(self.clone())
+        Ok(FittedRoofline::new(data.schema.clone(), inf, train)?)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::features::FeatureSchema;
     use crate::matrix::Matrix;
+    use crate::regressor::Regressor;
     use perfcast_core::ModuleKind;
 
     #[test]

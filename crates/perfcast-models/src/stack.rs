@@ -25,183 +25,17 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::features::{FeatureSchema, TrainSet};
+use crate::features::TrainSet;
 use crate::matrix::Matrix;
-use crate::regressor::{Fit, Regressor, SavedModel, check_width};
+use crate::regressor::{Fit, Regressor};
 use crate::ridge::RidgeParams;
 use crate::trees::{FittedTrees, TreeParams};
+pub use perfcast_predict::stack::{
+    CONV_CALL, CallColumns, FittedRidgeTrees, MAX_BAGS, MAX_EXTENDED, PATHS, extend_into,
+    extended_schema, path_factor, path_of,
+};
 
 const MODEL: &str = "ridge-trees";
-
-/// Names of the conv2d call features, appended to the row in this order.
-pub const CONV_CALL: &[&str] = &[
-    "call_count",
-    "call_m",
-    "call_n",
-    "call_k",
-    "call_flops",
-    "call_horizontal",
-    "call_gemv",
-    "call_gevv",
-    "call_m_pad16",
-    "call_m_pad48",
-    "call_n_pad8",
-    "call_tiles",
-    "call_last_tile",
-    "call_padded_flops",
-    "nhwc_elems",
-    "im2col_elems",
-    "out_elems_total",
-    "call_pack_rhs",
-];
-
-/// Row columns the call features are computed from.
-const INPUTS: [&str; 16] = [
-    "in_channels",
-    "out_channels",
-    "in_h",
-    "in_w",
-    "kernel_h",
-    "kernel_w",
-    "stride_h",
-    "stride_w",
-    "pad_h",
-    "pad_w",
-    "dilation_h",
-    "dilation_w",
-    "groups",
-    "batch",
-    "conv_pointwise",
-    "conv_depthwise",
-];
-
-/// Index of `conv_small_channel` after [`INPUTS`] in [`CallColumns::at`].
-const SMALL: usize = INPUTS.len();
-
-/// Indices of `conv_pointwise` and `conv_depthwise` in [`INPUTS`].
-const POINTWISE: usize = 14;
-const DEPTHWISE: usize = 15;
-
-/// Output positions per im2col tile in burn-flex's conv.
-const TILE: f64 = 512.0;
-
-/// Widest extended row predicted on the stack.
-const MAX_EXTENDED: usize = 96;
-
-/// Where the call features' inputs sit in a row of one schema.
-#[derive(Clone, Debug, PartialEq)]
-struct CallColumns {
-    at: [usize; INPUTS.len() + 1],
-}
-
-impl CallColumns {
-    /// The columns in `schema`, or `None` when it lacks one (kinds other than conv2d).
-    fn of(schema: &FeatureSchema) -> Option<CallColumns> {
-        let mut at = [0; INPUTS.len() + 1];
-        for (slot, name) in at
-            .iter_mut()
-            .zip(INPUTS.iter().chain(&["conv_small_channel"]))
-        {
-            *slot = schema.index(name)?;
-        }
-        Some(CallColumns { at })
-    }
-
-    /// Appends [`CONV_CALL`] of `row` to `out` (`out` holds exactly that many values).
-    fn fill(&self, row: &[f64], out: &mut [f64]) {
-        let v = |i: usize| row[self.at[i]];
-        let [
-            cin,
-            cout,
-            h,
-            w,
-            kh,
-            kw,
-            sh,
-            sw,
-            ph,
-            pw,
-            dh,
-            dw,
-            g,
-            batch,
-            pointwise,
-            depthwise,
-        ] = std::array::from_fn(v);
-        let small = v(SMALL);
-        let g = g.max(1.0);
-        let out_size = |size: f64, k: f64, s: f64, p: f64, d: f64| {
-            ((size + 2.0 * p - d.max(1.0) * (k - 1.0) - 1.0) / s.max(1.0))
-                .floor()
-                .max(0.0)
-                + 1.0
-        };
-        let positions = out_size(h, kh, sh, ph, dh) * out_size(w, kw, sw, pw, dw);
-        let im2col = (1.0 - pointwise) * (1.0 - depthwise) * (1.0 - small);
-        let gemm = pointwise + im2col;
-        let (cin_g, cout_g) = (cin / g, cout / g);
-        let tiles = (positions / TILE).ceil().max(1.0);
-        let m = cout_g;
-        let n = if pointwise > 0.0 {
-            positions
-        } else {
-            positions / tiles
-        };
-        let k = if pointwise > 0.0 {
-            cin_g
-        } else {
-            cin_g * kh * kw
-        };
-        let calls = if pointwise > 0.0 {
-            batch * g
-        } else if im2col > 0.0 {
-            batch * tiles * g
-        } else {
-            batch * cout
-        };
-        let pad = |x: f64, to: f64| {
-            if x > 0.0 {
-                (x / to).ceil() * to / x
-            } else {
-                0.0
-            }
-        };
-        let flag = |b: bool| f64::from(u8::from(b));
-        let values = [
-            calls,
-            gemm * m,
-            gemm * n,
-            gemm * k,
-            gemm * 2.0 * m * n * k,
-            im2col * flag(m * n <= 256.0),
-            gemm * flag(m <= 1.0),
-            gemm * flag(k <= 2.0),
-            gemm * pad(m, 16.0),
-            gemm * pad(m, 48.0),
-            gemm * pad(n, 8.0),
-            im2col * tiles,
-            im2col * (positions - (tiles - 1.0) * TILE),
-            gemm * calls * (m / 16.0).ceil() * 16.0 * (n / 8.0).ceil() * 8.0 * k,
-            im2col * batch * cin * h * w,
-            im2col * batch * positions * cin_g * kh * kw * g,
-            batch * cout * positions,
-            gemm * flag(m > 96.0),
-        ];
-        out.copy_from_slice(&values);
-    }
-}
-
-/// The schema the inner models read: the row, then [`CONV_CALL`] when the kind has them.
-fn extended_schema(schema: &FeatureSchema, calls: Option<&CallColumns>) -> FeatureSchema {
-    let mut names = schema.names.clone();
-    if calls.is_some() {
-        names.extend(CONV_CALL.iter().map(|s| (*s).to_string()));
-    }
-    FeatureSchema {
-        kind: schema.kind,
-        names,
-    }
-}
 
 /// Hyper-parameters of [`FittedRidgeTrees`]: the ridge base, then the trees on its residuals
 /// (the fields not listed take [`TreeParams`]' defaults).
@@ -421,37 +255,18 @@ impl Fit for RidgeTreesParams {
             bags = fit_bags(&extended)?;
         }
         let trees = bags.remove(0);
-        Ok(FittedRidgeTrees {
-            schema: data.schema.clone(),
-            call_features: calls.is_some(),
+        Ok(FittedRidgeTrees::from_parts(
+            data.schema.clone(),
             calls,
             trees,
             bags,
             paths,
-        })
+        ))
     }
 }
-
-/// Number of conv2d algorithms [`path_of`] tells apart.
-const PATHS: usize = 4;
 
 /// Fewest rows of one algorithm for its own correction.
 const MIN_PATH_ROWS: usize = 40;
-
-/// Which of burn-flex's conv2d algorithms runs `row` (an extended row): 0 im2col + GEMM,
-/// 1 the 1x1 GEMM, 2 depthwise, 3 small-channel direct.
-fn path_of(calls: &CallColumns, row: &[f64]) -> usize {
-    let flag = |i: usize| row[calls.at[i]] > 0.0;
-    if flag(POINTWISE) {
-        1
-    } else if flag(DEPTHWISE) {
-        2
-    } else if flag(SMALL) {
-        3
-    } else {
-        0
-    }
-}
 
 /// One ridge per algorithm with enough rows, fitted on the ratio of `set`'s targets to the
 /// shared `ridge`. The shared quadratic must serve four algorithms whose costs scale
@@ -485,27 +300,10 @@ fn path_factors(
     calls: Option<&CallColumns>,
     x: &Matrix,
 ) -> Result<Vec<f64>> {
-    x.iter_rows()
+    Ok(x.iter_rows()
         .map(|r| path_factor(paths, calls, r))
-        .collect()
+        .collect::<perfcast_predict::Result<_>>()?)
 }
-
-fn path_factor(
-    paths: &[Option<crate::ridge::FittedRidge>],
-    calls: Option<&CallColumns>,
-    row: &[f64],
-) -> Result<f64> {
-    match (calls, paths.is_empty()) {
-        (Some(c), false) => match &paths[path_of(c, row)] {
-            Some(m) => m.predict_row(row),
-            None => Ok(1.0),
-        },
-        _ => Ok(1.0),
-    }
-}
-
-/// Most bagged ensembles.
-const MAX_BAGS: usize = 16;
 
 /// Most robust refits.
 const MAX_ROBUST_ROUNDS: usize = 10;
@@ -532,162 +330,11 @@ fn bag_mean(bags: &[FittedTrees], x: &Matrix) -> Result<Vec<f64>> {
     Ok(log_sum.into_iter().map(|s| (s / n).exp()).collect())
 }
 
-/// `row`, then its call features when `calls` is set, into `out` (the extended width).
-fn extend_into(row: &[f64], calls: Option<&CallColumns>, out: &mut [f64]) {
-    let (head, tail) = out.split_at_mut(row.len());
-    head.copy_from_slice(row);
-    if let Some(c) = calls {
-        c.fill(row, tail);
-    }
-}
-
-/// A fitted ridge-then-trees stack.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(try_from = "UncheckedRidgeTrees")]
-pub struct FittedRidgeTrees {
-    /// The schema of the rows it reads.
-    schema: FeatureSchema,
-    /// Whether the inner model reads [`CONV_CALL`] after the row.
-    call_features: bool,
-    #[serde(skip)]
-    calls: Option<CallColumns>,
-    /// Trees boosted from a ridge base, both on the extended rows.
-    trees: FittedTrees,
-    /// Further ensembles on the same base under other seeds, averaged with `trees` in log
-    /// space (absent when fitted with one bag).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    bags: Vec<FittedTrees>,
-    /// Per-algorithm corrections multiplied onto the ensemble, by [`path_of`] (absent when
-    /// fitted without them).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    paths: Vec<Option<crate::ridge::FittedRidge>>,
-}
-
-/// The saved form before it is checked against this build's features.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct UncheckedRidgeTrees {
-    schema: FeatureSchema,
-    call_features: bool,
-    trees: FittedTrees,
-    #[serde(default)]
-    bags: Vec<FittedTrees>,
-    #[serde(default)]
-    paths: Vec<Option<crate::ridge::FittedRidge>>,
-}
-
-impl TryFrom<UncheckedRidgeTrees> for FittedRidgeTrees {
-    type Error = String;
-
-    fn try_from(u: UncheckedRidgeTrees) -> std::result::Result<FittedRidgeTrees, String> {
-        let calls = if u.call_features {
-            Some(CallColumns::of(&u.schema).ok_or_else(|| {
-                format!(
-                    "`{}` rows lack the columns of the call features",
-                    u.schema.kind
-                )
-            })?)
-        } else {
-            None
-        };
-        let want = extended_schema(&u.schema, calls.as_ref());
-        for t in std::iter::once(&u.trees).chain(&u.bags) {
-            if *t.schema() != want {
-                return Err(format!(
-                    "inner model reads {} features, expected {}",
-                    t.schema().len(),
-                    want.len()
-                ));
-            }
-        }
-        if !u.paths.is_empty() && (calls.is_none() || u.paths.len() != PATHS) {
-            return Err(format!(
-                "{} path corrections, expected none or {PATHS} with the call features",
-                u.paths.len()
-            ));
-        }
-        for p in u.paths.iter().flatten() {
-            if *p.schema() != want {
-                return Err(format!(
-                    "path correction reads {} features, expected {}",
-                    p.schema().len(),
-                    want.len()
-                ));
-            }
-        }
-        if u.bags.len() >= MAX_BAGS {
-            return Err(format!(
-                "{} ensembles, at most {MAX_BAGS}",
-                u.bags.len() + 1
-            ));
-        }
-        if want.len() > MAX_EXTENDED {
-            return Err(format!("{} features, at most {MAX_EXTENDED}", want.len()));
-        }
-        Ok(FittedRidgeTrees {
-            schema: u.schema,
-            call_features: u.call_features,
-            calls,
-            trees: u.trees,
-            bags: u.bags,
-            paths: u.paths,
-        })
-    }
-}
-
-impl FittedRidgeTrees {
-    /// The inner ensemble (its baseline is the ridge).
-    pub fn trees(&self) -> &FittedTrees {
-        &self.trees
-    }
-}
-
-impl Regressor for FittedRidgeTrees {
-    fn name(&self) -> &'static str {
-        MODEL
-    }
-
-    fn schema(&self) -> &FeatureSchema {
-        &self.schema
-    }
-
-    fn predict_row(&self, x: &[f64]) -> Result<f64> {
-        check_width(&self.schema, x.len())?;
-        let mut buf = [0.0f64; MAX_EXTENDED];
-        let width = self.trees.schema().len();
-        let ext = &mut buf[..width];
-        extend_into(x, self.calls.as_ref(), ext);
-        let first = self.trees.predict_row(ext)?;
-        let factor = path_factor(&self.paths, self.calls.as_ref(), ext)?;
-        if self.bags.is_empty() {
-            return Ok(first * factor);
-        }
-        let mut log_sum = first.ln();
-        for b in &self.bags {
-            log_sum += b.predict_row(ext)?.ln();
-        }
-        Ok((log_sum / (1 + self.bags.len()) as f64).exp() * factor)
-    }
-
-    fn size_bytes(&self) -> usize {
-        self.trees.size_bytes()
-            + self.bags.iter().map(|b| b.size_bytes()).sum::<usize>()
-            + self
-                .paths
-                .iter()
-                .flatten()
-                .map(|p| p.size_bytes())
-                .sum::<usize>()
-    }
-
-    fn to_saved(&self) -> SavedModel {
-        SavedModel::RidgeTrees(Box::new(self.clone()))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::features::FeatureSchema;
+    use crate::regressor::{Regressor, SavedModel};
     use perfcast_core::{Context, ModuleKind, ModuleSpec, Phase};
 
     fn conv(
@@ -755,45 +402,6 @@ mod tests {
     }
 
     #[test]
-    fn call_features_follow_the_backend_calls() {
-        let schema = FeatureSchema::for_kind(ModuleKind::Conv2d);
-        let calls = CallColumns::of(&schema).unwrap();
-        let device = perfcast_core::testing::cpu_device();
-        let ctx = Context {
-            batch: 2,
-            phase: Phase::Inference,
-            threads: 1,
-            utilisation: 0.0,
-        };
-        let mut f = vec![0.0; CONV_CALL.len()];
-        // 3x3, 64 -> 32 on 40x40: 1,600 positions in 4 tiles of 400, per image.
-        calls.fill(
-            &crate::features::row(&conv(64, 32, 40, 3, 1, 1), &ctx, &device),
-            &mut f,
-        );
-        assert_eq!(&f[..4], &[8.0, 32.0, 400.0, 576.0]);
-        assert_eq!(f[11], 4.0);
-        assert_eq!(f[12], 1600.0 - 3.0 * 512.0);
-        assert_eq!(f[14], 2.0 * 64.0 * 1600.0);
-        // 1x1: one GEMM per image over the whole plane, no unfolding.
-        calls.fill(
-            &crate::features::row(&conv(64, 32, 40, 1, 1, 1), &ctx, &device),
-            &mut f,
-        );
-        assert_eq!(&f[..4], &[2.0, 32.0, 1600.0, 64.0]);
-        assert_eq!(f[11], 0.0);
-        assert_eq!(f[15], 0.0);
-        // Depthwise: no GEMM, one plane per channel and image.
-        calls.fill(
-            &crate::features::row(&conv(32, 32, 40, 3, 1, 32), &ctx, &device),
-            &mut f,
-        );
-        assert_eq!(&f[..4], &[64.0, 0.0, 0.0, 0.0]);
-        // Another kind has no call features.
-        assert!(CallColumns::of(&FeatureSchema::for_kind(ModuleKind::Linear)).is_none());
-    }
-
-    #[test]
     fn fit_recovers_a_per_call_cost_the_row_alone_hides() {
         let train = conv_set(900);
         let test = conv_set(1200);
@@ -808,26 +416,6 @@ mod tests {
             / test.len() as f64;
         assert!(mape < 0.05, "held-out MAPE {mape}");
         assert!(m.trees().n_trees() >= 1);
-    }
-
-    #[test]
-    fn path_of_names_the_backend_algorithm() {
-        let schema = FeatureSchema::for_kind(ModuleKind::Conv2d);
-        let calls = CallColumns::of(&schema).unwrap();
-        assert_eq!(INPUTS[POINTWISE], "conv_pointwise");
-        assert_eq!(INPUTS[DEPTHWISE], "conv_depthwise");
-        let device = perfcast_core::testing::cpu_device();
-        let ctx = Context {
-            batch: 2,
-            phase: Phase::Inference,
-            threads: 1,
-            utilisation: 0.0,
-        };
-        let path = |spec: &ModuleSpec| path_of(&calls, &crate::features::row(spec, &ctx, &device));
-        assert_eq!(path(&conv(64, 32, 40, 3, 1, 1)), 0);
-        assert_eq!(path(&conv(64, 32, 40, 1, 1, 1)), 1);
-        assert_eq!(path(&conv(32, 32, 40, 3, 1, 32)), 2);
-        assert_eq!(path(&conv(3, 16, 40, 3, 1, 1)), 3);
     }
 
     /// Rows of two algorithms whose costs scale with different powers of the work: the
@@ -855,7 +443,7 @@ mod tests {
             .fit(&train)
             .unwrap();
             let pred = m.predict(&test.x).unwrap();
-            let paths = m.paths.iter().flatten().count();
+            let paths = m.paths().iter().flatten().count();
             let e = pred
                 .iter()
                 .zip(&test.y)
@@ -902,7 +490,7 @@ mod tests {
         .unwrap();
         assert!(matches!(
             m.predict_row(&[1.0, 2.0]),
-            Err(Error::FeatureWidth { got: 2, .. })
+            Err(perfcast_predict::Error::FeatureWidth { got: 2, .. })
         ));
         // A file whose inner model reads another width is refused.
         let mut value = serde_json::to_value(m.to_saved()).unwrap();
@@ -966,7 +554,7 @@ mod tests {
             .unwrap()
         };
         let (a, b, both) = (fit(1, 0), fit(1, 1), fit(2, 0));
-        assert_eq!(both.bags.len(), 1);
+        assert_eq!(both.bags().len(), 1);
         for r in train.x.iter_rows().take(50) {
             let want = (a.predict_row(r).unwrap() * b.predict_row(r).unwrap()).sqrt();
             let got = both.predict_row(r).unwrap();

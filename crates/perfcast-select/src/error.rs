@@ -1,4 +1,4 @@
-//! Errors of selection, bundles and prediction.
+//! Errors of selection, writing bundles and scoring.
 
 use std::path::PathBuf;
 
@@ -6,9 +6,6 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A budget or weight out of range, named with its value.
-    #[error("invalid selection: {0}")]
-    InvalidBudget(String),
     /// No candidate fits the budgets.
     #[error("no `{kind}` model fits the budgets ({why})")]
     NothingFits {
@@ -28,6 +25,9 @@ pub enum Error {
     /// A query the bundle cannot answer.
     #[error("{0}")]
     Query(String),
+    /// From the predictor (loading a bundle, answering a query).
+    #[error(transparent)]
+    Predict(#[from] perfcast_predict::Error),
     /// From the models crate.
     #[error(transparent)]
     Models(#[from] perfcast_models::Error),

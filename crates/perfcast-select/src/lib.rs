@@ -1,11 +1,13 @@
-//! perfcast-select: MEDN's time- and space-efficient auto-selection, checkpoint bundles, and
-//! the predictor that answers queries from them.
+//! perfcast-select: MEDN's time- and space-efficient auto-selection, writing checkpoint bundles,
+//! and scoring a bundle's answers.
 //!
 //! [`select`] ranks each module kind's trained candidates by cross-validated accuracy under
 //! prediction-time and size budgets (or picks one family for every kind, for comparison) and
-//! reports the Pareto front; [`bundle`] writes and loads `checkpoints/<name>/` (manifest plus
-//! the chosen models) atomically and refuses corrupt or mismatched ones; [`predictor`] predicts
-//! modules and whole networks from a bundle.
+//! reports the Pareto front; [`bundle`] writes `checkpoints/<name>/` (manifest plus the chosen
+//! models) atomically; [`compose`] fits the network host-cost terms `perfcast calibrate` stores;
+//! [`score`] scores a bundle's answers on measured rows. Loading a bundle and answering queries
+//! is perfcast-predict's (the light predictor, without burn or polars); its [`Bundle`],
+//! [`Predictor`] and their types are re-exported here.
 //!
 //! ```no_run
 //! use perfcast_core::{Context, Phase, zoo};
@@ -22,18 +24,19 @@
 pub mod bundle;
 pub mod compose;
 mod error;
-pub mod predictor;
 pub mod score;
 pub mod select;
 
 pub use bundle::{Bundle, Manifest};
 pub use compose::{Composed, HostCosts, PhaseCosts, RunShape};
 pub use error::{Error, Result};
-pub use predictor::{
-    ModulePrediction, NetworkPrediction, Predictor, PreparedNetwork, ZERO_COST_MODEL,
+pub use perfcast_predict::predictor::{
+    self, ModulePrediction, NetworkPrediction, Predictor, PreparedNetwork, ZERO_COST_MODEL,
 };
 pub use score::{KindScore, score_records};
 pub use select::{Budget, Candidate, Selection};
 
+#[cfg(test)]
+mod predictor_tests;
 #[cfg(test)]
 mod tests;

@@ -11,7 +11,7 @@ use perfcast_data::Record;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
-use crate::predictor::{Predictor, is_raised};
+use perfcast_predict::predictor::{Predictor, is_raised};
 
 /// One kind and phase of a bundle scored on measured rows.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -2,90 +2,9 @@
 //! best cross-validated accuracy among those within the prediction-time and size budgets,
 //! optionally trading accuracy for cost.
 
-use serde::{Deserialize, Serialize};
+pub use perfcast_predict::bundle::{Budget, Candidate, Selection};
 
 use crate::error::{Error, Result};
-
-/// One trained model of one module kind, as selection sees it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Candidate {
-    /// Model family (`trees`, `medn`, ...).
-    pub model: String,
-    /// Cross-validated MAPE, percent (the accuracy selection ranks by: held-out rows stay
-    /// untouched for reporting).
-    pub cv_mape: f64,
-    /// Held-out MAPE, percent (reported, not used to choose).
-    pub test_mape: f64,
-    /// Prediction time of one row, microseconds.
-    pub predict_us: f64,
-    /// Size of the fitted model, bytes.
-    pub size_bytes: usize,
-}
-
-/// Limits and the trade-off of selection.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Budget {
-    /// Largest accepted one-row prediction time, microseconds.
-    pub max_predict_us: Option<f64>,
-    /// Largest accepted model size, KiB.
-    pub max_model_kb: Option<f64>,
-    /// Weight of cost against accuracy, >= 0: the candidate with the lowest [`cost_score`]
-    /// wins; 0 picks the most accurate candidate within the budgets.
-    pub cost_weight: f64,
-    /// Single-selection mode: use this family for every kind (for comparison with
-    /// auto-selection), ignoring the other candidates.
-    pub only: Option<String>,
-}
-
-impl Default for Budget {
-    fn default() -> Self {
-        Budget {
-            max_predict_us: None,
-            max_model_kb: None,
-            cost_weight: 0.0,
-            only: None,
-        }
-    }
-}
-
-impl Budget {
-    /// Rejects negative or non-finite limits, naming the value.
-    pub fn validate(&self) -> Result<()> {
-        for (name, v) in [
-            ("--max-predict-us", self.max_predict_us),
-            ("--max-model-kb", self.max_model_kb),
-        ] {
-            if let Some(v) = v
-                && !(v > 0.0 && v.is_finite())
-            {
-                return Err(Error::InvalidBudget(format!(
-                    "{name} must be positive, got {v}"
-                )));
-            }
-        }
-        if !(self.cost_weight >= 0.0 && self.cost_weight.is_finite()) {
-            return Err(Error::InvalidBudget(format!(
-                "--cost-weight must be finite and non-negative, got {}",
-                self.cost_weight
-            )));
-        }
-        Ok(())
-    }
-}
-
-/// The outcome for one kind: the winner, the Pareto front and why.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Selection {
-    /// Chosen family.
-    pub chosen: String,
-    /// Families on the Pareto front of (cv MAPE, prediction time, size): no other candidate is
-    /// at least as good on all three and better on one.
-    pub pareto: Vec<String>,
-    /// One line on why the winner won.
-    pub why: String,
-    /// Families ruled out by a budget, with the limit they broke.
-    pub excluded: Vec<(String, String)>,
-}
 
 /// Chooses among `candidates` of module kind `kind` under `budget`.
 pub fn select(kind: &str, candidates: &[Candidate], budget: &Budget) -> Result<Selection> {

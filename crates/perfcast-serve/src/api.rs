@@ -8,7 +8,7 @@ use perfcast_core::{
     BatchNorm2d, Context, Conv2d, Elementwise, LayerNorm, Linear, Matmul, ModuleKind, ModuleSpec,
     Network, Phase, Pool2d,
 };
-use perfcast_select::ModulePrediction;
+use perfcast_predict::ModulePrediction;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -22,7 +22,7 @@ pub enum Error {
     Config(String),
     /// Preparing the zoo networks or the bundle summary failed.
     #[error(transparent)]
-    Select(#[from] perfcast_select::Error),
+    Predict(#[from] perfcast_predict::Error),
     /// From the core crate.
     #[error(transparent)]
     Core(#[from] perfcast_core::Error),

@@ -1,7 +1,8 @@
-//! perfcast-serve: an HTTP JSON service over a [`perfcast_select::Predictor`], and a load
+//! perfcast-serve: an HTTP JSON service over a [`perfcast_predict::Predictor`], and a load
 //! generator to measure it.
 //!
-//! It sits above perfcast-select (core ◄ data ◄ models ◄ select ◄ serve ◄ cli). Endpoints:
+//! It sits on the light predictor alone (core ◄ predict ◄ serve ◄ cli: no burn, no polars).
+//! Endpoints:
 //!
 //! - `POST /v1/predict`: one module (`{"module": {...}}`) or many (`{"modules": [...]}`), each a
 //!   module spec as `ModuleSpec` serialises it, with the context (`batch`, `phase`, `threads`)
@@ -27,7 +28,7 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use perfcast_select::{Bundle, Predictor};
+//! use perfcast_predict::{Bundle, Predictor};
 //! use perfcast_serve::{ServeConfig, run};
 //!
 //! let predictor = Arc::new(Predictor::new(Bundle::load("checkpoints/local".as_ref())?));

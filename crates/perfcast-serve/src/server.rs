@@ -14,7 +14,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use perfcast_core::{Context, zoo};
-use perfcast_select::{Predictor, PreparedNetwork};
+use perfcast_predict::{Predictor, PreparedNetwork};
 use serde::Serialize;
 
 use crate::api::{self, ApiError, ModuleQueries, NetworkQuery, PredictResponse};
@@ -253,7 +253,7 @@ async fn read_body(req: Request, timeout: BodyTimeout) -> std::result::Result<By
 /// A prediction error as a 422 naming `field`. Queries are validated before they are
 /// predicted (`api`, then the predictor's own checks), so no size can overflow on the way:
 /// nothing is caught by unwinding.
-fn predicted<T>(field: &str, r: perfcast_select::Result<T>) -> std::result::Result<T, ApiError> {
+fn predicted<T>(field: &str, r: perfcast_predict::Result<T>) -> std::result::Result<T, ApiError> {
     r.map_err(|e| ApiError::field(field, e.to_string()))
 }
 
@@ -292,7 +292,7 @@ async fn predict(
 fn predict_network_query(
     state: &AppState,
     query: NetworkQuery,
-) -> std::result::Result<perfcast_select::NetworkPrediction, ApiError> {
+) -> std::result::Result<perfcast_predict::NetworkPrediction, ApiError> {
     let (prepared, context): (Arc<PreparedNetwork>, Context) = match query {
         NetworkQuery::Zoo {
             name,

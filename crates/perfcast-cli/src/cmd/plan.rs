@@ -151,7 +151,7 @@ impl LayerTimes for Predicted<'_> {
         network: &Network,
         batch: usize,
     ) -> perfcast_scale::Result<Vec<(f64, f64)>> {
-        let wrap = |e: perfcast_select::Error| perfcast_scale::Error::Compute {
+        let wrap = |e: perfcast_predict::Error| perfcast_scale::Error::Compute {
             batch,
             message: e.to_string(),
         };

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use perfcast_core::{Context, ModuleKind, ModuleSpec, Network, Phase, zoo};
-use perfcast_select::{Bundle, ModulePrediction, NetworkPrediction, Predictor};
+use perfcast_predict::{Bundle, ModulePrediction, NetworkPrediction, Predictor};
 use serde::Serialize;
 
 use crate::Ui;

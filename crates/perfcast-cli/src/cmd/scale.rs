@@ -494,7 +494,7 @@ fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
                         },
                     )
                 };
-                let wrap = |e: perfcast_select::Error| perfcast_scale::Error::Compute {
+                let wrap = |e: perfcast_predict::Error| perfcast_scale::Error::Compute {
                     batch: b,
                     message: e.to_string(),
                 };

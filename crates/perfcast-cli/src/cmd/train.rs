@@ -376,6 +376,7 @@ pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             if let perfcast_models::SavedModel::Medn(m) | perfcast_models::SavedModel::Mlp(m) =
                 &saved
             {
+                use perfcast_models::medn::MednCheckpoint;
                 // The burn checkpoint (config, normalisers, records) beside the fast-path JSON.
                 m.save_checkpoint(&staging.path().join(kind.name()).join(p.name()))?;
             }

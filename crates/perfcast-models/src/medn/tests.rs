@@ -1,5 +1,6 @@
 use super::*;
 use crate::features::row;
+use crate::regressor::{Regressor, SavedModel};
 use perfcast_core::{Context, ModuleKind, ModuleSpec};
 
 fn device_spec() -> perfcast_core::DeviceSpec {
@@ -255,41 +256,6 @@ fn one_network_serves_several_kinds() {
 }
 
 #[test]
-fn tile_inputs_step_at_tile_boundaries() {
-    let schema = FeatureSchema::for_kind(ModuleKind::Linear);
-    let tiles = TileInputs::of(&schema).unwrap();
-    let inputs = |m: f64, n: f64| {
-        let mut row = vec![0.0; schema.len()];
-        row[schema.index("gemm_m").unwrap()] = m;
-        row[schema.index("gemm_n").unwrap()] = n;
-        let mut out = [0.0; TILE_INPUTS];
-        tiles.fill(&row, &mut out);
-        out
-    };
-    let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
-    // 128x128 tiles (the first shape): 1,024 x 512 is 8 x 4 whole tiles, no padding; one more
-    // row of M adds a row of tiles, nearly all padding. Inputs are logs.
-    let whole = inputs(1024.0, 512.0);
-    assert!(
-        close(whole[0], 32f64.ln()) && close(whole[1], 0.0),
-        "{whole:?}"
-    );
-    let over = inputs(1025.0, 512.0);
-    assert!(close(over[0], 36f64.ln()), "{over:?}");
-    assert!(close(over[1], (9.0 * 128.0 / 1025.0f64).ln()), "{over:?}");
-    // 32x32 tiles (the last shape) need no padding at 1,024 x 512 either; a narrow N of 3 pads
-    // every 32-wide tile.
-    assert!(close(whole[TILE_INPUTS - 2], 512f64.ln()) && close(whole[TILE_INPUTS - 1], 0.0));
-    let narrow = inputs(1024.0, 3.0);
-    assert!(
-        close(narrow[TILE_INPUTS - 1], (32.0 / 3.0f64).ln()),
-        "{narrow:?}"
-    );
-    // No GEMM, no tiles.
-    assert_eq!(inputs(0.0, 0.0), [0.0; TILE_INPUTS]);
-}
-
-#[test]
 fn tile_inputs_widen_the_network_and_older_checkpoints_load_without_them() {
     let data = linear_set(40);
     let with = MednParams {
@@ -307,7 +273,7 @@ fn tile_inputs_widen_the_network_and_older_checkpoints_load_without_them() {
     }
     let (inputs, _) = group_samples(&data).unwrap();
     let samples = to_samples(
-        &with.tiles.unwrap().widen(&inputs),
+        &widen(&with.tiles.unwrap(), &inputs),
         data.schema.len(),
         &group_samples(&data).unwrap().1,
         &with.scaler,

@@ -10,12 +10,11 @@ use indicatif::ProgressBar;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
-use serde::{Deserialize, Serialize};
 
-use super::config::MednConfig;
-use super::infer::{Dense, FastNet, Norm};
+use super::config::{InitNet, MednConfig};
+use super::infer::{BurnWeights, Dense, FastNet, Norm};
 use super::model::MednNet;
-use super::{Loss, TargetScaler};
+use super::{Loss, TargetScaler, TrainHistory};
 use crate::error::{Error, Result};
 
 /// Multi-task samples: standardised inputs, standardised log targets and their masks.
@@ -70,36 +69,6 @@ impl Samples {
             Tensor::from_data(TensorData::new(self.m.clone(), [n, self.tasks]), device),
         )
     }
-}
-
-/// How a fit went.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct TrainHistory {
-    /// Epochs run (early stopping may end before the budget).
-    pub epochs: usize,
-    /// Optimiser steps taken.
-    pub steps: usize,
-    /// Epoch whose weights were kept.
-    pub best_epoch: usize,
-    /// Validation MAPE (percent) of the kept weights; training-set MAPE without a split.
-    pub best_val_mape: f64,
-    /// Training loss of the last epoch.
-    pub final_loss: f64,
-    /// Mini-batch size used.
-    #[serde(default)]
-    pub batch_size: usize,
-    /// Samples trained on.
-    #[serde(default)]
-    pub train_samples: usize,
-    /// Samples early stopping watched (0: the training samples were watched).
-    #[serde(default)]
-    pub val_samples: usize,
-    /// Whether the kept weights are the running average rather than one epoch's.
-    #[serde(default)]
-    pub averaged: bool,
-    /// Wall-clock seconds of the loop (what `bench/medn_torch.py` compares with PyTorch).
-    #[serde(default)]
-    pub seconds: f64,
 }
 
 /// Everything the loop needs besides the data.

@@ -1,0 +1,207 @@
+//! Network composition beyond a plain sum of layer predictions (PerfNetV2's pre + Σ + post).
+//!
+//! Layers timed alone miss costs a whole network pays, and include costs it does not: a network
+//! run has per-run setup and a loss, dispatch and allocation between layers, one backward pass
+//! over the whole graph instead of one per layer, and in training the optimiser update over every
+//! parameter. [`PhaseCosts`] models a run as
+//!
+//! ```text
+//! total = per_run_ms + layer_scale * Σ layer predictions + per_layer_ms * layers
+//!         + update_ms_per_mparam * parameters / 1e6          (training only)
+//! ```
+//!
+//! with the terms fitted per phase from measured networks (perfcast-select's `compose::fit_phase`,
+//! behind `perfcast calibrate`) and stored in the bundle's manifest ([`HostCosts`]). The terms are
+//! kept apart in every prediction ([`Composed`]), so a user sees what the host costs add.
+
+use perfcast_core::{Network, Phase};
+use serde::{Deserialize, Serialize};
+
+/// The fitted host-cost terms of one phase.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PhaseCosts {
+    /// Fixed cost per run (setup, input, loss, output), ms.
+    pub per_run_ms: f64,
+    /// Cost per layer that isolated layer timings miss (negative when isolated timings carry a
+    /// per-call cost a network pays once, such as a backward pass per layer), ms.
+    pub per_layer_ms: f64,
+    /// Factor on the sum of layer predictions (cache effects between layers).
+    pub layer_scale: f64,
+    /// Optimiser update per million parameters held in tensors that fit in cache, ms
+    /// (training; 0 for inference).
+    pub update_ms_per_mparam: f64,
+    /// Optimiser update per million parameters held in tensors too large for cache (their
+    /// parameters, gradients and velocities stream from memory), ms.
+    #[serde(default)]
+    pub update_large_ms_per_mparam: f64,
+    /// A parameter tensor is large when its update streams more than this many bytes
+    /// (parameter, gradient, velocity: 12 bytes per parameter); the device's last-level cache.
+    /// `None`: one rate for every tensor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub large_tensor_bytes: Option<f64>,
+    /// Calibration runs the terms were fitted on.
+    pub runs: usize,
+    /// MAPE (%) of the plain sum on the calibration runs.
+    pub plain_mape: f64,
+    /// MAPE (%) of the composed prediction on the calibration runs (in-sample).
+    pub fit_mape: f64,
+    /// The prior's strength the terms were fitted with.
+    #[serde(default)]
+    pub lambda: f64,
+    /// Leave-one-network-out MAPE (%) of the composed prediction at that strength: each
+    /// network predicted by terms fitted on the others (absent with fewer than 3 networks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cv_mape: Option<f64>,
+    /// Leave-one-network-out MAPE (%) of the plain sum, for comparison.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cv_plain_mape: Option<f64>,
+}
+
+/// Bytes one parameter's update streams: the parameter, its gradient and its velocity.
+const UPDATE_BYTES_PER_PARAM: f64 = 12.0;
+
+/// Host-cost terms per phase, and what they were fitted on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostCosts {
+    /// Terms for inference runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inference: Option<PhaseCosts>,
+    /// Terms for training steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub training: Option<PhaseCosts>,
+    /// Calibration networks (names with resolution), for the record.
+    pub networks: Vec<String>,
+    /// Threads the calibration runs used.
+    pub threads: usize,
+}
+
+impl HostCosts {
+    /// The terms of a phase, if calibrated.
+    pub fn phase(&self, phase: Phase) -> Option<&PhaseCosts> {
+        match phase {
+            Phase::Inference => self.inference.as_ref(),
+            Phase::Training => self.training.as_ref(),
+        }
+    }
+}
+
+/// What a network run is made of, besides its layers' predictions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunShape {
+    /// Sum of the layers' predicted latencies, ms.
+    pub layer_sum_ms: f64,
+    /// Layers per forward pass.
+    pub layers: usize,
+    /// Trainable parameters.
+    pub params: usize,
+    /// Elements of every trainable parameter tensor.
+    pub tensors: Vec<usize>,
+}
+
+impl RunShape {
+    /// Parameters in tensors whose update streams more than `large_bytes`.
+    pub fn large_params(&self, large_bytes: f64) -> usize {
+        self.tensors
+            .iter()
+            .filter(|&&n| n as f64 * UPDATE_BYTES_PER_PARAM > large_bytes)
+            .sum()
+    }
+}
+
+/// The trainable parameter tensors of a module, by element count (as burn's layers hold them).
+pub fn param_tensors(spec: &perfcast_core::ModuleSpec) -> Vec<usize> {
+    use perfcast_core::ModuleSpec as M;
+    match spec {
+        M::Conv2d(c) => {
+            let w = c.out_channels * (c.in_channels / c.groups.max(1)) * c.kernel[0] * c.kernel[1];
+            let mut t = vec![w];
+            if c.bias {
+                t.push(c.out_channels);
+            }
+            t
+        }
+        M::Linear(l) => {
+            let mut t = vec![l.in_features * l.out_features];
+            if l.bias {
+                t.push(l.out_features);
+            }
+            t
+        }
+        M::BatchNorm2d(b) => vec![b.channels, b.channels],
+        M::LayerNorm(l) => vec![l.features, l.features],
+        _ => Vec::new(),
+    }
+}
+
+/// A composed network prediction, term by term.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Composed {
+    /// Sum of the layers' predictions, ms.
+    pub layer_sum_ms: f64,
+    /// Per-run cost, ms.
+    pub per_run_ms: f64,
+    /// Layer-scale adjustment `(layer_scale - 1) * layer_sum_ms`, ms.
+    pub scale_ms: f64,
+    /// Per-layer costs `per_layer_ms * layers`, ms.
+    pub dispatch_ms: f64,
+    /// Optimiser update, ms.
+    pub update_ms: f64,
+    /// The composed total, ms.
+    pub total_ms: f64,
+}
+
+/// The composed total never falls below this share of the plain sum: terms fitted on other
+/// networks must not cancel a large network's layers.
+const FLOOR_SHARE: f64 = 0.5;
+
+impl PhaseCosts {
+    /// Composes a run from its layers' sum and shape.
+    pub fn compose(&self, run: &RunShape) -> Composed {
+        let scale_ms = (self.layer_scale - 1.0) * run.layer_sum_ms;
+        let dispatch_ms = self.per_layer_ms * run.layers as f64;
+        let large = run.large_params(self.large_tensor_bytes.unwrap_or(f64::INFINITY));
+        let update_ms = (self.update_ms_per_mparam * (run.params - large) as f64
+            + self.update_large_ms_per_mparam * large as f64)
+            / 1e6;
+        let total = run.layer_sum_ms + self.per_run_ms + scale_ms + dispatch_ms + update_ms;
+        Composed {
+            layer_sum_ms: run.layer_sum_ms,
+            per_run_ms: self.per_run_ms,
+            scale_ms,
+            dispatch_ms,
+            update_ms,
+            total_ms: total.max(FLOOR_SHARE * run.layer_sum_ms),
+        }
+    }
+}
+
+impl RunShape {
+    /// The shape of a run of `network` whose layers' predictions sum to `layer_sum_ms`.
+    pub fn of(network: &Network, layer_sum_ms: f64) -> RunShape {
+        let tensors: Vec<usize> = network
+            .layers
+            .iter()
+            .flat_map(|l| param_tensors(&l.spec))
+            .collect();
+        RunShape {
+            layer_sum_ms,
+            layers: network.layers.len(),
+            params: tensors.iter().sum(),
+            tensors,
+        }
+    }
+}
+
+/// A plain sum, as a [`Composed`] with no host terms.
+pub fn plain(run: &RunShape) -> Composed {
+    Composed {
+        layer_sum_ms: run.layer_sum_ms,
+        per_run_ms: 0.0,
+        scale_ms: 0.0,
+        dispatch_ms: 0.0,
+        update_ms: 0.0,
+        total_ms: run.layer_sum_ms,
+    }
+}

@@ -1,0 +1,562 @@
+//! The feature rows models learn from: a module's configuration, its context, derived work and
+//! the device's spec, in one fixed order per module kind (the schema).
+//!
+//! Features are computed from specs at training and query time, never stored as the only copy.
+//! Rows are raw (no logs): each model applies its own transform, so trees, k-NN and ridge see
+//! the same inputs.
+
+use perfcast_core::{Context, DeviceSpec, ModuleKind, ModuleSpec, Phase, features};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Feature names after the kind's configuration columns.
+pub const COMMON: &[&str] = &[
+    "batch",
+    "training",
+    "threads",
+    "utilisation",
+    "flops",
+    "work_flops",
+    "bytes",
+    "work_bytes",
+    "params",
+    "output_elems",
+    "input_elems",
+    "intensity",
+    "dev_peak_gflops",
+    "dev_bandwidth_gbs",
+    "roofline_ms",
+    "gemm_m",
+    "gemm_n",
+    "gemm_k",
+    "gemm_min",
+    "gemm_m_align",
+    "gemm_n_align",
+    "gemm_k_align",
+    "conv_pointwise",
+    "conv_depthwise",
+    "conv_small_channel",
+    "conv_grouped",
+];
+
+/// Extra feature names of conv2d, after [`COMMON`]: the shapes of the two convolutions a
+/// training step adds (see [`conv_backward_features`]), then [`im2col_mib`].
+pub const CONV_EXTRA: &[&str] = &[
+    "wgrad_calls",
+    "wgrad_small_channel",
+    "wgrad_taps",
+    "wgrad_gemm_m",
+    "wgrad_gemm_n",
+    "wgrad_gemm_k",
+    "xgrad_columns_mib",
+    "xgrad_tiled",
+    "im2col_mib",
+];
+
+/// The unfolded-input buffer of a conv lowered to GEMM (im2col), MiB over the batch; 0 on the
+/// paths that skip it (1x1, depthwise, small-channel). Writing and re-reading it is memory
+/// traffic that the module's own input and output bytes do not count, and the weight-gradient
+/// conv of a training step unfolds a buffer of the same size.
+pub fn im2col_mib(spec: &ModuleSpec, batch: usize) -> f64 {
+    im2col_mib_of(spec, batch, &spec.output_shape().unwrap_or_default())
+}
+
+/// [`im2col_mib`] given the spec's output shape.
+fn im2col_mib_of(spec: &ModuleSpec, batch: usize, out: &[usize]) -> f64 {
+    let ModuleSpec::Conv2d(c) = spec else {
+        return 0.0;
+    };
+    let [pointwise, depthwise, small, _] = conv_algorithm_flags(spec);
+    if pointwise + depthwise + small > 0.0 {
+        return 0.0;
+    }
+    // In f64: batch x positions x taps can pass 2^64 for valid specs at large batches (the
+    // products are exact below 2^53, where every real layer is).
+    let positions: f64 = out.iter().skip(1).map(|&d| d as f64).product();
+    let per_group = (c.in_channels / c.groups.max(1)) as f64 * (c.kernel[0] * c.kernel[1]) as f64;
+    4.0 * (batch as f64 * positions * per_group * c.groups.max(1) as f64) / (1024.0 * 1024.0)
+}
+
+/// Bytes above which burn-flex's transposed convolution tiles its column buffer.
+const XGRAD_TILE_BYTES: f64 = 8.0 * 1024.0 * 1024.0;
+
+/// The backward pass of a conv is two more convolutions whose shapes are nothing like the
+/// forward one, and on the CPU they dominate a training step for small channel counts:
+/// burn computes the weight gradient as a conv whose batch is `c_in / groups`, whose channels
+/// are the batch, and whose *kernel* is the whole output plane (one call per group), and the
+/// input gradient as a transposed conv (GEMM into a column buffer, tiled above 8 MiB).
+/// A 1x1 conv on an 82x82 image with 14 output channels thus runs a 6,724-tap direct
+/// convolution in training. Zeros for inference rows and other kinds.
+pub fn conv_backward_features(spec: &ModuleSpec, context: &Context) -> [f64; 8] {
+    conv_backward_of(spec, context, &spec.output_shape().unwrap_or_default())
+}
+
+/// [`conv_backward_features`] given the spec's output shape.
+fn conv_backward_of(spec: &ModuleSpec, context: &Context, out: &[usize]) -> [f64; 8] {
+    let ModuleSpec::Conv2d(c) = spec else {
+        return [0.0; 8];
+    };
+    if context.phase != Phase::Training {
+        return [0.0; 8];
+    }
+    let (oh, ow) = (
+        out.get(1).copied().unwrap_or(1) as f64,
+        out.get(2).copied().unwrap_or(1) as f64,
+    );
+    let g = c.groups.max(1) as f64;
+    let batch = context.batch as f64;
+    let cin_g = c.in_channels as f64 / g;
+    let cout_g = c.out_channels as f64 / g;
+    let taps = oh * ow;
+    // The weight-gradient conv has `batch` input channels and `cout_g` output channels, so
+    // flex's small-channel direct path takes it under the same thresholds as a forward conv.
+    let small = c.in_channels > 0 && context.batch <= 4 && c.out_channels / c.groups.max(1) <= 16;
+    let kernel_taps = (c.kernel[0] * c.kernel[1]) as f64;
+    let columns = 4.0 * cin_g * kernel_taps * taps;
+    [
+        g,
+        f64::from(u8::from(small)),
+        taps,
+        cin_g * kernel_taps,
+        cout_g,
+        batch * taps,
+        columns / (1024.0 * 1024.0),
+        f64::from(u8::from(columns > XGRAD_TILE_BYTES)),
+    ]
+}
+
+/// Which family of algorithm a CPU backend picks for a conv, as 0/1 flags: `[pointwise (1x1),
+/// depthwise, small-channel direct, other grouped]`; all zero for the generic im2col + GEMM path
+/// and for other kinds. burn-flex dispatches exactly on these (1x1 -> GEMM on NCHW; groups =
+/// c_in = c_out -> direct depthwise; groups = 1 with c_in <= 4 and c_out <= 16 -> direct
+/// small-channel), and each path has its own efficiency curve, so trees need the switch points
+/// as inputs rather than guessing them from the channel counts.
+pub fn conv_algorithm_flags(spec: &ModuleSpec) -> [f64; 4] {
+    let ModuleSpec::Conv2d(c) = spec else {
+        return [0.0; 4];
+    };
+    let pointwise = c.kernel == [1, 1] && c.stride == [1, 1] && c.padding == [0, 0];
+    let depthwise =
+        !pointwise && c.groups == c.in_channels && c.out_channels == c.in_channels && c.groups > 1;
+    let small = !pointwise && c.groups == 1 && c.in_channels <= 4 && c.out_channels <= 16;
+    let grouped = !pointwise && !depthwise && c.groups > 1;
+    [pointwise, depthwise, small, grouped].map(|b| f64::from(u8::from(b)))
+}
+
+/// The GEMM a CPU or GPU backend lowers a module to, `(M, N, K)` for the whole batch (zeros
+/// for kinds that are not GEMM-like). Efficiency depends on these far more than on FLOPs alone:
+/// a conv with 2 output channels is a GEMM with N = 2, memory-bound at any size.
+pub fn gemm_dims(spec: &ModuleSpec, batch: usize) -> (f64, f64, f64) {
+    gemm_dims_of(spec, batch, &spec.output_shape().unwrap_or_default())
+}
+
+/// [`gemm_dims`] given the spec's output shape.
+fn gemm_dims_of(spec: &ModuleSpec, batch: usize, out: &[usize]) -> (f64, f64, f64) {
+    let n = batch as f64;
+    match spec {
+        ModuleSpec::Conv2d(c) => {
+            let hw = out.iter().skip(1).map(|&d| d as f64).product::<f64>();
+            let g = c.groups.max(1) as f64;
+            (
+                n * hw * g,
+                c.out_channels as f64 / g,
+                (c.in_channels as f64 / g) * (c.kernel[0] * c.kernel[1]) as f64,
+            )
+        }
+        ModuleSpec::Linear(l) => (
+            n * l.tokens as f64,
+            l.out_features as f64,
+            l.in_features as f64,
+        ),
+        ModuleSpec::Matmul(m) => (n * (m.heads * m.m) as f64, m.n as f64, m.k as f64),
+        _ => (0.0, 0.0, 0.0),
+    }
+}
+
+/// The alignment features of [`COMMON`].
+pub const ALIGNMENT: [&str; 3] = ["gemm_m_align", "gemm_n_align", "gemm_k_align"];
+
+/// The largest power of two (up to 128) dividing a GEMM dimension; 0 for no GEMM.
+///
+/// SIMD micro-kernels on CPUs and tiled kernels on GPUs run at full speed only on whole
+/// vectors and tiles, so latency is not smooth in the shapes: 512 and 513 output features
+/// differ by a whole extra tile. Smooth models cannot find these steps from the sizes alone.
+pub fn alignment(dim: f64) -> f64 {
+    if dim < 1.0 {
+        return 0.0;
+    }
+    let d = dim.round() as u64;
+    f64::from(1u32 << d.trailing_zeros().min(7))
+}
+
+/// The ordered feature names of one module kind.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeatureSchema {
+    /// Module kind.
+    pub kind: ModuleKind,
+    /// Names, in row order.
+    pub names: Vec<String>,
+}
+
+impl FeatureSchema {
+    /// The schema of a kind: its configuration columns, then [`COMMON`], then the kind's
+    /// extras ([`CONV_EXTRA`] for conv2d).
+    pub fn for_kind(kind: ModuleKind) -> FeatureSchema {
+        let extra: &[&str] = match kind {
+            ModuleKind::Conv2d => CONV_EXTRA,
+            _ => &[],
+        };
+        let names = kind
+            .config_columns()
+            .iter()
+            .chain(COMMON)
+            .chain(extra)
+            .map(|s| (*s).to_string())
+            .collect();
+        FeatureSchema { kind, names }
+    }
+
+    /// Index of a feature by name.
+    pub fn index(&self, name: &str) -> Option<usize> {
+        self.names.iter().position(|n| n == name)
+    }
+
+    /// Stable hash of the kind and names: a saved model refuses rows of another schema.
+    pub fn hash(&self) -> u64 {
+        fnv1a(self.kind.name().bytes().chain(self.names.join(",").bytes()))
+    }
+
+    /// Width of a row.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Whether the schema is empty (never, for a real kind).
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}
+
+/// Training phases multiply the bytes moved: activations are read again and gradients written.
+const TRAINING_BYTES_FACTOR: f64 = 3.0;
+
+/// The feature row of a module in a context on a device, in [`FeatureSchema::for_kind`] order.
+pub fn row(spec: &ModuleSpec, context: &Context, device: &DeviceSpec) -> Vec<f64> {
+    // Sized once: rows are built per query on the prediction path.
+    let mut out = Vec::with_capacity(MAX_ROW);
+    row_into(spec, context, device, &mut out);
+    out
+}
+
+/// The widest feature row of any kind.
+pub const MAX_ROW: usize = 14 + COMMON.len() + CONV_EXTRA.len();
+
+/// [`row`], appended to `out`: the prediction path builds many rows into one buffer. The
+/// output shape is inferred once and shared by every feature that needs it.
+pub fn row_into(spec: &ModuleSpec, context: &Context, device: &DeviceSpec, out: &mut Vec<f64>) {
+    let shape = spec.output_dims().unwrap_or_default();
+    let d = features::derive_with(spec, context.batch, &shape);
+    let training = context.phase == Phase::Training;
+    let bytes = d.bytes_read + d.bytes_written;
+    let work_flops = if training { d.train_flops } else { d.flops };
+    let work_bytes = if training {
+        TRAINING_BYTES_FACTOR * bytes
+    } else {
+        bytes
+    };
+    let roofline_s = (work_flops / (device.peak_gflops * 1e9))
+        .max(work_bytes / (device.mem_bandwidth_gbs * 1e9));
+    out.reserve(MAX_ROW);
+    spec.config_into(out);
+    out.extend_from_slice(&[
+        context.batch as f64,
+        f64::from(u8::from(training)),
+        context.threads as f64,
+        context.utilisation,
+        d.flops,
+        work_flops,
+        bytes,
+        work_bytes,
+        d.params,
+        d.output_elems,
+        d.input_elems,
+        d.arithmetic_intensity,
+        device.peak_gflops,
+        device.mem_bandwidth_gbs,
+        roofline_s * 1e3,
+    ]);
+    let (gm, gn, gk) = gemm_dims_of(spec, context.batch, &shape);
+    out.extend_from_slice(&[gm, gn, gk, gm.min(gn).min(gk)]);
+    out.extend_from_slice(&[alignment(gm), alignment(gn), alignment(gk)]);
+    out.extend_from_slice(&conv_algorithm_flags(spec));
+    if spec.kind() == ModuleKind::Conv2d {
+        out.extend_from_slice(&conv_backward_of(spec, context, &shape));
+        out.push(im2col_mib_of(spec, context.batch, &shape));
+    }
+}
+
+/// The feature row of the same module and context in `phase`, recomputed from the row's own
+/// configuration, context and device columns (a row carries everything [`row`] reads).
+///
+/// Multi-task models see one input per (module, context) and predict every phase from it, so
+/// they canonicalise each row to its training-phase form, which holds both the forward work
+/// and the backward shapes.
+pub fn row_in_phase(schema: &FeatureSchema, x: &[f64], phase: Phase) -> Result<Vec<f64>> {
+    crate::regressor::check_width(schema, x.len())?;
+    if crate::device_features::is_extended(schema) {
+        // A cross-device model's inner row: the single-device row, then its device block.
+        let base = FeatureSchema::for_kind(schema.kind);
+        // Spec fields after the block do not depend on the phase.
+        let mut out = row_in_phase(&base, &x[..base.len()], phase)?;
+        let head = out.clone();
+        crate::device_features::extend_row(&base, &head, &mut out)?;
+        out.extend_from_slice(&x[out.len()..]);
+        return Ok(out);
+    }
+    let at = |name: &str| -> Result<f64> {
+        schema
+            .index(name)
+            .map(|i| x[i])
+            .ok_or_else(|| Error::InvalidData(format!("schema has no `{name}` column")))
+    };
+    let n_config = schema.kind.config_columns().len();
+    let config: Vec<i64> = x[..n_config].iter().map(|&v| v.round() as i64).collect();
+    let spec = ModuleSpec::from_config(schema.kind, &config)
+        .map_err(|e| Error::InvalidData(e.to_string()))?;
+    let context = Context {
+        batch: at("batch")?.round().max(1.0) as usize,
+        phase,
+        threads: at("threads")?.round().max(1.0) as usize,
+        utilisation: at("utilisation")?,
+    };
+    let device = DeviceSpec {
+        name: String::new(),
+        kind: perfcast_core::DeviceKind::Cpu,
+        peak_gflops: at("dev_peak_gflops")?,
+        mem_bandwidth_gbs: at("dev_bandwidth_gbs")?,
+        cores: 1,
+        threads: 1,
+        clock_mhz: 0.0,
+        memory_gb: 0.0,
+        cache_mb: 0.0,
+        caches: Default::default(),
+        source: perfcast_core::SpecSource::Published,
+        software: None,
+    };
+    Ok(row(&spec, &context, &device))
+}
+
+/// 64-bit FNV-1a: stable across runs and platforms, unlike `std`'s randomly seeded hasher.
+pub fn fnv1a(bytes: impl Iterator<Item = u8>) -> u64 {
+    bytes.fold(0xcbf2_9ce4_8422_2325, |h, byte| {
+        (h ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// [`perfcast_core::canonical::canonical`] when `device` is a GPU: what a GPU library runs.
+/// CPU rows keep the form they were measured in (a CPU backend's kernels differ by form).
+pub fn gpu_canonical(
+    spec: &ModuleSpec,
+    context: &Context,
+    device: &DeviceSpec,
+) -> Option<(ModuleSpec, Context)> {
+    if device.kind != perfcast_core::DeviceKind::Gpu {
+        return None;
+    }
+    perfcast_core::canonical::canonical(spec, context)
+}
+
+/// `ln(1 + max(v, 0))`: the transform for non-negative count-like features.
+///
+/// Zero (flags, absent columns of a shared input) skips the logarithm: half of some rows.
+/// NaN maps to 0, as `max` did. Small whole numbers (channels, sizes, kernels, batch, threads,
+/// alignments: most of a row) are looked up in a table `ln_1p` itself filled, so the result
+/// is bit-identical and the prediction path skips most logarithms.
+#[inline]
+pub fn log1p_pos(v: f64) -> f64 {
+    if v > 0.0 {
+        let k = v as u32;
+        if (k as usize) < LOG1P_TABLE && f64::from(k) == v {
+            return LOG1P_SMALL[k as usize];
+        }
+        v.ln_1p()
+    } else {
+        0.0
+    }
+}
+
+/// Whole numbers below this have their `ln(1 + k)` in [`LOG1P_SMALL`].
+const LOG1P_TABLE: usize = 4096;
+
+/// `ln(1 + k)` for `k` in `0..LOG1P_TABLE`, computed by `ln_1p` once.
+static LOG1P_SMALL: std::sync::LazyLock<Vec<f64>> =
+    std::sync::LazyLock::new(|| (0..LOG1P_TABLE).map(|k| (k as f64).ln_1p()).collect());
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use perfcast_core::testing;
+
+    pub(crate) fn device() -> DeviceSpec {
+        testing::cpu_device()
+    }
+
+    #[test]
+    fn rows_match_the_schema_for_every_kind() {
+        for spec in testing::one_of_each_kind() {
+            let schema = FeatureSchema::for_kind(spec.kind());
+            let ctx = Context {
+                batch: 4,
+                phase: Phase::Training,
+                threads: 1,
+                utilisation: 0.0,
+            };
+            let r = row(&spec, &ctx, &device());
+            assert_eq!(r.len(), schema.len(), "{}", spec.kind());
+            assert!(r.iter().all(|v| v.is_finite() && *v >= 0.0));
+            let work = schema.index("work_flops").unwrap();
+            let flops = schema.index("flops").unwrap();
+            assert!(r[work] >= r[flops]);
+            // A view moves nothing: its roofline is zero, and predictors answer it as such.
+            let roofline = r[schema.index("roofline_ms").unwrap()];
+            if spec.kind().is_zero_cost() {
+                assert_eq!(roofline, 0.0);
+            } else {
+                assert!(roofline > 0.0, "{}", spec.kind());
+            }
+        }
+    }
+
+    #[test]
+    fn conv_algorithm_flags_follow_the_backend_dispatch() {
+        let conv = |cin: usize, cout: usize, k: usize, stride: usize, groups: usize| {
+            ModuleSpec::Conv2d(perfcast_core::Conv2d {
+                in_channels: cin,
+                out_channels: cout,
+                input_hw: [16, 16],
+                kernel: [k, k],
+                stride: [stride, stride],
+                padding: [k / 2, k / 2],
+                dilation: [1, 1],
+                groups,
+                bias: true,
+            })
+        };
+        assert_eq!(
+            conv_algorithm_flags(&conv(64, 32, 1, 1, 1)),
+            [1.0, 0.0, 0.0, 0.0]
+        );
+        // A strided 1x1 conv is not the pointwise fast path.
+        assert_eq!(conv_algorithm_flags(&conv(64, 32, 1, 2, 1)), [0.0; 4]);
+        assert_eq!(
+            conv_algorithm_flags(&conv(32, 32, 3, 1, 32)),
+            [0.0, 1.0, 0.0, 0.0]
+        );
+        assert_eq!(
+            conv_algorithm_flags(&conv(3, 16, 3, 1, 1)),
+            [0.0, 0.0, 1.0, 0.0]
+        );
+        assert_eq!(conv_algorithm_flags(&conv(3, 64, 3, 1, 1)), [0.0; 4]);
+        assert_eq!(
+            conv_algorithm_flags(&conv(32, 64, 3, 1, 4)),
+            [0.0, 0.0, 0.0, 1.0]
+        );
+        let linear = perfcast_core::testing::one_of_each_kind().remove(1);
+        assert_eq!(conv_algorithm_flags(&linear), [0.0; 4]);
+    }
+
+    #[test]
+    fn conv_backward_features_describe_the_gradient_convs() {
+        let spec = ModuleSpec::Conv2d(perfcast_core::Conv2d {
+            in_channels: 107,
+            out_channels: 14,
+            input_hw: [82, 82],
+            kernel: [1, 1],
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+            bias: true,
+        });
+        let mut ctx = Context {
+            batch: 1,
+            phase: Phase::Inference,
+            threads: 1,
+            utilisation: 0.0,
+        };
+        assert_eq!(conv_backward_features(&spec, &ctx), [0.0; 8]);
+        ctx.phase = Phase::Training;
+        let f = conv_backward_features(&spec, &ctx);
+        // One call, small-channel path (batch 1 <= 4, 14 <= 16), an 82x82-tap kernel.
+        assert_eq!(&f[..6], &[1.0, 1.0, 6724.0, 107.0, 14.0, 6724.0]);
+        assert_eq!(f[7], 0.0);
+        ctx.batch = 8;
+        let f = conv_backward_features(&spec, &ctx);
+        assert_eq!(f[1], 0.0, "batch 8 leaves the small-channel path");
+        assert_eq!(f[5], 8.0 * 6724.0);
+        let schema = FeatureSchema::for_kind(ModuleKind::Conv2d);
+        assert_eq!(row(&spec, &ctx, &device()).len(), schema.len());
+        assert_eq!(schema.names.last().unwrap(), "im2col_mib");
+        // A 1x1 conv skips the unfolding; a 3x3 one unfolds 9 values per output position.
+        assert_eq!(im2col_mib(&spec, 8), 0.0);
+        let ModuleSpec::Conv2d(mut c) = spec.clone() else {
+            unreachable!()
+        };
+        c.kernel = [3, 3];
+        c.padding = [1, 1];
+        let k3 = ModuleSpec::Conv2d(c);
+        let expected = 4.0 * (2 * 82 * 82 * 107 * 9) as f64 / 1048576.0;
+        assert!((im2col_mib(&k3, 2) - expected).abs() < 1e-9);
+    }
+
+    #[test]
+    fn row_in_phase_recomputes_the_other_phase_exactly() {
+        for spec in testing::one_of_each_kind() {
+            let schema = FeatureSchema::for_kind(spec.kind());
+            let mut ctx = Context {
+                batch: 3,
+                phase: Phase::Inference,
+                threads: 2,
+                utilisation: 0.25,
+            };
+            let inference = row(&spec, &ctx, &device());
+            ctx.phase = Phase::Training;
+            let training = row(&spec, &ctx, &device());
+            let back = row_in_phase(&schema, &training, Phase::Inference).unwrap();
+            assert_eq!(back, inference, "{}", spec.kind());
+            let forth = row_in_phase(&schema, &inference, Phase::Training).unwrap();
+            assert_eq!(forth, training, "{}", spec.kind());
+        }
+    }
+
+    #[test]
+    fn log1p_table_is_bit_identical_to_ln_1p() {
+        for k in 0..LOG1P_TABLE + 3 {
+            let v = k as f64;
+            let want = if v > 0.0 { v.ln_1p() } else { 0.0 };
+            assert_eq!(log1p_pos(v).to_bits(), want.to_bits(), "{k}");
+            let frac = v + 0.37;
+            assert_eq!(log1p_pos(frac).to_bits(), frac.ln_1p().to_bits());
+        }
+        assert_eq!(log1p_pos(f64::NAN), 0.0);
+        assert_eq!(log1p_pos(-3.0), 0.0);
+        assert_eq!(log1p_pos(1e300).to_bits(), 1e300f64.ln_1p().to_bits());
+    }
+
+    #[test]
+    fn alignment_is_the_power_of_two_dividing_a_dimension() {
+        assert_eq!(alignment(0.0), 0.0);
+        assert_eq!(alignment(513.0), 1.0);
+        assert_eq!(alignment(24.0), 8.0);
+        assert_eq!(alignment(4096.0), 128.0);
+    }
+
+    #[test]
+    fn schema_hash_differs_between_kinds() {
+        let a = FeatureSchema::for_kind(ModuleKind::Conv2d).hash();
+        let b = FeatureSchema::for_kind(ModuleKind::Linear).hash();
+        assert_ne!(a, b);
+        assert_eq!(a, FeatureSchema::for_kind(ModuleKind::Conv2d).hash());
+    }
+}

@@ -1,0 +1,225 @@
+//! Issue 22: the predictor moved out of perfcast-select without changing an answer. The
+//! fixture bundles were written by the code before the move (perfcast at commit 83c616f), and
+//! `expected.json` holds what that code's `perfcast predict --format json` answered
+//! (`tests/fixtures/README.md`); every answer here must be the same `f64`, bit for bit.
+
+use perfcast_core::{Context, DeviceSpec, ModuleQuery, ModuleSpec, Phase, zoo};
+use perfcast_predict::{Bundle, Predictor};
+use serde::Deserialize;
+
+use crate::{fixtures, repo_root};
+
+#[derive(Deserialize)]
+struct Expected {
+    cases: Vec<Case>,
+}
+
+#[derive(Deserialize)]
+struct Case {
+    bundle: String,
+    device: Option<String>,
+    modules: Vec<ModuleAnswer>,
+    networks: Vec<NetworkAnswer>,
+}
+
+#[derive(Deserialize)]
+struct ModuleAnswer {
+    ms: f64,
+    model: String,
+    fallback: bool,
+    warnings: usize,
+}
+
+#[derive(Deserialize)]
+struct NetworkAnswer {
+    network: String,
+    resolution: Option<usize>,
+    batch: usize,
+    phase: Phase,
+    total_ms: f64,
+    layer_sum_ms: f64,
+    composed: bool,
+    fallback_layers: usize,
+    layers_ms: Vec<f64>,
+}
+
+fn expected() -> Expected {
+    let text = std::fs::read_to_string(fixtures().join("expected.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The queries with the contexts `perfcast predict --modules-file` gave them (its defaults:
+/// batch 1, inference, 1 thread).
+fn queries() -> Vec<(ModuleSpec, Context)> {
+    let text = std::fs::read_to_string(fixtures().join("queries.json")).unwrap();
+    let defaults = Context {
+        batch: 1,
+        phase: Phase::Inference,
+        threads: 1,
+        utilisation: 0.0,
+    };
+    serde_json::from_str::<Vec<ModuleQuery>>(&text)
+        .unwrap()
+        .into_iter()
+        .map(|q| {
+            let context = q.context(&defaults);
+            (q.spec, context)
+        })
+        .collect()
+}
+
+/// The case's bundle, loaded as `perfcast predict` loaded it.
+fn predictor(case: &Case) -> Predictor {
+    let dir = match case.bundle.strip_prefix("checkpoints/") {
+        Some(name) => repo_root().join("checkpoints").join(name),
+        None => fixtures().join("bundles").join(&case.bundle),
+    };
+    let bundle = match &case.device {
+        Some(d) => {
+            let spec =
+                DeviceSpec::read_file(&fixtures().join(format!("devices/{d}.json"))).unwrap();
+            Bundle::load_for_device(&dir, &spec).unwrap()
+        }
+        None => Bundle::load(&dir).unwrap(),
+    };
+    Predictor::new(bundle)
+}
+
+fn same(got: f64, want: f64) -> bool {
+    got.to_bits() == want.to_bits()
+}
+
+#[test]
+fn every_fixture_bundle_answers_module_queries_bit_for_bit() {
+    let queries = queries();
+    let expected = expected();
+    assert_eq!(expected.cases.len(), 20);
+    let mut models = std::collections::BTreeSet::new();
+    for case in &expected.cases {
+        let p = predictor(case);
+        let name = format!("{} @ {:?}", case.bundle, case.device);
+        assert_eq!(case.modules.len(), queries.len(), "{name}");
+        let batched = p.predict_modules(&queries).unwrap();
+        let threaded = p.predict_modules_threads(&queries, 3).unwrap();
+        for (i, ((spec, context), want)) in queries.iter().zip(&case.modules).enumerate() {
+            let got = p.predict_module(spec, context).unwrap();
+            let what = format!("{name}, query {i} ({}, {context:?})", spec.describe());
+            assert!(
+                same(got.ms, want.ms),
+                "{what}: {} ms, was {} ms",
+                got.ms,
+                want.ms
+            );
+            assert_eq!(got.model, want.model, "{what}");
+            assert_eq!(got.fallback, want.fallback, "{what}");
+            assert_eq!(
+                got.warnings.len(),
+                want.warnings,
+                "{what}: {:?}",
+                got.warnings
+            );
+            assert_eq!(batched[i], got, "{what}: batched");
+            assert_eq!(threaded[i], got, "{what}: threaded");
+            models.insert(got.model.to_string());
+        }
+    }
+    // Every saved family was asked, and the spec fallback and views.
+    for family in [
+        "ridge",
+        "knn",
+        "trees",
+        "ridge-trees",
+        "roofline",
+        "medn",
+        "medn-shared",
+        "mlp",
+        "util",
+        "ridge-xdev",
+        "roofline-spec",
+        "zero-cost",
+    ] {
+        assert!(
+            models.contains(family),
+            "no query answered by `{family}`: {models:?}"
+        );
+    }
+}
+
+#[test]
+fn every_fixture_bundle_answers_networks_bit_for_bit() {
+    let mut composed = 0;
+    for case in &expected().cases {
+        let p = predictor(case);
+        for want in &case.networks {
+            let net = zoo::build(&want.network, want.resolution).unwrap();
+            let context = Context {
+                batch: want.batch,
+                phase: want.phase,
+                threads: 1,
+                utilisation: 0.0,
+            };
+            let what = format!(
+                "{} @ {:?}: {} batch {} {}",
+                case.bundle, case.device, want.network, want.batch, want.phase
+            );
+            let got = p.predict_network(&net, &context).unwrap();
+            assert!(
+                same(got.total_ms, want.total_ms),
+                "{what}: total {} ms, was {} ms",
+                got.total_ms,
+                want.total_ms
+            );
+            assert!(
+                same(got.layer_sum_ms, want.layer_sum_ms),
+                "{what}: layer sum"
+            );
+            assert_eq!(got.composed.is_some(), want.composed, "{what}");
+            assert_eq!(got.fallback_layers, want.fallback_layers, "{what}");
+            assert_eq!(got.layers.len(), want.layers_ms.len(), "{what}");
+            for (l, ms) in got.layers.iter().zip(&want.layers_ms) {
+                assert!(same(l.prediction.ms, *ms), "{what}: layer `{}`", l.name);
+            }
+            // The prepared path gives the same answer.
+            let prepared = p.prepare(&net).unwrap();
+            assert_eq!(
+                p.predict_prepared(&prepared, &context).unwrap(),
+                got,
+                "{what}"
+            );
+            composed += usize::from(want.composed);
+        }
+    }
+    // The calibrated bundle composed its totals from host costs in both phases.
+    assert_eq!(composed, 6);
+}
+
+#[test]
+fn fixture_model_files_round_trip_byte_for_byte() {
+    // The saved forms did not change: each model file, read and written again, is the same
+    // bytes (field names, tags such as `ridge-trees` and `crossdevice`, exact floats).
+    let mut files = 0;
+    for bundle in std::fs::read_dir(fixtures().join("bundles")).unwrap() {
+        let dir = bundle.unwrap().path();
+        let manifest = Bundle::read_manifest(&dir).unwrap();
+        let again = serde_json::to_vec_pretty(&manifest).unwrap();
+        assert_eq!(
+            again,
+            std::fs::read(dir.join("manifest.json")).unwrap(),
+            "{}",
+            dir.display()
+        );
+        for entry in manifest.kinds.values() {
+            let bytes = std::fs::read(dir.join(&entry.file)).unwrap();
+            let saved: perfcast_predict::SavedModel = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(
+                serde_json::to_vec(&saved).unwrap(),
+                bytes,
+                "{}/{}",
+                dir.display(),
+                entry.file
+            );
+            files += 1;
+        }
+    }
+    assert!(files >= 20, "{files} model files");
+}

@@ -1,0 +1,19 @@
+//! Integration tests of perfcast-predict: bundles written before this crate existed answer
+//! bit for bit as they did (`compat`), and every shipped bundle loads and predicts
+//! (`checkpoints`).
+#![allow(clippy::unwrap_used)]
+
+mod checkpoints;
+mod compat;
+
+use std::path::{Path, PathBuf};
+
+/// `tests/fixtures/` of this crate.
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
