@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use perfcast_core::{Context, DeviceSpec, ModuleQuery, ModuleSpec, Network, Phase};
-use perfcast_select::{Bundle as LoadedBundle, Predictor};
+use perfcast_predict::{Bundle as LoadedBundle, Predictor};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
