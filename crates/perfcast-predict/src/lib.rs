@@ -15,15 +15,18 @@
 //! [`device_features`] and the GPU utilisation model's features [`gpu_util`]), built from the
 //! same feature rows training used ([`features`]); perfcast-models fits them.
 //!
-//! ```no_run
+//! ```
 //! use perfcast_core::{Context, Phase, zoo};
 //! use perfcast_predict::{Bundle, Predictor};
 //!
-//! let predictor = Predictor::new(Bundle::load("checkpoints/local".as_ref())?);
+//! # let checkpoints = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../checkpoints");
+//! // The shipped cross-device GPU bundle, answering for the GPU its manifest names.
+//! let predictor = Predictor::new(Bundle::load(&checkpoints.join("gpu"))?);
 //! let context = Context { batch: 8, phase: Phase::Inference, threads: 1, utilisation: 0.0 };
 //! let net = predictor.prepare(&zoo::build("resnet18", None)?)?;
 //! let p = predictor.predict_prepared(&net, &context)?;
-//! println!("{} ms ({} ms of layers)", p.total_ms, p.layer_sum_ms);
+//! assert_eq!(p.layers.len(), net.len());
+//! println!("{}: {:.3} ms", predictor.bundle().manifest.device.name, p.total_ms);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
