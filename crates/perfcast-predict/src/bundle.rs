@@ -309,6 +309,9 @@ impl Bundle {
             let bytes = read_inside(dir, &entry.file, MAX_MODEL_BYTES)?;
             let mut saved: SavedModel = serde_json::from_slice(&bytes)
                 .map_err(|e| bundle_err(&path, format!("corrupt or truncated model: {e}")))?;
+            saved
+                .check()
+                .map_err(|e| bundle_err(&path, format!("corrupt model: {e}")))?;
             if let Some(device) = device {
                 saved = saved.with_device(device);
             }

@@ -140,6 +140,17 @@ pub enum SavedModel {
 }
 
 impl SavedModel {
+    /// Consistency of the parts deserialisation alone cannot check, so a corrupt file is
+    /// refused at load instead of failing (or panicking) at prediction time. Ridge, trees,
+    /// ridge-trees and cross-device models check themselves while deserialising.
+    pub fn check(&self) -> Result<()> {
+        match self {
+            SavedModel::Medn(m) | SavedModel::Mlp(m) => m.check(),
+            SavedModel::Roofline(r) => r.check(),
+            _ => Ok(()),
+        }
+    }
+
     /// The model behind the interface.
     pub fn into_regressor(self) -> Box<dyn Regressor> {
         match self {

@@ -61,6 +61,26 @@ pub fn predict(e: &Efficiencies, flops: f64, bytes: f64, peak_gflops: f64, bw_gb
 }
 
 impl FittedRoofline {
+    /// Column indices inside the schema, and finite, non-negative efficiencies and overheads.
+    pub fn check(&self) -> Result<()> {
+        if self.idx.iter().any(|&i| i >= self.schema.len()) {
+            return Err(Error::InvalidData(
+                "roofline column index outside its schema".into(),
+            ));
+        }
+        for e in [&self.inference, &self.training] {
+            if [e.compute, e.memory, e.overhead_ms]
+                .iter()
+                .any(|v| !v.is_finite() || *v < 0.0)
+            {
+                return Err(Error::InvalidData(format!(
+                    "roofline efficiencies must be finite and non-negative, got {e:?}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// The model of `schema`'s rows with these efficiencies; errors when the schema lacks a
     /// column the roofline reads.
     pub fn new(

@@ -5,6 +5,7 @@
 
 mod checkpoints;
 mod compat;
+mod corrupt;
 
 use std::path::{Path, PathBuf};
 
