@@ -230,6 +230,26 @@ struct Bundle {
 }
 
 impl Bundle {
+    /// One module's prediction, the GIL released while it runs.
+    #[allow(clippy::too_many_arguments)]
+    fn one(
+        &self,
+        py: Python<'_>,
+        module: &Bound<'_, PyAny>,
+        batch: usize,
+        phase: &str,
+        threads: usize,
+        utilisation: f64,
+        device: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<perfcast_predict::ModulePrediction> {
+        let q = self::module(to_json(module)?, "`module`")?;
+        let c = q.context(&context(batch, phase, threads, utilisation)?);
+        c.validate().map_err(input_err)?;
+        let p = self.predictor(device)?;
+        py.detach(|| p.predict_module(&q.spec, &c))
+            .map_err(input_err)
+    }
+
     fn predictor(&self, target: Option<&Bound<'_, PyAny>>) -> PyResult<Arc<Predictor>> {
         let Some(target) = target.filter(|t| !t.is_none()) else {
             return Ok(Arc::clone(&self.default));
@@ -283,13 +303,7 @@ impl Bundle {
         utilisation: f64,
         device: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let q = self::module(to_json(module)?, "`module`")?;
-        let c = q.context(&context(batch, phase, threads, utilisation)?);
-        c.validate().map_err(input_err)?;
-        let p = self.predictor(device)?;
-        let out = py
-            .detach(|| p.predict_module(&q.spec, &c))
-            .map_err(input_err)?;
+        let out = self.one(py, module, batch, phase, threads, utilisation, device)?;
         serialize(py, &out)
     }
 
@@ -306,13 +320,8 @@ impl Bundle {
         utilisation: f64,
         device: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<f64> {
-        let q = self::module(to_json(module)?, "`module`")?;
-        let c = q.context(&context(batch, phase, threads, utilisation)?);
-        c.validate().map_err(input_err)?;
-        let p = self.predictor(device)?;
-        Ok(py
-            .detach(|| p.predict_module(&q.spec, &c))
-            .map_err(input_err)?
+        Ok(self
+            .one(py, module, batch, phase, threads, utilisation, device)?
             .ms)
     }
 
