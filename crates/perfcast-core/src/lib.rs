@@ -17,6 +17,7 @@
 //! ```
 
 pub mod canonical;
+mod choice;
 mod context;
 mod device;
 mod device_file;
@@ -24,11 +25,13 @@ mod error;
 pub mod features;
 mod metrics;
 pub mod network;
+pub mod progress;
 pub mod rng;
 mod spec;
 pub mod testing;
 pub mod zoo;
 
+pub use choice::NetworkChoice;
 pub use context::{Context, MAX_BATCH, ModuleQuery, Phase};
 pub use device::{
     Caches, CpuTopology, DeviceKind, DeviceSpec, SpecSource, parse_cache_size, parse_cpuinfo,

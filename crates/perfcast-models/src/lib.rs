@@ -15,6 +15,7 @@
 
 pub mod anchor;
 pub mod device_features;
+pub mod devices_eval;
 mod error;
 pub mod eval;
 pub mod features;
@@ -25,6 +26,7 @@ pub mod medn;
 pub mod regressor;
 pub mod ridge;
 pub mod roofline;
+pub mod source;
 pub mod stack;
 pub mod trees;
 

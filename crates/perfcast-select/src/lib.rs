@@ -20,8 +20,10 @@
 //! ```
 
 pub mod bundle;
+pub mod calibrate;
 pub mod compose;
 mod error;
+pub mod pipeline;
 pub mod predictor;
 pub mod score;
 pub mod select;

@@ -10,8 +10,9 @@ use perfcast_select::{Bundle, KindScore, Predictor, score_records};
 use serde::Serialize;
 
 use crate::Ui;
-use crate::cmd::devices_eval::{PhaseChoice, resolve_datasets};
+use crate::cmd::devices_eval::PhaseChoice;
 use crate::output::{Format, emit, emit_json};
+use perfcast_data::resolve_datasets;
 
 /// Arguments of `perfcast eval bundle`.
 #[derive(Debug, Args)]

@@ -17,7 +17,6 @@ use perfcast_select::{Bundle, Predictor};
 use serde::Serialize;
 
 use crate::Ui;
-use crate::cmd::networks::zoo_choice;
 use crate::output::{Format, emit, emit_json, fmt_ms, sig3};
 use crate::plot;
 
@@ -128,7 +127,7 @@ fn network_of(a: &PlanArgs) -> anyhow::Result<Network> {
         return Ok(loaded.network);
     }
     match (&a.network, &a.network_file) {
-        (Some(name), _) => Ok(zoo_choice(name, None)?.network),
+        (Some(name), _) => Ok(perfcast_core::NetworkChoice::zoo(name, None)?.network),
         (None, Some(path)) => Ok(Network::from_json_file(path)?),
         (None, None) => anyhow::bail!(
             "nothing to plan: give `--network`, `--network-file`, `--transformer` or `--onnx`"

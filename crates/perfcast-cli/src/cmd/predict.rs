@@ -710,7 +710,7 @@ pub fn bundle(c: BundleCommand, _ui: &Ui) -> anyhow::Result<ExitCode> {
                     "\nnetwork host-cost terms (fitted on {}, {} thread(s)):\n{}",
                     c.networks.join(", "),
                     c.threads,
-                    crate::cmd::networks::render_costs(c)
+                    crate::render::networks::costs(c)
                 )),
                 None => t.push_str(
                     "\nno network host-cost terms: networks are predicted as the plain sum of \

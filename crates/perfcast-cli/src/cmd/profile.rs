@@ -1,6 +1,6 @@
 //! `perfcast profile`: measure a sweep of module configurations into a dataset.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,6 +15,7 @@ use perfcast_profile::{Backend, Sweep, probe};
 
 use crate::Ui;
 use crate::output::{Format, emit, emit_json, fmt_ms, progress};
+use crate::render;
 
 /// Arguments of `perfcast profile`.
 #[derive(Debug, Args)]
@@ -124,28 +125,35 @@ fn build_sweep(args: &ProfileArgs) -> anyhow::Result<Sweep> {
 
 /// Warns when other processes keep cores busy: every timing taken now would come out inflated.
 pub fn warn_if_busy(ui: &Ui) {
-    if let Some(busy) = probe::busy_cores_elsewhere(std::time::Duration::from_millis(300))
-        && busy > 0.25
-    {
-        ui.info(format!(
-            "warning: other processes are keeping {busy:.1} core(s) busy; timings taken now \
-             come out inflated (by 30-70% for large layers on a 2-core machine); stop them \
-             or measure later"
-        ));
+    if let Some(warning) = probe::busy_warning() {
+        ui.info(warning);
     }
 }
 
 pub fn run(args: ProfileArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     let sweep = build_sweep(&args)?;
-    anyhow::ensure!(
-        args.backend.available(),
-        "backend `{}` is not in this build\n\nhint: rebuild with `cargo build --release --features wgpu`",
-        args.backend
-    );
     let out = args
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from("datasets").join(slugify(&CpuTopology::detect().model)));
+    profile(&sweep, &out, args.backend, args.resume, args.format, ui)
+}
+
+/// Measures `sweep` into the dataset at `out` (this device's spec probed first) with a
+/// progress bar; Ctrl-C stops after the row in flight. Prints the summary.
+pub fn profile(
+    sweep: &Sweep,
+    out: &Path,
+    backend: Backend,
+    resume: bool,
+    format: Format,
+    ui: &Ui,
+) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        backend.available(),
+        "backend `{}` is not in this build\n\nhint: rebuild with `cargo build --release --features wgpu`",
+        backend
+    );
     ui.info(format!(
         "measuring this device's peaks for `{}`...",
         out.join("device.json").display()
@@ -154,10 +162,10 @@ pub fn run(args: ProfileArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     warn_if_busy(ui);
     let memory = device.memory_gb * 1e9;
     let options = RunOptions {
-        backend: args.backend,
-        out: out.clone(),
+        backend,
+        out: out.to_path_buf(),
         device,
-        resume: args.resume,
+        resume,
         max_bytes: (sweep.max_mib * 1048576.0).min(0.5 * memory),
     };
 
@@ -209,44 +217,13 @@ pub fn run(args: ProfileArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             }
         }
     };
-    let summary = run_sweep(&sweep, &options, &mut on_event, &interrupted);
+    let summary = run_sweep(sweep, &options, &mut on_event, &interrupted);
     bar.finish_and_clear();
     let summary = summary.with_context(|| format!("profiling into `{}`", out.display()))?;
 
-    match args.format {
+    match format {
         Format::Json => emit_json(&summary)?,
-        Format::Text => {
-            let mut text = format!(
-                "profiled {} on {} in {:.1} s -> {}\n\n{:<12} {:>9} {:>7} {:>8} {:>11}\n",
-                sweep
-                    .modules
-                    .iter()
-                    .map(|k| k.name())
-                    .collect::<Vec<_>>()
-                    .join(","),
-                summary.backend,
-                summary.elapsed_s,
-                summary.dataset.display(),
-                "module",
-                "measured",
-                "failed",
-                "skipped",
-                "total rows"
-            );
-            for (kind, c) in &summary.kinds {
-                text.push_str(&format!(
-                    "{kind:<12} {:>9} {:>7} {:>8} {:>11}\n",
-                    c.measured, c.failed, c.skipped, c.total_rows
-                ));
-            }
-            if !summary.failures.is_empty() {
-                text.push_str("\nfailed configurations (recorded with their reason):\n");
-                for f in &summary.failures {
-                    text.push_str(&format!("  {f}\n"));
-                }
-            }
-            emit(&text)?;
-        }
+        Format::Text => emit(&render::profile::summary(&sweep.modules, &summary))?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,15 +1,21 @@
 //! `perfcast quickstart`: profile this machine with a small sweep, train every candidate,
-//! auto-select, write `checkpoints/<bundle>/`, and predict a few zoo networks.
+//! auto-select, write `checkpoints/<bundle>/`, fit the host-cost terms, and predict a few zoo
+//! networks. Each step is the library call its own command makes, with a typed plan.
 
 use std::process::ExitCode;
 
-use clap::{Args, Parser};
-use perfcast_core::{Context, Phase};
-use perfcast_select::{Predictor, RunShape};
+use clap::Args;
+use perfcast_core::{Context, ModuleKind, NetworkChoice, Phase};
+use perfcast_profile::network_runs::{MeasurePlan, NoPeak, measure_networks, profile_layers};
+use perfcast_profile::{Backend, Sweep};
+use perfcast_select::Predictor;
+use perfcast_select::calibrate::network_ms;
+use perfcast_select::pipeline::{TrainPlan, bundle_dir};
 
 use super::{networks, predict, profile, train};
 use crate::Ui;
-use crate::output::{emit, fmt_ms};
+use crate::output::{Format, emit, fmt_ms};
+use crate::progress::Bars;
 
 /// Every kind the zoo networks are made of, so no layer falls back to the spec roofline, with
 /// the multiple of `--samples` each gets (convolutions have ten shape parameters and dominate
@@ -17,13 +23,23 @@ use crate::output::{emit, fmt_ms};
 /// on each configuration's timed samples, seconds. Small ops are noisy and run to the cap:
 /// 0.15-0.25 s is still hundreds of calls, and keeps the whole quickstart under 10 minutes
 /// (the default 0.6 s alone took 7.5 of them).
-const KINDS: [(&str, usize, &str); 3] = [
-    ("conv2d", 6, "0.25"),
-    ("linear,matmul", 2, "0.25"),
+const KINDS: [(&[ModuleKind], usize, f64); 3] = [
+    (&[ModuleKind::Conv2d], 6, 0.25),
+    (&[ModuleKind::Linear, ModuleKind::Matmul], 2, 0.25),
     (
-        "maxpool2d,avgpool2d,batchnorm2d,relu,add,softmax,layernorm,gelu,tanh",
+        &[
+            ModuleKind::MaxPool2d,
+            ModuleKind::AvgPool2d,
+            ModuleKind::BatchNorm2d,
+            ModuleKind::Relu,
+            ModuleKind::Add,
+            ModuleKind::Softmax,
+            ModuleKind::LayerNorm,
+            ModuleKind::Gelu,
+            ModuleKind::Tanh,
+        ],
         1,
-        "0.15",
+        0.15,
     ),
 ];
 
@@ -65,16 +81,27 @@ pub struct QuickstartArgs {
     fast: bool,
 }
 
-#[derive(Parser)]
-struct Wrap<T: Args> {
-    #[command(flatten)]
-    args: T,
-}
-
-fn parse<T: Args>(argv: &[String]) -> anyhow::Result<T> {
-    Ok(Wrap::<T>::try_parse_from(argv)
-        .map_err(|e| anyhow::anyhow!("{e}"))?
-        .args)
+/// The sweep of one [`KINDS`] entry: the built-in ranges, `samples` configurations per kind,
+/// timed samples capped at `cap` seconds.
+fn sweep(kinds: &[ModuleKind], samples: usize, cap: f64) -> anyhow::Result<Sweep> {
+    let most = perfcast_profile::sweep::MAX_SAMPLES;
+    anyhow::ensure!(
+        (1..=most).contains(&samples),
+        "`--samples` must be in [1, {most}], got {samples}"
+    );
+    let mut sweep = Sweep {
+        modules: kinds.to_vec(),
+        samples,
+        ..Sweep::default()
+    };
+    sweep.timing.max_time_s = cap;
+    sweep
+        .validate()
+        .map_err(|message| perfcast_profile::Error::Sweep {
+            path: perfcast_profile::sweep::builtin_path(),
+            message: format!("after command-line overrides: {message}"),
+        })?;
+    Ok(sweep)
 }
 
 pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
@@ -86,45 +113,29 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     let data = std::path::PathBuf::from("datasets").join(perfcast_core::slugify(
         &perfcast_core::CpuTopology::detect().model,
     ));
-    let s = |v: &str| v.to_string();
     ui.info(format!(
         "1/4 profiling {} configurations over 12 kinds into `{}` (resumable)",
         KINDS
             .iter()
-            .map(|(k, m, _)| k.split(',').count() * m * a.samples)
+            .map(|(k, m, _)| k.len() * m * a.samples)
             .sum::<usize>(),
         data.display()
     ));
     for (kinds, multiple, cap) in KINDS {
-        let code = profile::run(
-            parse(&[
-                s("profile"),
-                s("--modules"),
-                s(kinds),
-                s("--samples"),
-                (multiple * a.samples).to_string(),
-                s("--out"),
-                data.display().to_string(),
-                s("--max-time-s"),
-                s(cap),
-                s("--resume"),
-            ])?,
-            ui,
-        )?;
+        let sweep = sweep(kinds, multiple * a.samples, cap)?;
+        let code = profile::profile(&sweep, &data, Backend::Flex, true, Format::Text, ui)?;
         if code != ExitCode::SUCCESS {
             return Ok(code);
         }
     }
-    let predicted: Vec<networks::NetworkChoice> = a
-        .networks
-        .iter()
-        .map(|n| networks::zoo_choice(n, None))
-        .collect::<anyhow::Result<_>>()?;
-    let calibration: Vec<networks::NetworkChoice> = a
-        .calibration_networks
-        .iter()
-        .map(|n| networks::zoo_choice(n, None))
-        .collect::<anyhow::Result<_>>()?;
+    let zoo = |names: &[String]| -> anyhow::Result<Vec<NetworkChoice>> {
+        Ok(names
+            .iter()
+            .map(|n| NetworkChoice::zoo(n, None))
+            .collect::<Result<_, _>>()?)
+    };
+    let predicted = zoo(&a.networks)?;
+    let calibration = zoo(&a.calibration_networks)?;
     let calibration_batch = [1, 4];
     if a.fast {
         ui.info("2/4 skipped (--fast): the networks' own layers are not profiled");
@@ -139,35 +150,29 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
                 .join(", "),
             a.calibration_networks.join(", ")
         ));
-        let n = networks::profile_layers(&predicted, &a.batch, 1, &data, ui)?
-            + networks::profile_layers(&calibration, &calibration_batch, 1, &data, ui)?;
+        let bars = Bars::new(ui);
+        let n = profile_layers(&predicted, &a.batch, 1, &data, bars.as_ref())?
+            + profile_layers(&calibration, &calibration_batch, 1, &data, bars.as_ref())?;
         ui.info(format!("    {n} new layer measurements"));
     }
-    let dir = train::bundle_dir(&a.bundle);
+    let dir = bundle_dir(&a.bundle);
     ui.info(format!(
         "3/4 training {} on every kind, auto-selecting into `{}`",
         a.models,
         dir.display()
     ));
-    let code = train::train(
-        parse(&[
-            s("train"),
-            s("--data"),
-            data.display().to_string(),
-            s("--out"),
-            format!("{}.train", dir.display()),
-            s("--force"),
-            s("--folds"),
-            s("3"),
-            s("--models"),
-            a.models.clone(),
-            s("--set"),
-            s("medn.max_steps=3000"),
-            s("--bundle"),
-            a.bundle.clone(),
-        ])?,
-        ui,
-    )?;
+    let plan = TrainPlan {
+        models: a.models.split(',').map(|m| m.trim().to_string()).collect(),
+        force: true,
+        folds: 3,
+        set: vec!["medn.max_steps=3000".into()],
+        bundle: Some(a.bundle.clone()),
+        ..TrainPlan::new(
+            vec![data.clone()],
+            format!("{}.train", dir.display()).into(),
+        )
+    };
+    let code = train::run_plan(&plan, Format::Text, ui)?;
     if code != ExitCode::SUCCESS {
         return Ok(code);
     }
@@ -178,34 +183,35 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             "4/4 measuring {} end to end to fit the host-cost terms, then predicting",
             a.calibration_networks.join(", ")
         ));
-        let code = networks::calibrate(
-            parse(&[
-                s("calibrate"),
-                s("--bundle"),
-                dir.display().to_string(),
-                s("--networks"),
-                a.calibration_networks.join(","),
-                s("--batch"),
-                s("1,4"),
-                s("--phase"),
-                s("inference,training"),
-                s("--max-time-s"),
-                s("1"),
-            ])?,
-            ui,
-        )?;
+        let measure = MeasurePlan {
+            batch: calibration_batch.to_vec(),
+            phases: vec![Phase::Inference, Phase::Training],
+            threads: 1,
+            backend: Backend::Flex,
+            max_time_s: 1.0,
+            save: None,
+            layers: false,
+            layers_into: None,
+        };
+        let code = networks::calibrate_with(&dir, None, false, Format::Text, || {
+            Ok(
+                measure_networks(&calibration, &measure, &NoPeak, Bars::new(ui).as_ref())?
+                    .into_iter()
+                    .map(|m| (m.label, m.record))
+                    .collect(),
+            )
+        })?;
         if code != ExitCode::SUCCESS {
             return Ok(code);
         }
     }
     let predictor = Predictor::new(predict::load_bundle(&dir)?);
-    let costs = predictor.bundle().manifest.host_costs.clone();
+    let calibrated = predictor.bundle().manifest.host_costs.is_some();
     let mut t = format!(
         "\n{:<14} {:>6} {:>14} {:>14}\n",
         "network", "batch", "inference", "training step"
     );
     for choice in &predicted {
-        let (name, net) = (&choice.label, &choice.network);
         for &batch in &a.batch {
             let mut cells = Vec::new();
             for phase in [Phase::Inference, Phase::Training] {
@@ -215,23 +221,18 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
                     threads: 1,
                     utilisation: 0.0,
                 };
-                let sum = predictor.predict_network(net, &context)?.layer_sum_ms;
-                let total = costs
-                    .as_ref()
-                    .and_then(|c| c.phase(phase))
-                    .map_or(sum, |c| c.compose(&RunShape::of(net, sum)).total_ms);
-                cells.push(fmt_ms(total));
+                cells.push(fmt_ms(network_ms(&predictor, &choice.network, &context)?));
             }
             t.push_str(&format!(
                 "{:<14} {:>6} {:>14} {:>14}\n",
-                name, batch, cells[0], cells[1]
+                choice.label, batch, cells[0], cells[1]
             ));
         }
     }
     t.push_str(&format!(
         "\n({}, 1 thread; `perfcast predict --network resnet18 --batch 8` shows the layers; \
          `perfcast eval networks` measures and compares; bundle: `{}`)\n",
-        if costs.is_some() {
+        if calibrated {
             "sum of per-layer predictions with the host-cost terms"
         } else {
             "sum of per-layer predictions"

@@ -21,7 +21,6 @@ use perfcast_select::Predictor;
 use serde::Serialize;
 
 use crate::Ui;
-use crate::cmd::networks::zoo_choice;
 use crate::output::{Format, emit, emit_json, fmt_ms, progress, sig3};
 use crate::plot;
 
@@ -279,15 +278,7 @@ pub fn run(c: ScaleCommand, ui: &Ui) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn write_chart(path: &Path, chart: &plot::Chart<'_>) -> anyhow::Result<()> {
-    let bytes = if crate::plot::is_svg(path)? {
-        chart.svg().into_bytes()
-    } else {
-        chart.png()?
-    };
-    perfcast_data::write_atomic(path, &bytes)
-        .with_context(|| format!("writing the plot `{}`", path.display()))
-}
+use crate::render::charts::write as write_chart;
 
 /// One device count, in milliseconds, for output.
 #[derive(Debug, Serialize)]
@@ -1178,7 +1169,7 @@ fn measure(a: MeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             (network.name.clone(), network, None)
         }
         None => {
-            let c = zoo_choice(&a.network, None)?;
+            let c = perfcast_core::NetworkChoice::zoo(&a.network, None)?;
             (c.label, c.network, c.resolution)
         }
     };
