@@ -85,3 +85,50 @@ impl Drop for Bars {
         }
     }
 }
+
+/// A profile run's events drawn on `bar`: the plan sets its length, each measurement advances
+/// it; with `-v`, every row is logged above it (straight to stderr when the bar is hidden,
+/// which swallows printed lines).
+pub fn profile_events<'a>(
+    bar: &'a ProgressBar,
+    ui: &Ui,
+) -> impl FnMut(perfcast_profile::run::Event<'_>) + 'a {
+    use perfcast_data::Outcome;
+    use perfcast_profile::run::Event;
+    let verbose = ui.verbose > 0 && !ui.quiet;
+    let log = move |line: String| {
+        if bar.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            bar.println(line);
+        }
+    };
+    move |event: Event<'_>| match event {
+        Event::Planned { total, skipped } => {
+            bar.set_length(total as u64);
+            if skipped > 0 {
+                log(format!(
+                    "resuming: {skipped} rows already measured, {total} to go"
+                ));
+            }
+        }
+        Event::Started { job } => {
+            bar.set_message(format!("{} ({})", job.sample.spec.describe(), job.phase))
+        }
+        Event::Finished { record, .. } => {
+            bar.inc(1);
+            if verbose {
+                let what = match &record.outcome {
+                    Outcome::Ok(t) => crate::output::fmt_ms(t.median_ms),
+                    Outcome::Failed { reason } => format!("failed: {reason}"),
+                };
+                log(format!(
+                    "{} b{} {}: {what}",
+                    record.spec.describe(),
+                    record.context.batch,
+                    record.context.phase
+                ));
+            }
+        }
+    }
+}

@@ -23,11 +23,13 @@ mod device;
 mod device_file;
 mod error;
 pub mod features;
+pub mod fmt;
 mod metrics;
 pub mod network;
 pub mod progress;
 pub mod rng;
 mod spec;
+mod spec_flags;
 pub mod testing;
 pub mod zoo;
 
@@ -44,6 +46,7 @@ pub use spec::{
     BatchNorm2d, Conv2d, Dims, Elementwise, Embedding, LayerNorm, Linear, MAX_AXIS, MAX_ELEMENTS,
     Matmul, ModuleKind, ModuleSpec, Pool2d, Reads,
 };
+pub use spec_flags::SpecFlags;
 
 /// perfcast's version, recorded in every dataset row and bundle.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

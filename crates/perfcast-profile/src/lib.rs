@@ -21,11 +21,13 @@
 //! ```
 
 mod backend;
+pub mod backends;
 mod error;
 pub mod load;
 pub mod network;
 pub mod network_runs;
 pub mod ops;
+pub mod overrides;
 pub mod pool;
 pub mod probe;
 pub mod remeasure;

@@ -19,10 +19,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod bench;
 pub mod bundle;
 pub mod calibrate;
 pub mod compose;
 mod error;
+pub mod layer_costs;
 pub mod pipeline;
 pub mod predictor;
 pub mod score;
@@ -34,7 +36,7 @@ pub use error::{Error, Result};
 pub use predictor::{
     ModulePrediction, NetworkPrediction, Predictor, PreparedNetwork, ZERO_COST_MODEL,
 };
-pub use score::{KindScore, score_records};
+pub use score::{DeviceScores, KindScore, score_datasets, score_records};
 pub use select::{Budget, Candidate, Selection};
 
 #[cfg(test)]

@@ -130,7 +130,6 @@ pub struct EvalAnchorArgs {
 
 /// Runs `perfcast eval devices`.
 pub fn eval_devices(a: EvalDevicesArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
-    let dirs = resolve_datasets(&a.data)?;
     let plan = DevicesPlan {
         models: a.models,
         modules: a.modules,
@@ -145,11 +144,23 @@ pub fn eval_devices(a: EvalDevicesArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         mask: a.mask,
         keep_predictions: a.predictions.is_some(),
     };
-    let results = evaluate_devices(&dirs, &plan, Bars::new(ui).as_ref())?;
-    if let Some(path) = &a.predictions {
+    run_devices(&a.data, &plan, a.predictions.as_deref(), a.format, ui)
+}
+
+/// Leave-one-device-out over the datasets `data` names, as `plan` says.
+fn run_devices(
+    data: &[PathBuf],
+    plan: &DevicesPlan,
+    predictions: Option<&Path>,
+    format: Format,
+    ui: &Ui,
+) -> anyhow::Result<ExitCode> {
+    let dirs = resolve_datasets(data)?;
+    let results = evaluate_devices(&dirs, plan, Bars::new(ui).as_ref())?;
+    if let Some(path) = predictions {
         write_predictions(path, &results.predictions)?;
     }
-    match a.format {
+    match format {
         Format::Json => emit_json(&results.kinds)?,
         Format::Text => emit(&render::devices::devices(&results.kinds))?,
     }
@@ -181,30 +192,14 @@ pub fn eval_flag_form(
     format: Format,
     ui: &Ui,
 ) -> anyhow::Result<ExitCode> {
-    let models: Vec<String> = models
-        .to_string_lossy()
-        .split(',')
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .collect();
-    let defaults = DevicesPlan::default();
-    eval_devices(
-        EvalDevicesArgs {
-            data: data.to_vec(),
-            models,
-            modules: Vec::new(),
-            phase: PhaseChoice::All,
-            holdout: Vec::new(),
-            max_rows: 0,
-            set: Vec::new(),
-            device_fields: Vec::new(),
-            floor_us: defaults.floor_us,
-            scale: defaults.scale,
-            tile: defaults.tile,
-            mask: Vec::new(),
-            predictions: None,
-            format,
-        },
-        ui,
-    )
+    let plan = DevicesPlan {
+        models: models
+            .to_string_lossy()
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect(),
+        ..DevicesPlan::default()
+    };
+    run_devices(data, &plan, None, format, ui)
 }

@@ -8,13 +8,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::Context as _;
 use clap::Args;
 use perfcast_core::{CpuTopology, ModuleKind, Phase, slugify};
-use perfcast_data::Outcome;
-use perfcast_profile::run::{Event, RunOptions, run as run_sweep};
-use perfcast_profile::sweep::{Param, Value};
+use perfcast_profile::overrides::SweepOverrides;
+use perfcast_profile::run::{RunOptions, run as run_sweep};
 use perfcast_profile::{Backend, Sweep, probe};
 
 use crate::Ui;
-use crate::output::{Format, emit, emit_json, fmt_ms, progress};
+use crate::output::{Format, emit, emit_json, progress};
 use crate::render;
 
 /// Arguments of `perfcast profile`.
@@ -67,60 +66,22 @@ pub struct ProfileArgs {
     format: Format,
 }
 
-fn choice<T: Into<f64> + Copy>(values: &[T]) -> Param {
-    Param::Choice(values.iter().map(|&v| Value::Num(v.into())).collect())
-}
-
 /// The sweep from the file (or built-in) with command-line overrides on top.
 fn build_sweep(args: &ProfileArgs) -> anyhow::Result<Sweep> {
-    let mut sweep = match &args.sweep {
-        Some(path) => Sweep::from_file(path)?,
-        None => Sweep::default(),
-    };
-    if !args.modules.is_empty() {
-        let mut kinds = args.modules.clone();
-        kinds.dedup();
-        sweep.modules = kinds;
-    }
-    if let Some(n) = args.samples {
-        let most = perfcast_profile::sweep::MAX_SAMPLES;
-        anyhow::ensure!(
-            (1..=most).contains(&n),
-            "`--samples` must be in [1, {most}], got {n}"
-        );
-        sweep.samples = n;
-    }
-    if let Some(seed) = args.seed {
-        sweep.seed = seed;
-    }
-    if !args.phases.is_empty() {
-        sweep.phases = args.phases.clone();
-    }
-    if !args.batch.is_empty() {
-        sweep.batch = choice(&args.batch.iter().map(|&b| b as f64).collect::<Vec<_>>());
-    }
-    if !args.threads.is_empty() {
-        sweep.threads = choice(&args.threads.iter().map(|&t| t as f64).collect::<Vec<_>>());
-    }
-    if !args.utilisation.is_empty() {
-        sweep.utilisation = choice(&args.utilisation);
-    }
-    if let Some(t) = args.max_time_s {
-        sweep.timing.max_time_s = t;
-    }
-    if let Some(r) = args.rounds {
-        sweep.timing.rounds = r;
-    }
-    sweep
-        .validate()
-        .map_err(|message| perfcast_profile::Error::Sweep {
-            path: args
-                .sweep
-                .clone()
-                .unwrap_or_else(perfcast_profile::sweep::builtin_path),
-            message: format!("after command-line overrides: {message}"),
-        })?;
-    Ok(sweep)
+    Ok(Sweep::with_overrides(
+        args.sweep.as_deref(),
+        &SweepOverrides {
+            modules: args.modules.clone(),
+            samples: args.samples,
+            seed: args.seed,
+            phases: args.phases.clone(),
+            batch: args.batch.clone(),
+            threads: args.threads.clone(),
+            utilisation: args.utilisation.clone(),
+            max_time_s: args.max_time_s,
+            rounds: args.rounds,
+        },
+    )?)
 }
 
 /// Warns when other processes keep cores busy: every timing taken now would come out inflated.
@@ -180,43 +141,7 @@ pub fn profile(
         });
     }
     let bar = progress(ui, 0, "profile");
-    let verbose = ui.verbose > 0 && !ui.quiet;
-    // A hidden bar swallows println: log lines go straight to stderr then.
-    let log = |line: String| {
-        if bar.is_hidden() {
-            eprintln!("{line}");
-        } else {
-            bar.println(line);
-        }
-    };
-    let mut on_event = |event: Event<'_>| match event {
-        Event::Planned { total, skipped } => {
-            bar.set_length(total as u64);
-            if skipped > 0 {
-                log(format!(
-                    "resuming: {skipped} rows already measured, {total} to go"
-                ));
-            }
-        }
-        Event::Started { job } => {
-            bar.set_message(format!("{} ({})", job.sample.spec.describe(), job.phase))
-        }
-        Event::Finished { record, .. } => {
-            bar.inc(1);
-            if verbose {
-                let what = match &record.outcome {
-                    Outcome::Ok(t) => fmt_ms(t.median_ms),
-                    Outcome::Failed { reason } => format!("failed: {reason}"),
-                };
-                log(format!(
-                    "{} b{} {}: {what}",
-                    record.spec.describe(),
-                    record.context.batch,
-                    record.context.phase
-                ));
-            }
-        }
-    };
+    let mut on_event = crate::progress::profile_events(&bar, ui);
     let summary = run_sweep(sweep, &options, &mut on_event, &interrupted);
     bar.finish_and_clear();
     let summary = summary.with_context(|| format!("profiling into `{}`", out.display()))?;

@@ -5,43 +5,18 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use perfcast_core::{Context, ModuleKind, NetworkChoice, Phase};
+use perfcast_core::{Context, NetworkChoice, Phase};
+use perfcast_profile::Backend;
 use perfcast_profile::network_runs::{MeasurePlan, NoPeak, measure_networks, profile_layers};
-use perfcast_profile::{Backend, Sweep};
+use perfcast_profile::overrides::{QUICKSTART_KINDS, quickstart_sweeps};
 use perfcast_select::Predictor;
 use perfcast_select::calibrate::network_ms;
 use perfcast_select::pipeline::{TrainPlan, bundle_dir};
 
 use super::{networks, predict, profile, train};
 use crate::Ui;
-use crate::output::{Format, emit, fmt_ms};
+use crate::output::{Format, emit};
 use crate::progress::Bars;
-
-/// Every kind the zoo networks are made of, so no layer falls back to the spec roofline, with
-/// the multiple of `--samples` each gets (convolutions have ten shape parameters and dominate
-/// CNN time, GEMMs come next; elementwise kinds are nearly linear in their size) and the cap
-/// on each configuration's timed samples, seconds. Small ops are noisy and run to the cap:
-/// 0.15-0.25 s is still hundreds of calls, and keeps the whole quickstart under 10 minutes
-/// (the default 0.6 s alone took 7.5 of them).
-const KINDS: [(&[ModuleKind], usize, f64); 3] = [
-    (&[ModuleKind::Conv2d], 6, 0.25),
-    (&[ModuleKind::Linear, ModuleKind::Matmul], 2, 0.25),
-    (
-        &[
-            ModuleKind::MaxPool2d,
-            ModuleKind::AvgPool2d,
-            ModuleKind::BatchNorm2d,
-            ModuleKind::Relu,
-            ModuleKind::Add,
-            ModuleKind::Softmax,
-            ModuleKind::LayerNorm,
-            ModuleKind::Gelu,
-            ModuleKind::Tanh,
-        ],
-        1,
-        0.15,
-    ),
-];
 
 /// Arguments of `perfcast quickstart`.
 #[derive(Debug, Args)]
@@ -81,29 +56,6 @@ pub struct QuickstartArgs {
     fast: bool,
 }
 
-/// The sweep of one [`KINDS`] entry: the built-in ranges, `samples` configurations per kind,
-/// timed samples capped at `cap` seconds.
-fn sweep(kinds: &[ModuleKind], samples: usize, cap: f64) -> anyhow::Result<Sweep> {
-    let most = perfcast_profile::sweep::MAX_SAMPLES;
-    anyhow::ensure!(
-        (1..=most).contains(&samples),
-        "`--samples` must be in [1, {most}], got {samples}"
-    );
-    let mut sweep = Sweep {
-        modules: kinds.to_vec(),
-        samples,
-        ..Sweep::default()
-    };
-    sweep.timing.max_time_s = cap;
-    sweep
-        .validate()
-        .map_err(|message| perfcast_profile::Error::Sweep {
-            path: perfcast_profile::sweep::builtin_path(),
-            message: format!("after command-line overrides: {message}"),
-        })?;
-    Ok(sweep)
-}
-
 pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(
         a.samples >= 10,
@@ -115,15 +67,14 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     ));
     ui.info(format!(
         "1/4 profiling {} configurations over 12 kinds into `{}` (resumable)",
-        KINDS
+        QUICKSTART_KINDS
             .iter()
             .map(|(k, m, _)| k.len() * m * a.samples)
             .sum::<usize>(),
         data.display()
     ));
-    for (kinds, multiple, cap) in KINDS {
-        let sweep = sweep(kinds, multiple * a.samples, cap)?;
-        let code = profile::profile(&sweep, &data, Backend::Flex, true, Format::Text, ui)?;
+    for sweep in &quickstart_sweeps(a.samples)? {
+        let code = profile::profile(sweep, &data, Backend::Flex, true, Format::Text, ui)?;
         if code != ExitCode::SUCCESS {
             return Ok(code);
         }
@@ -206,39 +157,29 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         }
     }
     let predictor = Predictor::new(predict::load_bundle(&dir)?);
-    let calibrated = predictor.bundle().manifest.host_costs.is_some();
-    let mut t = format!(
-        "\n{:<14} {:>6} {:>14} {:>14}\n",
-        "network", "batch", "inference", "training step"
-    );
+    let mut rows = Vec::new();
     for choice in &predicted {
         for &batch in &a.batch {
-            let mut cells = Vec::new();
-            for phase in [Phase::Inference, Phase::Training] {
+            let at = |phase| {
                 let context = Context {
                     batch,
                     phase,
                     threads: 1,
                     utilisation: 0.0,
                 };
-                cells.push(fmt_ms(network_ms(&predictor, &choice.network, &context)?));
-            }
-            t.push_str(&format!(
-                "{:<14} {:>6} {:>14} {:>14}\n",
-                choice.label, batch, cells[0], cells[1]
+                network_ms(&predictor, &choice.network, &context)
+            };
+            rows.push((
+                choice.label.as_str(),
+                batch,
+                at(Phase::Inference)?,
+                at(Phase::Training)?,
             ));
         }
     }
-    t.push_str(&format!(
-        "\n({}, 1 thread; `perfcast predict --network resnet18 --batch 8` shows the layers; \
-         `perfcast eval networks` measures and compares; bundle: `{}`)\n",
-        if calibrated {
-            "sum of per-layer predictions with the host-cost terms"
-        } else {
-            "sum of per-layer predictions"
-        },
-        dir.display()
-    ));
-    emit(&t)?;
+    let calibrated = predictor.bundle().manifest.host_costs.is_some();
+    emit(&crate::render::networks::quickstart(
+        &rows, calibrated, &dir,
+    ))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -28,23 +28,3 @@ pub fn target_device(
         (None, None) => Ok(None),
     }
 }
-
-/// The known devices as a table (`perfcast predict --list-devices`).
-pub fn devices_table() -> String {
-    let mut t = format!(
-        "{:<32} {:<30} {:>10} {:>8} {:>6} {:>6}\n",
-        "name", "--device", "GFLOP/s", "GB/s", "SMs", "GB"
-    );
-    for s in known::known() {
-        t.push_str(&format!(
-            "{:<32} {:<30} {:>10} {:>8} {:>6} {:>6}\n",
-            s.name,
-            s.slug(),
-            s.peak_gflops,
-            s.mem_bandwidth_gbs,
-            s.cores,
-            s.memory_gb
-        ));
-    }
-    t
-}

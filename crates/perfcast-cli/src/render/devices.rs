@@ -1,7 +1,11 @@
-//! `perfcast eval devices` and `perfcast eval anchor` as text.
+//! `perfcast devices`, `perfcast eval devices | anchor` and `perfcast map` as text.
 
+use perfcast_core::DeviceSpec;
 use perfcast_models::anchor;
 use perfcast_models::devices_eval::{AnchorKindResult, KindResult, MapReport};
+
+use perfcast_profile::Backend;
+use perfcast_profile::probe::Peaks;
 
 use crate::output::{fmt_ms, sig3};
 
@@ -143,4 +147,27 @@ pub fn map(r: &MapReport) -> String {
         ));
     }
     t
+}
+
+/// This machine's spec with the peaks just measured and how.
+pub fn local(spec: &DeviceSpec, peaks: &Peaks, backend: Backend) -> String {
+    let c = &spec.caches;
+    let kb = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0} KiB"));
+    format!(
+        "{name}\n  kind            cpu\n  cores/threads   {cores}/{threads}\n  clock           {clock:.0} MHz\n  memory          {mem:.1} GB\n  caches          L1d {l1}, L2 {l2}, L3 {l3}\n  peak fp32       {gf} GFLOP/s  (measured: {n}x{n} GEMM, {backend}, {threads} threads)\n  bandwidth       {bw} GB/s  (measured: triad over 3 x {mib} MiB)\n  dataset folder  datasets/{slug}",
+        name = spec.name,
+        cores = spec.cores,
+        threads = spec.threads,
+        clock = spec.clock_mhz,
+        mem = spec.memory_gb,
+        l1 = kb(c.l1d_kb),
+        l2 = kb(c.l2_kb),
+        l3 = kb(c.l3_kb),
+        gf = sig3(spec.peak_gflops),
+        n = peaks.gemm_n,
+        backend = backend,
+        bw = sig3(spec.mem_bandwidth_gbs),
+        mib = peaks.triad_elems * 4 / 1048576,
+        slug = spec.slug(),
+    )
 }

@@ -235,3 +235,31 @@ pub fn evaluated(r: &NetworksEval) -> String {
     }
     t
 }
+
+/// `quickstart`'s last table: each network's predicted inference and training step per batch.
+pub fn quickstart(rows: &[(&str, usize, f64, f64)], calibrated: bool, bundle: &Path) -> String {
+    let mut t = format!(
+        "\n{:<14} {:>6} {:>14} {:>14}\n",
+        "network", "batch", "inference", "training step"
+    );
+    for (name, batch, inference, training) in rows {
+        t.push_str(&format!(
+            "{:<14} {:>6} {:>14} {:>14}\n",
+            name,
+            batch,
+            fmt_ms(*inference),
+            fmt_ms(*training)
+        ));
+    }
+    t.push_str(&format!(
+        "\n({}, 1 thread; `perfcast predict --network resnet18 --batch 8` shows the layers; \
+         `perfcast eval networks` measures and compares; bundle: `{}`)\n",
+        if calibrated {
+            "sum of per-layer predictions with the host-cost terms"
+        } else {
+            "sum of per-layer predictions"
+        },
+        bundle.display()
+    ));
+    t
+}
