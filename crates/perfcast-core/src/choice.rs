@@ -42,6 +42,14 @@ impl NetworkChoice {
         })
     }
 
+    /// Every zoo entry of `entries` ([`NetworkChoice::zoo`]).
+    pub fn zoo_all(entries: &[String], default_resolution: Option<usize>) -> Result<Vec<Self>> {
+        entries
+            .iter()
+            .map(|e| NetworkChoice::zoo(e, default_resolution))
+            .collect()
+    }
+
     /// A network read elsewhere (a JSON file, an import), labelled by its name.
     pub fn named(network: Network) -> NetworkChoice {
         NetworkChoice {
@@ -71,6 +79,9 @@ mod tests {
             "`vgg16@big`: the resolution after `@` must be a whole number"
         );
         assert!(NetworkChoice::zoo("nope", None).is_err());
+        let all = NetworkChoice::zoo_all(&["lenet5".into(), "alexnet@96".into()], None)
+            .expect("two entries");
+        assert_eq!(all[1].label, "alexnet@96");
         let named = NetworkChoice::named(plain.network);
         assert_eq!(named.label, named.network.name);
     }

@@ -27,6 +27,7 @@ pub mod fmt;
 mod metrics;
 pub mod network;
 pub mod progress;
+mod queries;
 pub mod rng;
 mod spec;
 mod spec_flags;
@@ -42,6 +43,7 @@ pub use device::{
 pub use error::{Error, Result};
 pub use metrics::Metrics;
 pub use network::{Layer, LayerShapes, NETWORK_INPUT, Network};
+pub use queries::read_queries;
 pub use spec::{
     BatchNorm2d, Conv2d, Dims, Elementwise, Embedding, LayerNorm, Linear, MAX_AXIS, MAX_ELEMENTS,
     Matmul, ModuleKind, ModuleSpec, Pool2d, Reads,

@@ -123,6 +123,46 @@ pub enum Compute<'a> {
     },
 }
 
+/// Checks that `global_batch` can be split over each of `gpus` devices.
+pub fn check_split(global_batch: usize, gpus: &[usize]) -> Result<()> {
+    if global_batch < 1 {
+        return Err(Error::Input("`--batch` must be at least 1, got 0".into()));
+    }
+    if gpus.is_empty() {
+        return Err(Error::Input(
+            "`--gpus` needs at least one device count".into(),
+        ));
+    }
+    if let Some(&bad) = gpus.iter().find(|&&p| p == 0 || p > global_batch) {
+        return Err(Error::Input(format!(
+            "`--gpus {bad}`: the global batch {global_batch} cannot be split over {bad} devices"
+        )));
+    }
+    Ok(())
+}
+
+/// Bucketed overlap with buckets of `bucket_mb` MiB (PyTorch DDP's default is 25).
+pub fn bucketed(bucket_mb: f64) -> Result<Overlap> {
+    if !(bucket_mb.is_finite() && bucket_mb > 0.0) {
+        return Err(Error::Input(format!(
+            "`--bucket-mb` must be positive, got {bucket_mb}"
+        )));
+    }
+    Ok(Overlap::Bucketed {
+        bucket_bytes: bucket_mb * 1024.0 * 1024.0,
+    })
+}
+
+/// Checks an optimiser update time given in ms.
+pub fn check_update_ms(update_ms: Option<f64>) -> Result<()> {
+    match update_ms {
+        Some(ms) if !(ms.is_finite() && ms >= 0.0) => Err(Error::Input(format!(
+            "`--update-ms` must not be negative, got {ms}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Checks a measured compute time and returns per-layer costs at any per-device batch:
 /// `compute_ms` (a step of `global_batch` samples on one device) scaled per sample and spread
 /// over the layers by FLOPs.
@@ -170,6 +210,8 @@ pub fn predict_scaling(
     compute: Compute<'_>,
     observer: &dyn Observer,
 ) -> Result<(ScalingReport, Vec<IterationEstimate>)> {
+    check_split(global_batch, gpus)?;
+    check_update_ms(update_ms)?;
     let parameters: f64 = layer_params(network).iter().map(|(_, p)| p).sum();
     let measured;
     let (bundle, bundle_device, layers): (Option<PathBuf>, Option<DeviceSpec>, &dyn ComputeModel) =

@@ -47,6 +47,9 @@ pub enum Error {
     /// From the data crate (output directories).
     #[error(transparent)]
     Data(#[from] perfcast_data::Error),
+    /// From the scale crate (plans).
+    #[error(transparent)]
+    Scale(#[from] perfcast_scale::Error),
     /// From the core crate.
     #[error(transparent)]
     Core(#[from] perfcast_core::Error),

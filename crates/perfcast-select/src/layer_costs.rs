@@ -1,12 +1,16 @@
 //! A bundle's per-layer predictions as the compute time of perfcast-scale's models: forward
 //! and backward seconds of every layer at a per-device batch (the training phase is forward +
-//! backward), for `scale predict` ([`BundleCompute`]) and `plan` ([`BundleLayerTimes`]).
+//! backward), for `scale predict` ([`BundleCompute`]) and `plan` ([`BundleLayerTimes`],
+//! [`plan_with_bundle`]).
 
 use std::cell::Cell;
 
 use perfcast_core::progress::Observer;
-use perfcast_core::{Context, Network, Phase};
-use perfcast_scale::plan::LayerTimes;
+use perfcast_core::{Context, DeviceSpec, Network, Phase};
+use perfcast_scale::Link;
+use perfcast_scale::plan::{
+    DeviceOption, LayerTimes, PlanConfig, PlanReport, PriceTable, default_link, plan,
+};
 use perfcast_scale::{ComputeModel, LayerCost};
 
 use crate::predictor::{NetworkPrediction, Predictor, PreparedNetwork};
@@ -168,4 +172,59 @@ impl LayerTimes for BundleLayerTimes<'_> {
             })
             .collect())
     }
+}
+
+/// Plans a training job of `network` on each of `devices` (label, spec), the compute of each
+/// from the bundle at `bundle` for that device, over `link` inside a node (default per device:
+/// NVLink on SXM parts, PCIe otherwise), priced from `prices` (the file's path names it in the
+/// note on devices it has no price for). Returns the plan and each device's link.
+pub fn plan_with_bundle(
+    network: &Network,
+    bundle: &std::path::Path,
+    devices: &[(String, DeviceSpec)],
+    link: Option<&Link>,
+    prices: Option<(&std::path::Path, &PriceTable)>,
+    config: &PlanConfig,
+    observer: &dyn Observer,
+) -> crate::Result<(PlanReport, Vec<(String, Link)>)> {
+    let mut computes = Vec::with_capacity(devices.len());
+    for (label, spec) in devices {
+        let bundle = crate::Bundle::load_for_device(bundle, spec)?;
+        computes.push(BundleLayerTimes::new(
+            Predictor::new(bundle),
+            label,
+            observer,
+        ));
+    }
+    let mut missing_price = Vec::new();
+    let options: Vec<DeviceOption<'_>> = devices
+        .iter()
+        .zip(&computes)
+        .map(|((label, spec), compute)| {
+            let price = prices.and_then(|(_, p)| p.price(label, spec));
+            if prices.is_some() && price.is_none() {
+                missing_price.push(format!("`{label}`"));
+            }
+            DeviceOption {
+                label: label.clone(),
+                spec: spec.clone(),
+                link: link.cloned().unwrap_or_else(|| default_link(spec)),
+                price_per_gpu_hour: price,
+                compute,
+            }
+        })
+        .collect();
+    if let (Some((path, _)), false) = (prices, missing_price.is_empty()) {
+        observer.note(&format!(
+            "warning: `{}` has no price for {}: no cost for them",
+            path.display(),
+            missing_price.join(", ")
+        ));
+    }
+    let report = plan(network, &options, config)?;
+    let links = options
+        .iter()
+        .map(|d| (d.label.clone(), d.link.clone()))
+        .collect();
+    Ok((report, links))
 }

@@ -43,7 +43,7 @@ pub fn run(a: EvalBundleArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         &a.bundle,
         &dirs,
         &a.modules,
-        a.phase.phase(),
+        a.phase.filter().phase(),
         Bars::new(ui).as_ref(),
     )?;
     match a.format {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use perfcast_core::{ModuleKind, Phase};
+use perfcast_core::ModuleKind;
 use perfcast_data::resolve_datasets;
 use perfcast_models::devices_eval::{
     AnchorPlan, DevicesPlan, evaluate_anchor, evaluate_devices, write_predictions,
@@ -39,11 +39,6 @@ impl PhaseChoice {
             PhaseChoice::Inference => PhaseFilter::Inference,
             PhaseChoice::Training => PhaseFilter::Training,
         }
-    }
-
-    /// The one phase kept, or `None` for both.
-    pub fn phase(self) -> Option<Phase> {
-        self.filter().phase()
     }
 }
 

@@ -112,13 +112,7 @@ fn published(
     read: fn(&Path) -> perfcast_data::Result<Import>,
 ) -> anyhow::Result<ImportSummary> {
     // Refuse an existing output before reading, not after.
-    if !args.force && std::fs::symlink_metadata(&args.out).is_ok() {
-        anyhow::bail!(
-            "`{}` already exists\n\nhint: pass `--force` to replace an earlier import, or choose another `--out`",
-            args.out.display()
-        );
-    }
-    import::check_out(&args.out, args.force)?;
+    import::refuse_existing(&args.out, args.force)?;
     ui.info(format!("reading {}", args.path.display()));
     let rows = read(&args.path)?;
     Ok(rows.write(&args.out, args.force)?)

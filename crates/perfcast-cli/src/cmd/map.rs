@@ -12,11 +12,11 @@ use perfcast_data::{DatasetDir, resolve_datasets};
 use perfcast_models::devices_eval::{map_profile, write_mapped};
 
 use super::devices_eval::PhaseChoice;
-use super::target_device::target_device;
 use crate::Ui;
 use crate::output::{Format, emit, emit_json};
 use crate::progress::Bars;
 use crate::render;
+use perfcast_data::import::known::target_device;
 
 /// Arguments of `perfcast map`.
 #[derive(Debug, Args)]

@@ -1,14 +1,13 @@
 //! Real models as networks: `--transformer config.json --seq N` and `--onnx model.onnx`, shared
-//! by `predict`, `measure`, `eval networks` and `scale predict` (one library call each:
-//! perfcast-graph builds the network).
+//! by `predict`, `measure`, `eval networks` and `plan` (one library call each:
+//! [`perfcast_graph::ModelSource`] builds the network).
 
 use std::path::PathBuf;
 
 use clap::Args;
 use perfcast_core::{ModuleKind, Network, Phase};
 pub use perfcast_graph::onnx::ImportReport;
-use perfcast_graph::onnx::{ImportOptions, import_file};
-use perfcast_graph::transformer::{BuildOptions, TransformerConfig};
+use perfcast_graph::{Loaded, ModelSource};
 
 /// Flags that load a real model.
 #[derive(Clone, Debug, Default, Args)]
@@ -40,82 +39,29 @@ pub struct ModelArgs {
     pub lm_head: Option<bool>,
 }
 
-/// A model loaded from the flags, with its import report (ONNX).
-pub struct Loaded {
-    /// The network.
-    pub network: Network,
-    /// What the ONNX import found.
-    pub report: Option<ImportReport>,
-}
-
-/// Parses `NAME=DIMS`.
-fn named_dims(text: &str) -> anyhow::Result<(String, Vec<usize>)> {
-    let (name, dims) = text.split_once('=').ok_or_else(|| {
-        anyhow::anyhow!("`--onnx-input {text}`: expected `NAME=DIMS`, e.g. `ids=1x128`")
-    })?;
-    let dims = dims
-        .split(['x', 'X', ','])
-        .map(|d| {
-            d.trim()
-                .parse::<usize>()
-                .ok()
-                .filter(|v| *v > 0)
-                .ok_or_else(|| {
-                    anyhow::anyhow!("`--onnx-input {text}`: `{d}` is not a positive size")
-                })
-        })
-        .collect::<anyhow::Result<_>>()?;
-    Ok((name.trim().to_string(), dims))
-}
-
 impl ModelArgs {
     /// Whether a model flag is given.
     pub fn given(&self) -> bool {
-        self.transformer.is_some() || self.onnx.is_some()
+        self.source().given()
     }
 
-    /// The model the flags name, or `None` without `--transformer` / `--onnx`. A training
-    /// phase builds a transformer's dropout layers. `extra_inputs` are more `NAME=DIMS` shapes
-    /// (predict's `--input`).
-    pub fn load(&self, phase: Phase, extra_inputs: &[String]) -> anyhow::Result<Option<Loaded>> {
-        if let Some(path) = &self.transformer {
-            let seq = self.seq.ok_or_else(|| {
-                anyhow::anyhow!("`--transformer` needs `--seq N`, the tokens per sample")
-            })?;
-            let config = TransformerConfig::from_file(path)?;
-            let network = config.build(&BuildOptions {
-                seq,
-                lm_head: self.lm_head,
-                dropout: phase == Phase::Training,
-            })?;
-            return Ok(Some(Loaded {
-                network,
-                report: None,
-            }));
+    /// The model source the flags name.
+    pub fn source(&self) -> ModelSource {
+        ModelSource {
+            transformer: self.transformer.clone(),
+            onnx: self.onnx.clone(),
+            seq: self.seq,
+            onnx_inputs: self.onnx_input.clone(),
+            strict: self.strict,
+            fuse_conv_bn: self.fuse_conv_bn,
+            lm_head: self.lm_head,
         }
-        let Some(path) = &self.onnx else {
-            return Ok(None);
-        };
-        let inputs = self
-            .onnx_input
-            .iter()
-            .chain(extra_inputs)
-            .map(|s| named_dims(s))
-            .collect::<anyhow::Result<_>>()?;
-        let imported = import_file(
-            path,
-            &ImportOptions {
-                seq: self.seq,
-                inputs,
-                strict: self.strict,
-                fuse_conv_bn: self.fuse_conv_bn,
-            },
-        )?;
-        let report = ImportReport::new(path.clone(), &imported);
-        Ok(Some(Loaded {
-            network: imported.network,
-            report: Some(report),
-        }))
+    }
+
+    /// The model the flags name, or `None` without `--transformer` / `--onnx` (see
+    /// [`ModelSource::load`]).
+    pub fn load(&self, phase: Phase, extra_inputs: &[String]) -> anyhow::Result<Option<Loaded>> {
+        Ok(self.source().load(phase, extra_inputs)?)
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use perfcast_core::{Network, NetworkChoice, Phase, zoo};
+use perfcast_core::{NetworkChoice, Phase};
 use perfcast_data::networks::{NetworkRecord, read_networks};
 use perfcast_profile::Backend;
 use perfcast_profile::network_runs::{MeasurePlan, measure_networks};
@@ -21,46 +21,19 @@ use crate::output::{Format, emit, emit_json};
 use crate::progress::Bars;
 use crate::render;
 
-/// The networks named by `--network` entries and `--network-file` paths.
+/// The networks named by `--network` entries, `--network-file` paths and the model flags.
 fn choices(
     names: &[String],
     files: &[PathBuf],
     resolution: Option<usize>,
     model: &crate::cmd::model::ModelArgs,
 ) -> anyhow::Result<Vec<NetworkChoice>> {
-    let mut out = Vec::new();
-    // Transformers are built as inference graphs (no dropout layers) for every phase measured.
-    if let Some(loaded) = model.load(Phase::Inference, &[])? {
-        if let Some(report) = &loaded.report
-            && !report.unmapped.is_empty()
-        {
-            anyhow::bail!(
-                "`{}` has ops perfcast has no kind for ({}): a measured run would include them                  and its prediction not\n\nhint: `perfcast predict --onnx` lists them",
-                report.source.display(),
-                report
-                    .unmapped
-                    .iter()
-                    .map(|u| u.op.op.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
-        out.push(NetworkChoice::named(loaded.network));
-    }
-    for name in names {
-        out.push(NetworkChoice::zoo(name, resolution)?);
-    }
-    for path in files {
-        out.push(NetworkChoice::named(Network::from_json_file(path)?));
-    }
-    anyhow::ensure!(
-        !out.is_empty(),
-        "no network given\n\nhint: `--network vgg16` (zoo: {}), `--network vgg16@112` for another \
-         resolution, `--network-file net.json`, `--transformer config.json --seq N` or `--onnx \
-         model.onnx`",
-        zoo::names().join(", ")
-    );
-    Ok(out)
+    Ok(perfcast_graph::measured_networks(
+        &model.source(),
+        names,
+        files,
+        resolution,
+    )?)
 }
 
 /// Options shared by every command that measures networks.

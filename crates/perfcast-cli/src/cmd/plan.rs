@@ -9,12 +9,9 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use perfcast_core::Network;
 use perfcast_scale::memory::Recompute;
-use perfcast_scale::plan::{
-    DeviceOption, PlanConfig, PlanReport, PriceTable, SortBy, default_link, plan,
-};
+use perfcast_scale::plan::{PlanConfig, PlanReport, PriceTable, SortBy};
 use perfcast_scale::{Link, Optimizer};
-use perfcast_select::layer_costs::BundleLayerTimes;
-use perfcast_select::{Bundle, Predictor};
+use perfcast_select::layer_costs::plan_with_bundle;
 use serde::Serialize;
 
 use crate::Ui;
@@ -164,7 +161,7 @@ pub fn run(a: PlanArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         .devices
         .iter()
         .map(|name| {
-            let spec = crate::cmd::target_device::target_device(None, Some(name))
+            let spec = perfcast_data::import::known::target_device(None, Some(name))
                 .with_context(|| format!("`--devices {name}`"))?
                 .ok_or_else(|| anyhow::anyhow!("`--devices {name}`: no device"))?;
             Ok((name.trim().to_string(), spec))
@@ -203,46 +200,15 @@ pub fn run(a: PlanArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         },
         ..PlanConfig::default()
     };
-    let bars = Bars::new(ui);
-    let mut computes = Vec::with_capacity(specs.len());
-    for (label, spec) in &specs {
-        let bundle = Bundle::load_for_device(&a.bundle, spec)?;
-        computes.push(BundleLayerTimes::new(
-            Predictor::new(bundle),
-            label,
-            bars.as_ref(),
-        ));
-    }
-    let mut missing_price = Vec::new();
-    let devices: Vec<DeviceOption<'_>> = specs
-        .iter()
-        .zip(&computes)
-        .map(|((label, spec), compute)| {
-            let price = prices.as_ref().and_then(|p| p.price(label, spec));
-            if prices.is_some() && price.is_none() {
-                missing_price.push(format!("`{label}`"));
-            }
-            DeviceOption {
-                label: label.clone(),
-                spec: spec.clone(),
-                link: link.clone().unwrap_or_else(|| default_link(spec)),
-                price_per_gpu_hour: price,
-                compute,
-            }
-        })
-        .collect();
-    if let (Some(path), false) = (&a.price_file, missing_price.is_empty()) {
-        ui.info(format!(
-            "warning: `{}` has no price for {}: no cost for them",
-            path.display(),
-            missing_price.join(", ")
-        ));
-    }
-    let report = plan(&network, &devices, &config)?;
-    let links: Vec<(String, Link)> = devices
-        .iter()
-        .map(|d| (d.label.clone(), d.link.clone()))
-        .collect();
+    let (report, links) = plan_with_bundle(
+        &network,
+        &a.bundle,
+        &specs,
+        link.as_ref(),
+        a.price_file.as_deref().zip(prices.as_ref()),
+        &config,
+        Bars::new(ui).as_ref(),
+    )?;
     if let Some(path) = &a.plot {
         render::charts::plan(path, &report)?;
         ui.info(format!("wrote `{}`", path.display()));

@@ -3,7 +3,6 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use perfcast_core::{Context, ModuleKind, ModuleSpec, Network, Phase, zoo};
 use perfcast_select::{Bundle, NetworkPrediction, Predictor};
@@ -237,30 +236,7 @@ pub fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     let queries: Vec<(ModuleSpec, Context)> = if net.is_some() {
         Vec::new()
     } else if let Some(path) = &a.modules_file {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading `{}`", path.display()))?;
-        let items: Vec<perfcast_core::ModuleQuery> = serde_json::from_str(&text)
-            .with_context(|| format!("`{}` is not a JSON array of module specs", path.display()))?;
-        items
-            .into_iter()
-            .enumerate()
-            .map(|(i, q)| {
-                q.spec
-                    .validate()
-                    .with_context(|| format!("`{}`: module {i}", path.display()))?;
-                let context = q.context(&Context {
-                    batch: a.batch,
-                    phase: a.phase,
-                    threads: a.threads,
-                    utilisation: 0.0,
-                });
-                // Checked here, not at prediction time, so the error names the file and entry.
-                context
-                    .validate()
-                    .with_context(|| format!("`{}`: module {i}", path.display()))?;
-                Ok((q.spec, context))
-            })
-            .collect::<anyhow::Result<_>>()?
+        perfcast_core::read_queries(path, &context)?
     } else if let Some(kind) = a.kind {
         vec![(a.spec(kind)?, context.clone())]
     } else {
@@ -271,7 +247,7 @@ pub fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         );
     };
     let target =
-        crate::cmd::target_device::target_device(a.device_spec.as_deref(), a.device.as_deref())?;
+        perfcast_data::import::known::target_device(a.device_spec.as_deref(), a.device.as_deref())?;
     let bundle = match &target {
         Some(device) => {
             let b = Bundle::load_for_device(&a.bundle, device)?;

@@ -84,13 +84,6 @@ fn build_sweep(args: &ProfileArgs) -> anyhow::Result<Sweep> {
     )?)
 }
 
-/// Warns when other processes keep cores busy: every timing taken now would come out inflated.
-pub fn warn_if_busy(ui: &Ui) {
-    if let Some(warning) = probe::busy_warning() {
-        ui.info(warning);
-    }
-}
-
 pub fn run(args: ProfileArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     let sweep = build_sweep(&args)?;
     let out = args
@@ -120,7 +113,9 @@ pub fn profile(
         out.join("device.json").display()
     ));
     let (device, _) = probe::local_cpu(Backend::Flex)?;
-    warn_if_busy(ui);
+    if let Some(warning) = probe::busy_warning() {
+        ui.info(warning);
+    }
     let memory = device.memory_gb * 1e9;
     let options = RunOptions {
         backend,

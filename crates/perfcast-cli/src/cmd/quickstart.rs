@@ -79,14 +79,8 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             return Ok(code);
         }
     }
-    let zoo = |names: &[String]| -> anyhow::Result<Vec<NetworkChoice>> {
-        Ok(names
-            .iter()
-            .map(|n| NetworkChoice::zoo(n, None))
-            .collect::<Result<_, _>>()?)
-    };
-    let predicted = zoo(&a.networks)?;
-    let calibration = zoo(&a.calibration_networks)?;
+    let predicted = NetworkChoice::zoo_all(&a.networks, None)?;
+    let calibration = NetworkChoice::zoo_all(&a.calibration_networks, None)?;
     let calibration_batch = [1, 4];
     if a.fast {
         ui.info("2/4 skipped (--fast): the networks' own layers are not profiled");

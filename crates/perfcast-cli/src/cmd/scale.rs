@@ -15,7 +15,7 @@ use perfcast_profile::network::time_training;
 use perfcast_scale::fit::Filter;
 use perfcast_scale::fit_report::fit_runs;
 use perfcast_scale::measure::{RunGrid, RunsReport, measure_runs};
-use perfcast_scale::scaling::{Compute, predict_scaling};
+use perfcast_scale::scaling::{Compute, bucketed, check_split, check_update_ms, predict_scaling};
 use perfcast_scale::{
     DataParallelModel, DeConfig, Expression, FitConfig, Holdout, InterNode, Link, Optimizer,
     Overlap, Parallelism, Point, Strategy,
@@ -293,17 +293,7 @@ fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         (None, None) => anyhow::bail!("`--network` or `--network-file` is needed"),
     };
     net.check()?;
-    anyhow::ensure!(a.batch >= 1, "`--batch` must be at least 1, got 0");
-    anyhow::ensure!(
-        !a.gpus.is_empty(),
-        "`--gpus` needs at least one device count"
-    );
-    if let Some(&bad) = a.gpus.iter().find(|&&p| p == 0 || p > a.batch) {
-        anyhow::bail!(
-            "`--gpus {bad}`: the global batch {} cannot be split over {bad} devices",
-            a.batch
-        );
-    }
+    check_split(a.batch, &a.gpus)?;
     let link = Link::parse(&a.link).context("`--link`")?;
     let strategy = match a.strategy {
         StrategyArg::Ring => Strategy::Ring,
@@ -319,16 +309,7 @@ fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         },
     };
     let overlap = match a.overlap {
-        OverlapArg::Bucketed => {
-            anyhow::ensure!(
-                a.bucket_mb.is_finite() && a.bucket_mb > 0.0,
-                "`--bucket-mb` must be positive, got {}",
-                a.bucket_mb
-            );
-            Overlap::Bucketed {
-                bucket_bytes: a.bucket_mb * 1024.0 * 1024.0,
-            }
-        }
+        OverlapArg::Bucketed => bucketed(a.bucket_mb)?,
         OverlapArg::Full => Overlap::Full,
         OverlapArg::None => Overlap::None,
     };
@@ -342,15 +323,10 @@ fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         OptimizerArg::Momentum => Optimizer::Momentum,
         OptimizerArg::Adam => Optimizer::Adam,
     };
-    if let Some(ms) = a.update_ms {
-        anyhow::ensure!(
-            ms.is_finite() && ms >= 0.0,
-            "`--update-ms` must not be negative, got {ms}"
-        );
-    }
+    check_update_ms(a.update_ms)?;
     let device_spec = match &a.device_spec {
         // The reader `predict --device-spec` uses: perfcast's format or a NeuSight config.
-        Some(path) => Some(crate::cmd::target_device::read_device_spec(path)?),
+        Some(path) => Some(perfcast_core::DeviceSpec::read_file(path)?),
         None => None,
     };
     // The model's own checks (model and pipeline parallelism are not modelled yet) come

@@ -109,7 +109,7 @@ impl TrainArgs {
                 cost_weight: self.cost_weight,
                 only: self.select_only.clone(),
             },
-            phase: self.phase.phase(),
+            phase: self.phase.filter().phase(),
             exclude_flagged: self.exclude_flagged,
         }
     }
