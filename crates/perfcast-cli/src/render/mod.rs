@@ -16,3 +16,6 @@ pub mod profile;
 pub mod scale;
 pub mod serve;
 pub mod train;
+
+#[cfg(test)]
+mod tests;
