@@ -630,3 +630,124 @@ pub fn write_mapped(path: &Path, rows: &[Mapped]) -> Result<()> {
         &records,
     )?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use perfcast_core::progress::Silent;
+    use perfcast_core::{Context, DeviceKind, Phase};
+    use perfcast_data::{Outcome, Record, Timing};
+
+    /// A GPU whose linear layers run at a fixed share of its roofline.
+    fn gpu_dataset(root: &Path, name: &str, peak: f64, bw: f64) -> DatasetDir {
+        let device = DeviceSpec {
+            name: name.into(),
+            kind: DeviceKind::Gpu,
+            peak_gflops: peak,
+            mem_bandwidth_gbs: bw,
+            cores: 40,
+            threads: 2560,
+            clock_mhz: 1500.0,
+            memory_gb: 16.0,
+            cache_mb: 4.0,
+            ..perfcast_core::testing::cpu_device()
+        };
+        let dir = DatasetDir::create_or_open(root.join(name), &device).expect("dataset");
+        let records: Vec<Record> = (0..30)
+            .map(|i| {
+                let spec = ModuleSpec::from_json(&format!(
+                    r#"{{"kind":"linear","in_features":{},"out_features":{}}}"#,
+                    256 + 64 * i,
+                    512 + 32 * i
+                ))
+                .expect("spec");
+                let context = Context {
+                    batch: 1 + i % 8,
+                    phase: Phase::Inference,
+                    threads: 1,
+                    utilisation: 0.0,
+                };
+                let f = perfcast_core::features::derive(&spec, context.batch);
+                let bytes = f.bytes_read + f.bytes_written;
+                let roofline_ms = 1e3 * (f.flops / (peak * 1e9)).max(bytes / (bw * 1e9));
+                Record {
+                    spec,
+                    context,
+                    backend: "published".into(),
+                    outcome: Outcome::Ok(Timing {
+                        median_ms: 0.01 + 2.0 * roofline_ms,
+                        min_ms: None,
+                        mad_ms: None,
+                        p10_ms: None,
+                        p90_ms: None,
+                        repetitions: None,
+                    }),
+                    perfcast_version: "test".into(),
+                    timestamp: 0,
+                }
+            })
+            .collect();
+        dir.write(ModuleKind::Linear, &records).expect("write");
+        dir
+    }
+
+    #[test]
+    fn each_device_left_out_is_predicted_from_the_others() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dirs = vec![
+            gpu_dataset(tmp.path(), "small", 5_000.0, 300.0),
+            gpu_dataset(tmp.path(), "mid", 10_000.0, 600.0),
+            gpu_dataset(tmp.path(), "large", 20_000.0, 1_200.0),
+        ];
+        let plan = DevicesPlan {
+            models: vec!["ridge".into()],
+            holdout: vec!["mid".into()],
+            keep_predictions: true,
+            ..DevicesPlan::default()
+        };
+        let out = evaluate_devices(&dirs, &plan, &Silent).expect("evaluated");
+        assert_eq!(out.kinds.len(), 1);
+        let kind = &out.kinds[0];
+        assert_eq!(kind.kind, ModuleKind::Linear);
+        assert_eq!(kind.devices, ["small", "mid", "large"]);
+        let family = &kind.models[0];
+        assert_eq!(family.model, "ridge-xdev");
+        // Only the device named by `holdout` is left out, trained on the other two.
+        assert_eq!(family.devices.len(), 1);
+        assert_eq!(family.devices[0].device, "mid");
+        assert_eq!(family.devices[0].train_rows, 60);
+        assert_eq!(family.mean_mape, family.devices[0].metrics.mape);
+        // Same efficiency on every device: the normalised model transfers closely.
+        assert!(family.mean_mape < 10.0, "{}", family.mean_mape);
+        assert_eq!(out.predictions.len(), 30);
+        let path = tmp.path().join("predictions.csv");
+        write_predictions(&path, &out.predictions).expect("csv");
+        let csv = std::fs::read_to_string(&path).expect("read");
+        assert!(csv.starts_with(
+            "kind,model,device,gemm_m,gemm_n,gemm_k,flops,roofline_ms,measured_ms,predicted_ms\n"
+        ));
+        assert_eq!(csv.lines().count(), 31);
+
+        let err = evaluate_devices(
+            &dirs,
+            &DevicesPlan {
+                holdout: vec!["h100".into()],
+                ..plan.clone()
+            },
+            &Silent,
+        )
+        .expect_err("unknown device")
+        .to_string();
+        assert_eq!(
+            err,
+            "`--holdout h100` names none of the devices in `--data`"
+        );
+        let err = evaluate_devices(&dirs[..1], &plan, &Silent)
+            .expect_err("one device")
+            .to_string();
+        assert!(
+            err.contains("needs datasets of at least 2 devices"),
+            "{err}"
+        );
+    }
+}

@@ -238,3 +238,83 @@ fn notes(fitted: &FittedExpression, observer: &dyn Observer) {
         ));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Keeps every note.
+    #[derive(Default)]
+    struct Notes(Mutex<Vec<String>>);
+
+    impl Observer for Notes {
+        fn note(&self, text: &str) {
+            self.0.lock().expect("notes").push(text.to_string());
+        }
+    }
+
+    #[test]
+    fn the_report_names_the_runs_the_constants_and_what_cannot_be_told_apart() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("runs.csv");
+        // T = 1 ms per sample over p processors, every run at the same n: a cost per run
+        // cannot be told from the serial per-sample term.
+        let mut text = String::from("p,b,n,time_s\n");
+        for p in [1, 2, 4, 8] {
+            for b in [8, 16, 32] {
+                text.push_str(&format!("{p},{b},256,{}\n", 0.001 * 256.0 / p as f64));
+            }
+        }
+        std::fs::write(&path, text).expect("write");
+        let expression = Expression::parse("startup,compute,serial").expect("terms");
+        let config = FitConfig {
+            de: crate::DeConfig {
+                max_generations: 300,
+                ..crate::DeConfig::default()
+            },
+            ..FitConfig::default()
+        };
+        let points = [Point {
+            p: 16.0,
+            b: 8.0,
+            n: 256.0,
+        }];
+        let notes = Notes::default();
+        let out = fit_runs(&path, &expression, None, &config, &points, &notes).expect("fit");
+        let r = &out.report;
+        assert_eq!((r.runs, r.fitted_runs), (12, 12));
+        assert_eq!(r.runs_file, path);
+        let terms: Vec<&str> = r.constants.iter().map(|c| c.term.as_str()).collect();
+        assert_eq!(terms, ["startup", "compute", "serial"]);
+        assert_eq!(r.undetermined, ["startup"]);
+        assert!(r.fit_mape < 1.0, "{}", r.fit_mape);
+        // Predictions at other points follow the fitted terms: 256 ms / 16.
+        assert!(
+            (r.predictions[0].time_s - 0.016).abs() < 0.0016,
+            "{:?}",
+            r.predictions
+        );
+        let notes = notes.0.lock().expect("notes");
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("every run fitted has the same n")),
+            "{notes:?}"
+        );
+        let err = fit_runs(
+            &tmp.path().join("missing.csv"),
+            &expression,
+            None,
+            &config,
+            &[],
+            &Silent,
+        )
+        .err()
+        .expect("no file")
+        .to_string();
+        assert!(err.contains("missing.csv"), "{err}");
+    }
+
+    use perfcast_core::progress::Silent;
+}

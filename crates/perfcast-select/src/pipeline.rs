@@ -941,3 +941,166 @@ pub fn score_saved(models: &Path, data: &Path) -> Result<Vec<SavedScore>> {
     }
     Ok(rows)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use perfcast_core::progress::Silent;
+    use perfcast_core::{Context, ModuleSpec};
+    use perfcast_data::{Outcome, Record, Timing};
+
+    /// A dataset of 40 linear layers in both phases, latency proportional to FLOPs.
+    fn dataset(root: &Path) -> PathBuf {
+        let dir = root.join("data");
+        let device = perfcast_core::testing::cpu_device();
+        let ds = DatasetDir::create_or_open(&dir, &device).expect("dataset");
+        let mut records = Vec::new();
+        for i in 0..40 {
+            let spec = ModuleSpec::from_json(&format!(
+                r#"{{"kind":"linear","in_features":{},"out_features":{}}}"#,
+                16 + 8 * i,
+                32 + 4 * i
+            ))
+            .expect("spec");
+            for phase in [Phase::Inference, Phase::Training] {
+                let context = Context {
+                    batch: 1 + i % 4,
+                    phase,
+                    threads: 1,
+                    utilisation: 0.0,
+                };
+                let flops = perfcast_core::features::derive(&spec, context.batch).flops;
+                let factor = if phase == Phase::Training { 3.0 } else { 1.0 };
+                records.push(Record {
+                    spec: spec.clone(),
+                    context,
+                    backend: "flex".into(),
+                    outcome: Outcome::Ok(Timing {
+                        median_ms: 0.002 + factor * flops / 1e8,
+                        min_ms: None,
+                        mad_ms: None,
+                        p10_ms: None,
+                        p90_ms: None,
+                        repetitions: None,
+                    }),
+                    perfcast_version: "test".into(),
+                    timestamp: 0,
+                });
+            }
+        }
+        ds.write(ModuleKind::Linear, &records).expect("write");
+        dir
+    }
+
+    #[test]
+    fn the_pipeline_trains_selects_and_writes_every_output_at_once() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let data = dataset(tmp.path());
+        let out = tmp.path().join("models");
+        let bundle = tmp.path().join("bundles").join("tiny");
+        let plan = TrainPlan {
+            models: vec!["ridge".into(), "knn".into()],
+            folds: 2,
+            test_share: 0.25,
+            bundle: Some(bundle.display().to_string()),
+            ..TrainPlan::new(vec![data.clone()], out.clone())
+        };
+        let trained = train_and_select(&plan, Arc::new(Silent)).expect("trained");
+        // Nothing is written before `write`.
+        assert!(!out.exists() && !bundle.exists());
+        let held = trained.held_out();
+        assert_eq!(held.len(), 1);
+        assert_eq!(held[0].kind, ModuleKind::Linear);
+        let families: Vec<&str> = held[0].models.iter().map(|(m, _, _)| *m).collect();
+        assert_eq!(families, ["ridge", "knn"]);
+        assert_eq!(held[0].models[0].1.len(), held[0].measured.len());
+
+        let report = trained
+            .write(vec![(
+                PathBuf::from("plots/linear-x.svg"),
+                b"<svg/>".to_vec(),
+            )])
+            .expect("written");
+        let (train_rows, test_rows) = report.kinds[0].rows;
+        assert_eq!(train_rows + test_rows, 80);
+        assert!(report.kinds[0].best == "ridge" || report.kinds[0].best == "knn");
+        let selection = report.selection.as_ref().expect("selection");
+        assert_eq!(selection.bundle, bundle);
+        assert_eq!(selection.single.len(), 2);
+
+        // The report on disk is the one returned.
+        let on_disk: TrainReport =
+            serde_json::from_slice(&std::fs::read(out.join("report.json")).expect("report"))
+                .expect("report parses");
+        assert_eq!(on_disk.kinds[0].rows, report.kinds[0].rows);
+        // Every model file loads back as a model of this build's schema.
+        for m in &report.kinds[0].models {
+            load_model(&out.join(&m.file), ModuleKind::Linear).expect("model loads");
+        }
+        // heldout.csv: the features, the measurement, one column per family, a line per row.
+        let csv = std::fs::read_to_string(out.join("linear").join("heldout.csv")).expect("csv");
+        let header = csv.lines().next().expect("header");
+        assert!(header.ends_with(",measured_ms,ridge_ms,knn_ms"), "{header}");
+        assert_eq!(csv.lines().count(), 1 + test_rows);
+        assert_eq!(
+            std::fs::read(out.join("plots").join("linear-x.svg")).expect("extra"),
+            b"<svg/>"
+        );
+        let loaded = crate::Bundle::load(&bundle).expect("bundle loads");
+        assert_eq!(
+            loaded.manifest.kinds["linear"].chosen,
+            selection.kinds[0].selection.chosen
+        );
+
+        // Scoring the saved models on the same dataset gives a row per family.
+        let scores = score_saved(&out, &data).expect("scores");
+        assert_eq!(scores.len(), 2);
+        assert!(scores.iter().all(|s| s.metrics.n == 80));
+
+        // The output now exists: without `force` a second run is refused before training.
+        let err = train_and_select(&plan, Arc::new(Silent))
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(err.contains(&out.display().to_string()), "{err}");
+        let missing = TrainPlan {
+            modules: vec![ModuleKind::Conv2d],
+            force: true,
+            ..plan.clone()
+        };
+        let err = train_and_select(&missing, Arc::new(Silent))
+            .err()
+            .expect("no conv2d")
+            .to_string();
+        assert!(
+            err.contains("has no `conv2d` table (it has: linear)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn phase_mapes_split_rows_by_the_training_column() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let data = dataset(tmp.path());
+        let dir = DatasetDir::open(&data).expect("open");
+        let set = TrainSet::from_records(
+            ModuleKind::Linear,
+            &dir.read(ModuleKind::Linear).expect("rows"),
+            &dir.device().expect("device"),
+        )
+        .expect("set");
+        // Inference rows predicted exactly, training rows 10% high.
+        let training = set.schema.index("training").expect("column");
+        let pred: Vec<f64> = set
+            .x
+            .iter_rows()
+            .zip(&set.y)
+            .map(|(r, y)| if r[training] == 1.0 { y * 1.1 } else { *y })
+            .collect();
+        let mapes = phase_mapes(&set, &pred);
+        assert!(mapes["inference"].abs() < 1e-9);
+        assert!((mapes["training"] - 10.0).abs() < 1e-6);
+        assert_eq!(bundle_dir("local"), Path::new("checkpoints/local"));
+        assert_eq!(bundle_dir("out/b"), Path::new("out/b"));
+    }
+}
