@@ -1,5 +1,8 @@
-//! perfcast-select: MEDN's time- and space-efficient auto-selection, checkpoint bundles, and
-//! the predictor that answers queries from them.
+//! perfcast-select: the application over the models. The train -> cross-validate -> select ->
+//! bundle pipeline ([`pipeline`]), host-cost calibration and networks measured against
+//! predictions ([`calibrate`]), a bundle's layer costs for perfcast-scale ([`layer_costs`]);
+//! MEDN's time- and space-efficient auto-selection, checkpoint bundles, and the predictor that
+//! answers queries from them.
 //!
 //! [`select`] ranks each module kind's trained candidates by cross-validated accuracy under
 //! prediction-time and size budgets (or picks one family for every kind, for comparison) and
