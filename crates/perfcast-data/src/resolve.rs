@@ -23,11 +23,7 @@ pub fn resolve_datasets(paths: &[PathBuf]) -> Result<Vec<DatasetDir>> {
             )));
         }
         let mut subdirs: Vec<PathBuf> = std::fs::read_dir(path)
-            .map_err(|source| Error::Io {
-                action: "read",
-                path: path.clone(),
-                source,
-            })?
+            .map_err(|e| Error::Input(format!("reading `{}`: {e}", path.display())))?
             .flatten()
             .map(|e| e.path())
             .filter(|p| p.join(DEVICE_FILE).is_file())

@@ -788,13 +788,8 @@ impl Trained {
         let staging = outdir::stage_beside(&self.out, "train")?;
         let root = staging.path();
         let create = |dir: &Path| {
-            std::fs::create_dir_all(dir).map_err(|source| {
-                Error::Data(perfcast_data::Error::Io {
-                    action: "create",
-                    path: dir.to_path_buf(),
-                    source,
-                })
-            })
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Error::context(format!("creating `{}`", dir.display()), e))
         };
         for k in &self.kinds {
             create(&root.join(k.kind.name()))?;
@@ -868,13 +863,8 @@ pub fn load_model(path: &Path, kind: ModuleKind) -> Result<Box<dyn Regressor>> {
             message,
         })
     };
-    let bytes = std::fs::read(path).map_err(|source| {
-        Error::Data(perfcast_data::Error::Io {
-            action: "read",
-            path: path.to_path_buf(),
-            source,
-        })
-    })?;
+    let bytes = std::fs::read(path)
+        .map_err(|e| Error::context(format!("reading `{}`", path.display()), e))?;
     let saved: SavedModel = serde_json::from_slice(&bytes).map_err(|e| load_err(e.to_string()))?;
     let model = saved.into_regressor();
     let expected = perfcast_models::FeatureSchema::for_kind(kind);
@@ -901,13 +891,8 @@ pub struct SavedScore {
 /// eval --models <dir> --data <dataset>`).
 pub fn score_saved(models: &Path, data: &Path) -> Result<Vec<SavedScore>> {
     let report_path = models.join("report.json");
-    let bytes = std::fs::read(&report_path).map_err(|source| {
-        Error::Data(perfcast_data::Error::Io {
-            action: "read",
-            path: report_path.clone(),
-            source,
-        })
-    })?;
+    let bytes = std::fs::read(&report_path)
+        .map_err(|e| Error::context(format!("reading `{}`", report_path.display()), e))?;
     let report: TrainReport = serde_json::from_slice(&bytes).map_err(|e| {
         Error::Input(format!(
             "`{}` is not a perfcast train report: {e}",
