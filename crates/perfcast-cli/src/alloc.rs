@@ -84,3 +84,17 @@ pub fn reset_peak() -> usize {
 pub fn peak() -> usize {
     PEAK.load(Ordering::Relaxed)
 }
+
+/// This allocator's counters as the peak-memory probe of network measurements (`None` when the
+/// allocator is not installed).
+pub struct Counted;
+
+impl perfcast_profile::network_runs::PeakMemory for Counted {
+    fn reset(&self) -> usize {
+        reset_peak()
+    }
+
+    fn peak_since(&self, live_before: usize) -> Option<u64> {
+        installed().then(|| peak().saturating_sub(live_before) as u64)
+    }
+}

@@ -13,6 +13,8 @@ pub mod alloc;
 mod cmd;
 mod output;
 mod plot;
+mod progress;
+mod render;
 
 pub use output::Format;
 

@@ -67,14 +67,7 @@ pub fn fmt_ms(ms: f64) -> String {
     }
 }
 
-/// Three significant digits.
-pub fn sig3(v: f64) -> String {
-    if v == 0.0 || !v.is_finite() {
-        return format!("{v}");
-    }
-    let digits = (2 - v.abs().log10().floor() as i32).max(0) as usize;
-    format!("{v:.digits$}")
-}
+pub use perfcast_core::fmt::sig3;
 
 #[cfg(test)]
 mod tests {

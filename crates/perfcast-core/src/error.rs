@@ -58,6 +58,9 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A value from the user that cannot be read (`vgg16@abc`); the message names it.
+    #[error("{0}")]
+    Input(String),
     /// Malformed JSON for a network.
     #[error("invalid network JSON: {0}")]
     NetworkJson(serde_json::Error),

@@ -172,6 +172,27 @@ pub fn known() -> Vec<DeviceSpec> {
     out
 }
 
+/// The device a spec file (perfcast's format or a NeuSight config, [`DeviceSpec::read_file`])
+/// or a known device's name selects, if either is given; an unknown name's error lists how to
+/// find the known ones.
+pub fn target_device(
+    spec_file: Option<&std::path::Path>,
+    name: Option<&str>,
+) -> crate::Result<Option<DeviceSpec>> {
+    match (spec_file, name) {
+        (Some(path), _) => Ok(Some(
+            DeviceSpec::read_file(path).map_err(|e| crate::Error::Input(e.to_string()))?,
+        )),
+        (None, Some(name)) => Ok(Some(lookup(name).map_err(|e| {
+            crate::Error::Input(format!(
+                "{e}\n\nhint: `perfcast predict --list-devices` lists them, or pass \
+                 `--device-spec <file.json>`"
+            ))
+        })?)),
+        (None, None) => Ok(None),
+    }
+}
+
 /// The known device a name selects: an alias (`v100`), a full name or its slug
 /// (`tesla-t4`), or a unique part of a slug (`h100`). The error lists the candidates.
 pub fn lookup(query: &str) -> Result<DeviceSpec, String> {

@@ -17,20 +17,26 @@
 //! ```
 
 pub mod canonical;
+mod choice;
 mod context;
 mod device;
 mod device_file;
 mod error;
 pub mod features;
+pub mod fmt;
 pub mod gpus;
 pub mod known;
 mod metrics;
 pub mod network;
+pub mod progress;
+mod queries;
 pub mod rng;
 mod spec;
+mod spec_flags;
 pub mod testing;
 pub mod zoo;
 
+pub use choice::NetworkChoice;
 pub use context::{Context, MAX_BATCH, ModuleQuery, Phase};
 pub use device::{
     Caches, CpuTopology, DeviceKind, DeviceSpec, SpecSource, parse_cache_size, parse_cpuinfo,
@@ -39,10 +45,12 @@ pub use device::{
 pub use error::{Error, Result};
 pub use metrics::Metrics;
 pub use network::{Layer, LayerShapes, NETWORK_INPUT, Network};
+pub use queries::read_queries;
 pub use spec::{
     BatchNorm2d, Conv2d, Dims, Elementwise, Embedding, LayerNorm, Linear, MAX_AXIS, MAX_ELEMENTS,
     Matmul, ModuleKind, ModuleSpec, Pool2d, Reads,
 };
+pub use spec_flags::SpecFlags;
 
 /// perfcast's version, recorded in every dataset row and bundle.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -40,6 +40,10 @@ pub enum Error {
         /// Why, naming what it holds.
         message: String,
     },
+    /// Inputs that cannot be used together or as given (a path that holds no dataset, sessions
+    /// of two devices); the message names the value.
+    #[error("{0}")]
+    Input(String),
     /// No dataset where one was expected.
     #[error("no dataset at `{path}`\n\nhint: create one with `perfcast profile --out {path}`", path = .0.display())]
     Missing(PathBuf),

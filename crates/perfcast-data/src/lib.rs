@@ -16,18 +16,23 @@
 //! ```
 
 pub mod consistency;
+mod csv_file;
 mod dataset;
 mod error;
 pub mod import;
+pub mod merge;
 pub mod networks;
 pub mod outdir;
 mod record;
+mod resolve;
 pub mod summary;
 pub mod table;
 
+pub use csv_file::write_csv;
 pub use dataset::{DEVICE_FILE, DatasetDir, LOCK_FILE, write_atomic, write_atomic_with};
 pub use error::{Error, Result};
 pub use record::{Outcome, Record, Timing, measurement_key};
+pub use resolve::{names_device, resolve_datasets};
 
 /// `text` cut to at most `max` bytes (on a character boundary), saying how much was cut:
 /// messages echo input values, and a line must stay readable whatever the input held.

@@ -38,6 +38,9 @@ pub enum Error {
     /// The built network does not check (a bug in a builder, reported rather than hidden).
     #[error(transparent)]
     Core(#[from] perfcast_core::Error),
+    /// A flag value that cannot be used (`--onnx-input ids`); the message names it.
+    #[error("{0}")]
+    Input(String),
 }
 
 /// Result with perfcast-graph's [`Error`].

@@ -24,6 +24,8 @@
 
 mod error;
 pub mod onnx;
+mod source;
 pub mod transformer;
 
 pub use error::{Error, Result};
+pub use source::{Loaded, ModelSource, measured_networks, named_dims};

@@ -433,6 +433,32 @@ pub fn leave_one_device_out(
     params: &ModelParams,
     sets: &[(String, TrainSet)],
 ) -> Result<Vec<HeldOutDevice>> {
+    Ok(leave_devices_out(params, sets, &HoldOut::default())?
+        .into_iter()
+        .map(|(score, _)| score)
+        .collect())
+}
+
+/// Which devices [`leave_devices_out`] holds out and how it scores them.
+#[derive(Clone, Debug, Default)]
+pub struct HoldOut {
+    /// Per set: whether it is held out (missing: yes). The others are only trained on.
+    pub held: Vec<bool>,
+    /// Per set: whether predictions below the spec roofline are raised to it before scoring,
+    /// as the predictor does for GPUs (missing: no).
+    pub raise: Vec<bool>,
+    /// What is fitted, for errors (`` `linear`, ridge-xdev ``).
+    pub label: String,
+}
+
+/// [`leave_one_device_out`] with a choice of devices to hold out and of devices whose
+/// predictions are raised to the spec roofline; returns each held-out device's score with its
+/// predictions (in its rows' order).
+pub fn leave_devices_out(
+    params: &ModelParams,
+    sets: &[(String, TrainSet)],
+    options: &HoldOut,
+) -> Result<Vec<(HeldOutDevice, Vec<f64>)>> {
     if sets.len() < 2 {
         return Err(Error::InvalidData(format!(
             "leave-one-device-out needs at least 2 devices, got {}",
@@ -441,7 +467,7 @@ pub fn leave_one_device_out(
     }
     let mut out = Vec::with_capacity(sets.len());
     for (i, (device, test)) in sets.iter().enumerate() {
-        if test.is_empty() {
+        if test.is_empty() || !options.held.get(i).copied().unwrap_or(true) {
             continue;
         }
         let others: Vec<&TrainSet> = sets
@@ -450,28 +476,33 @@ pub fn leave_one_device_out(
             .filter(|(j, (_, s))| *j != i && !s.is_empty())
             .map(|(_, (_, s))| s)
             .collect();
-        out.push(held_out(params, device, &concat(&others)?, test)?);
+        let rest = concat(&others)?;
+        let model = params.fit(&rest).map_err(|e| {
+            if options.label.is_empty() {
+                e.context(format!("`{device}` left out"))
+            } else {
+                e.context(format!("{}, `{device}` left out", options.label))
+            }
+        })?;
+        let mut pred = model.predict(&test.x)?;
+        let raised = if options.raise.get(i).copied().unwrap_or(false) {
+            raise_to_roofline(test, &mut pred)
+        } else {
+            0
+        };
+        let metrics = Metrics::compute(&pred, &test.y)
+            .ok_or_else(|| Error::InvalidData(format!("no rows of `{device}` to score")))?;
+        out.push((
+            HeldOutDevice {
+                device: device.clone(),
+                train_rows: rest.len(),
+                metrics,
+                raised_to_roofline: raised,
+            },
+            pred,
+        ));
     }
     Ok(out)
-}
-
-/// Fits `params` on `train` (other devices) and scores it on every row of `device`'s `test`.
-pub fn held_out(
-    params: &ModelParams,
-    device: &str,
-    train: &TrainSet,
-    test: &TrainSet,
-) -> Result<HeldOutDevice> {
-    let model = params.fit(train)?;
-    let pred = model.predict(&test.x)?;
-    let metrics = Metrics::compute(&pred, &test.y)
-        .ok_or_else(|| Error::InvalidData(format!("no rows of `{device}` to score")))?;
-    Ok(HeldOutDevice {
-        device: device.to_string(),
-        train_rows: train.len(),
-        metrics,
-        raised_to_roofline: 0,
-    })
 }
 
 #[cfg(test)]

@@ -23,6 +23,22 @@ pub enum Error {
         /// Why.
         message: String,
     },
+    /// Inputs that cannot be used as given (no dataset named, a device left out that is not
+    /// in the data); the message names the value.
+    #[error("{0}")]
+    Input(String),
+    /// An error with what was being done when it happened (`splitting `conv2d.parquet``).
+    #[error("{context}")]
+    Context {
+        /// What was being done, naming the file or the model.
+        context: String,
+        /// The error.
+        #[source]
+        source: Box<Error>,
+    },
+    /// Dataset I/O.
+    #[error(transparent)]
+    Data(#[from] perfcast_data::Error),
     /// Unknown model name.
     #[error(
         "unknown model `{0}` (known: ridge, knn, trees, ridge-trees, roofline, medn, mlp, util, <family>-xdev)"
@@ -32,6 +48,16 @@ pub enum Error {
     /// phase the model was not trained on, a saved model whose parts do not fit together.
     #[error(transparent)]
     Predict(#[from] perfcast_predict::Error),
+}
+
+impl Error {
+    /// This error with what was being done when it happened.
+    pub fn context(self, context: impl Into<String>) -> Error {
+        Error::Context {
+            context: context.into(),
+            source: Box::new(self),
+        }
+    }
 }
 
 /// Result with perfcast-models' [`Error`].

@@ -267,11 +267,15 @@ impl ModelParams {
         }
     }
 
-    /// Hands a progress bar to the families that train for long (MEDN and the MLP).
-    pub fn set_progress(&mut self, bar: &indicatif::ProgressBar) {
+    /// Hands an observer to the families that train for long (MEDN and the MLP), which report
+    /// their epochs to it (stage [`crate::medn::EPOCHS`]).
+    pub fn set_observer(
+        &mut self,
+        observer: std::sync::Arc<dyn perfcast_core::progress::Observer>,
+    ) {
         match self {
-            ModelParams::Medn(p) => p.progress = crate::medn::Progress(Some(bar.clone())),
-            ModelParams::CrossDevice(p) => p.inner.set_progress(bar),
+            ModelParams::Medn(p) => p.progress = crate::medn::Progress(Some(observer)),
+            ModelParams::CrossDevice(p) => p.inner.set_observer(observer),
             _ => {}
         }
     }

@@ -19,6 +19,7 @@
 
 pub mod anchor;
 pub mod device_features;
+pub mod devices_eval;
 mod error;
 pub mod eval;
 pub mod features;
@@ -27,6 +28,7 @@ pub mod medn;
 pub mod regressor;
 pub mod ridge;
 pub mod roofline;
+pub mod source;
 pub mod stack;
 pub mod trees;
 

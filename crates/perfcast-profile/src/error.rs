@@ -28,6 +28,10 @@ pub enum Error {
     /// Dataset I/O.
     #[error(transparent)]
     Data(#[from] perfcast_data::Error),
+    /// Inputs that cannot be used as given (no rows to measure, mixed backends); the message
+    /// names the value.
+    #[error("{0}")]
+    Input(String),
     /// The run was interrupted (Ctrl-C); finished rows are saved.
     #[error(
         "interrupted after {done} measurements; finished rows are saved (rerun with `--resume`)"

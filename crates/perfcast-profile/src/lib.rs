@@ -21,13 +21,17 @@
 //! ```
 
 mod backend;
+pub mod backends;
 pub mod canary;
 mod error;
 pub mod load;
 pub mod network;
+pub mod network_runs;
 pub mod ops;
+pub mod overrides;
 pub mod pool;
 pub mod probe;
+pub mod remeasure;
 pub mod run;
 pub mod sweep;
 pub mod timer;

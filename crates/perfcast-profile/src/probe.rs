@@ -183,6 +183,19 @@ fn round3(v: f64) -> f64 {
     (v * scale).round() / scale
 }
 
+/// A warning for the user when other processes keep more than a quarter of a core busy now:
+/// every timing taken meanwhile would come out inflated.
+pub fn busy_warning() -> Option<String> {
+    let busy = busy_cores_elsewhere(std::time::Duration::from_millis(300))?;
+    (busy > 0.25).then(|| {
+        format!(
+            "warning: other processes are keeping {busy:.1} core(s) busy; timings taken now \
+             come out inflated (by 30-70% for large layers on a 2-core machine); stop them \
+             or measure later"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -82,27 +82,7 @@ impl TimingConfig {
 /// Most visits per configuration (`timing.rounds`).
 pub const MAX_ROUNDS: u32 = 15;
 
-/// One timing from several visits of the same configuration: the median of their medians (the
-/// lower middle one for an even count, since slow visits are the failure mode), the fastest
-/// call, the widest p10-p90, the median MAD, and every repetition counted.
-pub fn combine_rounds(visits: &[Timing]) -> Option<Timing> {
-    let mut medians: Vec<f64> = visits.iter().map(|t| t.median_ms).collect();
-    medians.sort_by(f64::total_cmp);
-    let median_ms = *medians.get(medians.len().checked_sub(1)? / 2)?;
-    let fold = |f: fn(&Timing) -> Option<f64>, pick: fn(f64, f64) -> f64| {
-        visits.iter().filter_map(f).reduce(pick)
-    };
-    let mut mads: Vec<f64> = visits.iter().filter_map(|t| t.mad_ms).collect();
-    mads.sort_by(f64::total_cmp);
-    Some(Timing {
-        median_ms,
-        min_ms: fold(|t| t.min_ms, f64::min),
-        mad_ms: mads.get(mads.len().saturating_sub(1) / 2).copied(),
-        p10_ms: fold(|t| t.p10_ms, f64::min),
-        p90_ms: fold(|t| t.p90_ms, f64::max),
-        repetitions: visits.iter().map(|t| t.repetitions).sum(),
-    })
-}
+pub use perfcast_data::merge::combine_rounds;
 
 /// Robust statistics of per-call times in seconds (sorted in place).
 pub fn statistics(samples: &mut [f64], calls: u32) -> Timing {
@@ -241,38 +221,5 @@ mod tests {
             };
             assert!(bad.validate().unwrap_err().contains("timing.rounds"));
         }
-    }
-
-    fn visit(median: f64, min: f64, p90: f64) -> Timing {
-        Timing {
-            median_ms: median,
-            min_ms: Some(min),
-            mad_ms: Some(median / 100.0),
-            p10_ms: Some(min),
-            p90_ms: Some(p90),
-            repetitions: Some(10),
-        }
-    }
-
-    #[test]
-    fn combined_rounds_ignore_one_slow_visit() {
-        // The second visit ran in a slow phase: twice the time.
-        let t = combine_rounds(&[
-            visit(10.0, 9.9, 10.2),
-            visit(20.0, 19.0, 21.0),
-            visit(10.4, 10.1, 10.6),
-        ])
-        .unwrap();
-        assert_eq!(t.median_ms, 10.4);
-        assert_eq!(t.min_ms, Some(9.9));
-        assert_eq!(t.p90_ms, Some(21.0));
-        assert_eq!(t.mad_ms, Some(10.4 / 100.0));
-        assert_eq!(t.repetitions, Some(30));
-        // Two visits: the faster one, since noise only ever adds time.
-        let two = combine_rounds(&[visit(20.0, 19.0, 21.0), visit(10.0, 9.9, 10.2)]).unwrap();
-        assert_eq!(two.median_ms, 10.0);
-        let one = visit(3.0, 2.9, 3.1);
-        assert_eq!(combine_rounds(std::slice::from_ref(&one)), Some(one));
-        assert_eq!(combine_rounds(&[]), None);
     }
 }

@@ -30,6 +30,27 @@ pub enum Error {
         /// What is wrong, with the value.
         message: String,
     },
+    /// Inputs that cannot be used as given (no thread counts, no run measured); the message
+    /// names the value.
+    #[error("{0}")]
+    Input(String),
+    /// A runs file that cannot be written.
+    #[error("writing the runs `{path}`", path = path.display())]
+    WriteRuns {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// An error with what was being done when it happened (`fitting `runs.csv``).
+    #[error("{context}")]
+    Context {
+        /// What was being done, naming the file.
+        context: String,
+        /// The error.
+        #[source]
+        source: Box<Error>,
+    },
     /// A parallel strategy the model has a place for but does not cover yet.
     #[error(
         "{0} parallelism is not modelled yet by `scale predict`\n\nhint: `data` parallelism is; `perfcast plan` models tensor and pipeline parallelism"

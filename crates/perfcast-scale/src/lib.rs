@@ -46,11 +46,14 @@ pub mod de;
 mod error;
 pub mod expression;
 pub mod fit;
+pub mod fit_report;
 pub mod link;
+pub mod measure;
 pub mod memory;
 pub mod parallel;
 pub mod plan;
 pub mod runs;
+pub mod scaling;
 
 pub use analytic::{
     ComputeModel, DataParallelModel, IterationEstimate, LayerCost, Optimizer, Overlap, Parallelism,
@@ -61,4 +64,4 @@ pub use error::{Error, Result};
 pub use expression::{Expression, Point, Term};
 pub use fit::{FitConfig, FittedExpression, Holdout, HoldoutReport};
 pub use link::Link;
-pub use runs::{Run, read_runs};
+pub use runs::{Run, read_runs, write_runs};

@@ -631,6 +631,21 @@ pub fn stage_peak(
     Ok((estimate, held_per_mb))
 }
 
+/// The peak of one training step as `perfcast measure` runs it on a CPU (fp32, SGD with
+/// momentum, no runtime reserve) under `framework`'s rules, in bytes; `None` when the network
+/// cannot be modelled.
+pub fn cpu_training_peak(network: &Network, batch: usize, framework: Framework) -> Option<f64> {
+    let config = MemoryConfig {
+        optimizer: Optimizer::Momentum,
+        reserve_bytes: 0.0,
+        framework,
+        ..Default::default()
+    };
+    training_memory(network, batch, &config)
+        .ok()
+        .map(|m| m.total)
+}
+
 /// Peak memory of a whole network's training step on one device at `batch`.
 pub fn training_memory(
     network: &Network,

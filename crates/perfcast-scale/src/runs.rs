@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::expression::Point;
+use crate::measure::RunsReport;
 
 /// The columns a runs file must have.
 pub const REQUIRED: [&str; 4] = ["p", "b", "n", "time_s"];
@@ -34,6 +35,88 @@ pub fn read_runs(path: &Path) -> Result<Vec<Run>> {
         source,
     })?;
     parse_runs(&text, path)
+}
+
+/// Writes measured runs as a runs CSV: a `#` provenance line (which [`read_runs`] skips), the
+/// header, one line per run (fields quoted where they need it), atomically (a temp file in
+/// the same directory, renamed over `path`).
+pub fn write_runs(path: &Path, report: &RunsReport) -> Result<()> {
+    let err = |source: std::io::Error| Error::WriteRuns {
+        path: path.to_path_buf(),
+        source,
+    };
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".perfcast-").suffix(".tmp");
+    // Temp files are private by default; the result is an ordinary data file.
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644));
+    let tmp = builder.tempfile_in(dir).map_err(err)?;
+    {
+        use std::io::Write as _;
+        let mut out = std::io::BufWriter::new(tmp.as_file());
+        out.write_all(provenance(report).as_bytes()).map_err(err)?;
+        let mut w = csv::Writer::from_writer(out);
+        let to_io = |e: csv::Error| std::io::Error::other(e);
+        w.write_record([
+            "network",
+            "resolution",
+            "backend",
+            "p",
+            "b",
+            "n",
+            "steps",
+            "repeats",
+            "time_s",
+            "min_s",
+            "max_s",
+        ])
+        .map_err(to_io)
+        .map_err(err)?;
+        let resolution = report.resolution.map(|v| v.to_string()).unwrap_or_default();
+        for run in &report.runs {
+            w.write_record([
+                report.network.clone(),
+                resolution.clone(),
+                report.backend.clone(),
+                run.p.to_string(),
+                run.b.to_string(),
+                run.n.to_string(),
+                run.steps.to_string(),
+                report.repeats.to_string(),
+                format!("{:.6}", run.time_s),
+                format!("{:.6}", run.min_s),
+                format!("{:.6}", run.max_s),
+            ])
+            .map_err(to_io)
+            .map_err(err)?;
+        }
+        w.flush().map_err(err)?;
+    }
+    tmp.as_file().sync_all().map_err(err)?;
+    tmp.persist(path).map_err(|e| err(e.error))?;
+    Ok(())
+}
+
+/// The `#` line saying how the runs were measured.
+fn provenance(r: &RunsReport) -> String {
+    let load = |l: Option<f64>| l.map_or_else(|| "unknown".to_string(), |v| format!("{v:.2}"));
+    format!(
+        "# perfcast scale measure: {} training steps (forward, backward, SGD update) on {}, \
+         {} ({} cores); time_s is the median of {} repeats (rounds over every run in shuffled \
+         order), each after one untimed warm-up step; 1-minute load average {} before, {} \
+         after\n",
+        r.network.replace('\n', " "),
+        r.backend,
+        r.cpu.replace('\n', " "),
+        r.cores,
+        r.repeats,
+        load(r.load_start),
+        load(r.load_end)
+    )
 }
 
 /// Splits one line at commas outside double quotes (`""` inside quotes is a quote).
@@ -224,5 +307,60 @@ mod tests {
             e.to_string().starts_with("reading `/nonexistent/runs.csv`"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn written_runs_read_back_with_their_provenance_skipped() {
+        use crate::measure::{MeasuredRun, RunsReport};
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("runs.csv");
+        let run = |p: usize, time_s: f64| MeasuredRun {
+            p,
+            b: 4,
+            n: 8,
+            steps: 2,
+            time_s,
+            min_s: time_s * 0.9,
+            max_s: time_s * 1.1,
+        };
+        let report = RunsReport {
+            out: path.clone(),
+            // A comma in the label is quoted, not a column of its own.
+            network: "toy, small".into(),
+            resolution: Some(32),
+            backend: "flex".into(),
+            cpu: "test cpu".into(),
+            cores: 2,
+            repeats: 3,
+            load_start: Some(0.25),
+            load_end: None,
+            runs: vec![run(1, 0.5), run(2, 0.3)],
+            failed: Vec::new(),
+        };
+        write_runs(&path, &report).expect("write");
+        let text = std::fs::read_to_string(&path).expect("read");
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("# perfcast scale measure: toy, small training steps"));
+        assert!(lines[0].ends_with("load average 0.25 before, unknown after"));
+        assert_eq!(
+            lines[1],
+            "network,resolution,backend,p,b,n,steps,repeats,time_s,min_s,max_s"
+        );
+        assert_eq!(
+            lines[2],
+            "\"toy, small\",32,flex,1,4,8,2,3,0.500000,0.450000,0.550000"
+        );
+        let runs = read_runs(&path).expect("read back");
+        assert_eq!(runs.len(), 2);
+        assert_eq!(
+            runs[1].point,
+            Point {
+                p: 2.0,
+                b: 4.0,
+                n: 8.0
+            }
+        );
+        assert_eq!(runs[1].time_s, 0.3);
+        assert_eq!(std::fs::read_dir(tmp.path()).expect("dir").count(), 1);
     }
 }

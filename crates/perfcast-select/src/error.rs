@@ -28,15 +28,44 @@ pub enum Error {
     /// From the predictor (loading a bundle, answering a query).
     #[error(transparent)]
     Predict(#[from] perfcast_predict::Error),
+    /// Inputs that cannot be used as given (no families named, a kind the data lacks); the
+    /// message names the value.
+    #[error("{0}")]
+    Input(String),
+    /// An error with what was being done when it happened (`cross-validating ridge on ...`).
+    #[error("{context}")]
+    Context {
+        /// What was being done, naming the file or the model.
+        context: String,
+        /// The error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// From the models crate.
     #[error(transparent)]
     Models(#[from] perfcast_models::Error),
     /// From the data crate (output directories).
     #[error(transparent)]
     Data(#[from] perfcast_data::Error),
+    /// From the scale crate (plans).
+    #[error(transparent)]
+    Scale(#[from] perfcast_scale::Error),
     /// From the core crate.
     #[error(transparent)]
     Core(#[from] perfcast_core::Error),
+}
+
+impl Error {
+    /// `source` with what was being done when it happened.
+    pub fn context(
+        context: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Error {
+        Error::Context {
+            context: context.into(),
+            source: source.into(),
+        }
+    }
 }
 
 /// Result with [`Error`].

@@ -1,5 +1,7 @@
-//! perfcast-select: MEDN's time- and space-efficient auto-selection, writing checkpoint bundles,
-//! and scoring a bundle's answers.
+//! perfcast-select: the application over the models. The train -> cross-validate -> select ->
+//! bundle pipeline ([`pipeline`]), host-cost calibration and networks measured against
+//! predictions ([`calibrate`]), a bundle's layer costs for perfcast-scale ([`layer_costs`]);
+//! MEDN's time- and space-efficient auto-selection and writing checkpoint bundles.
 //!
 //! [`select`] ranks each module kind's trained candidates by cross-validated accuracy under
 //! prediction-time and size budgets (or picks one family for every kind, for comparison) and
@@ -21,9 +23,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod bench;
 pub mod bundle;
+pub mod calibrate;
 pub mod compose;
 mod error;
+pub mod layer_costs;
+pub mod pipeline;
 pub mod score;
 pub mod select;
 
@@ -33,7 +39,7 @@ pub use error::{Error, Result};
 pub use perfcast_predict::predictor::{
     self, ModulePrediction, NetworkPrediction, Predictor, PreparedNetwork, ZERO_COST_MODEL,
 };
-pub use score::{KindScore, score_records};
+pub use score::{DeviceScores, KindScore, score_datasets, score_records};
 pub use select::{Budget, Candidate, Selection};
 
 #[cfg(test)]

@@ -93,3 +93,49 @@ pub fn score_records(
     }
     Ok(out)
 }
+
+/// One device's dataset scored by a bundle.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceScores {
+    /// The dataset's device.
+    pub device: String,
+    /// The dataset.
+    pub dataset: String,
+    /// Per kind and phase.
+    pub kinds: Vec<KindScore>,
+}
+
+/// Scores the bundle at `bundle` on each dataset of `dirs`, predicted for the dataset's own
+/// device (a cross-device bundle answers any GPU); `modules` empty: every kind. A line per
+/// dataset (device, rows) goes to `observer`.
+pub fn score_datasets(
+    bundle: &std::path::Path,
+    dirs: &[perfcast_data::DatasetDir],
+    modules: &[ModuleKind],
+    phase: Option<Phase>,
+    observer: &dyn perfcast_core::progress::Observer,
+) -> Result<Vec<DeviceScores>> {
+    let mut out = Vec::new();
+    for dir in dirs {
+        let device = dir.device()?;
+        let predictor = Predictor::new(crate::Bundle::load_for_device(bundle, &device)?);
+        let mut records = Vec::new();
+        for kind in dir.kinds() {
+            if modules.is_empty() || modules.contains(&kind) {
+                records.extend(dir.read(kind)?);
+            }
+        }
+        observer.note(&format!(
+            "{}: {} rows of {}",
+            device.name,
+            records.len(),
+            dir.root().display()
+        ));
+        out.push(DeviceScores {
+            device: device.name.clone(),
+            dataset: dir.root().display().to_string(),
+            kinds: score_records(&predictor, &records, phase)?,
+        });
+    }
+    Ok(out)
+}

@@ -15,5 +15,4 @@ pub mod profile;
 pub mod quickstart;
 pub mod scale;
 pub mod serve;
-pub mod target_device;
 pub mod train;

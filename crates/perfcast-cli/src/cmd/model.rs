@@ -1,15 +1,13 @@
 //! Real models as networks: `--transformer config.json --seq N` and `--onnx model.onnx`, shared
-//! by `predict`, `measure`, `eval networks` and `scale predict` (one library call each:
-//! perfcast-graph builds the network).
+//! by `predict`, `measure`, `eval networks` and `plan` (one library call each:
+//! [`perfcast_graph::ModelSource`] builds the network).
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use clap::Args;
 use perfcast_core::{ModuleKind, Network, Phase};
-use perfcast_graph::onnx::{ImportOptions, Imported, Unmapped, import_file};
-use perfcast_graph::transformer::{BuildOptions, TransformerConfig};
-use serde::Serialize;
+pub use perfcast_graph::onnx::ImportReport;
+use perfcast_graph::{Loaded, ModelSource};
 
 /// Flags that load a real model.
 #[derive(Clone, Debug, Default, Args)]
@@ -41,176 +39,29 @@ pub struct ModelArgs {
     pub lm_head: Option<bool>,
 }
 
-/// One unmapped op type with its shares, for output.
-#[derive(Clone, Debug, Serialize)]
-pub struct UnmappedRow {
-    /// The op and its totals.
-    #[serde(flatten)]
-    pub op: Unmapped,
-    /// Its share of all estimated FLOPs, %.
-    pub flop_share_pct: f64,
-    /// Its share of all estimated bytes, %.
-    pub byte_share_pct: f64,
-}
-
-/// What an import found beside the network, for output.
-#[derive(Clone, Debug, Serialize)]
-pub struct ImportReport {
-    /// The file.
-    pub source: PathBuf,
-    /// Nodes in the file.
-    pub nodes: usize,
-    /// Layers in the network.
-    pub layers: usize,
-    /// Nodes folded as constants.
-    pub folded: usize,
-    /// Fusions by pattern.
-    pub fused: BTreeMap<String, usize>,
-    /// Nearest-kind mappings and other approximations.
-    pub notes: BTreeMap<String, usize>,
-    /// Ops with no kind.
-    pub unmapped: Vec<UnmappedRow>,
-    /// Share of estimated FLOPs in unmapped ops, %.
-    pub unmapped_flop_share_pct: f64,
-    /// Share of estimated bytes in unmapped ops, %.
-    pub unmapped_byte_share_pct: f64,
-}
-
-impl ImportReport {
-    fn new(source: PathBuf, imported: &Imported) -> ImportReport {
-        let flops = imported.mapped_flops + imported.unmapped.iter().map(|u| u.flops).sum::<f64>();
-        let bytes = imported.mapped_bytes + imported.unmapped.iter().map(|u| u.bytes).sum::<f64>();
-        let pct = |part: f64, all: f64| if all > 0.0 { 100.0 * part / all } else { 0.0 };
-        ImportReport {
-            source,
-            nodes: imported.nodes,
-            layers: imported.network.layers.len(),
-            folded: imported.folded,
-            fused: imported.fused.clone(),
-            notes: imported.notes.clone(),
-            unmapped: imported
-                .unmapped
-                .iter()
-                .map(|u| UnmappedRow {
-                    op: u.clone(),
-                    flop_share_pct: pct(u.flops, flops),
-                    byte_share_pct: pct(u.bytes, bytes),
-                })
-                .collect(),
-            unmapped_flop_share_pct: 100.0 * imported.unmapped_flop_share(),
-            unmapped_byte_share_pct: 100.0 * imported.unmapped_byte_share(),
-        }
-    }
-
-    /// Lines for text output: what was folded, fused, approximated and left unmapped.
-    pub fn render(&self) -> String {
-        let mut t = format!(
-            "imported `{}`: {} nodes -> {} layers ({} folded as constants)\n",
-            self.source.display(),
-            self.nodes,
-            self.layers,
-            self.folded
-        );
-        for (pattern, n) in &self.fused {
-            t.push_str(&format!("  fused {pattern}: {n}\n"));
-        }
-        for (note, n) in &self.notes {
-            t.push_str(&format!("  {note}: {n}\n"));
-        }
-        if self.unmapped.is_empty() {
-            t.push_str("  unmapped ops: none (0% of FLOPs and bytes)\n");
-        } else {
-            t.push_str(&format!(
-                "  unmapped ops (not predicted): {:.2}% of FLOPs, {:.2}% of bytes\n",
-                self.unmapped_flop_share_pct, self.unmapped_byte_share_pct
-            ));
-            for u in &self.unmapped {
-                t.push_str(&format!(
-                    "    {:<24} x{:<5} {:>7.3}% FLOPs {:>7.3}% bytes\n",
-                    u.op.op, u.op.count, u.flop_share_pct, u.byte_share_pct
-                ));
-            }
-        }
-        t
-    }
-}
-
-/// A model loaded from the flags, with its import report (ONNX).
-pub struct Loaded {
-    /// The network.
-    pub network: Network,
-    /// What the ONNX import found.
-    pub report: Option<ImportReport>,
-}
-
-/// Parses `NAME=DIMS`.
-fn named_dims(text: &str) -> anyhow::Result<(String, Vec<usize>)> {
-    let (name, dims) = text.split_once('=').ok_or_else(|| {
-        anyhow::anyhow!("`--onnx-input {text}`: expected `NAME=DIMS`, e.g. `ids=1x128`")
-    })?;
-    let dims = dims
-        .split(['x', 'X', ','])
-        .map(|d| {
-            d.trim()
-                .parse::<usize>()
-                .ok()
-                .filter(|v| *v > 0)
-                .ok_or_else(|| {
-                    anyhow::anyhow!("`--onnx-input {text}`: `{d}` is not a positive size")
-                })
-        })
-        .collect::<anyhow::Result<_>>()?;
-    Ok((name.trim().to_string(), dims))
-}
-
 impl ModelArgs {
     /// Whether a model flag is given.
     pub fn given(&self) -> bool {
-        self.transformer.is_some() || self.onnx.is_some()
+        self.source().given()
     }
 
-    /// The model the flags name, or `None` without `--transformer` / `--onnx`. A training
-    /// phase builds a transformer's dropout layers. `extra_inputs` are more `NAME=DIMS` shapes
-    /// (predict's `--input`).
-    pub fn load(&self, phase: Phase, extra_inputs: &[String]) -> anyhow::Result<Option<Loaded>> {
-        if let Some(path) = &self.transformer {
-            let seq = self.seq.ok_or_else(|| {
-                anyhow::anyhow!("`--transformer` needs `--seq N`, the tokens per sample")
-            })?;
-            let config = TransformerConfig::from_file(path)?;
-            let network = config.build(&BuildOptions {
-                seq,
-                lm_head: self.lm_head,
-                dropout: phase == Phase::Training,
-            })?;
-            return Ok(Some(Loaded {
-                network,
-                report: None,
-            }));
+    /// The model source the flags name.
+    pub fn source(&self) -> ModelSource {
+        ModelSource {
+            transformer: self.transformer.clone(),
+            onnx: self.onnx.clone(),
+            seq: self.seq,
+            onnx_inputs: self.onnx_input.clone(),
+            strict: self.strict,
+            fuse_conv_bn: self.fuse_conv_bn,
+            lm_head: self.lm_head,
         }
-        let Some(path) = &self.onnx else {
-            return Ok(None);
-        };
-        let inputs = self
-            .onnx_input
-            .iter()
-            .chain(extra_inputs)
-            .map(|s| named_dims(s))
-            .collect::<anyhow::Result<_>>()?;
-        let imported = import_file(
-            path,
-            &ImportOptions {
-                seq: self.seq,
-                inputs,
-                strict: self.strict,
-                fuse_conv_bn: self.fuse_conv_bn,
-            },
-        )?;
-        let report = ImportReport::new(path.clone(), &imported);
-        Ok(Some(Loaded {
-            network: imported.network,
-            report: Some(report),
-        }))
+    }
+
+    /// The model the flags name, or `None` without `--transformer` / `--onnx` (see
+    /// [`ModelSource::load`]).
+    pub fn load(&self, phase: Phase, extra_inputs: &[String]) -> anyhow::Result<Option<Loaded>> {
+        Ok(self.source().load(phase, extra_inputs)?)
     }
 }
 

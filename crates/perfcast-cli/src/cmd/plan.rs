@@ -7,19 +7,17 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
-use perfcast_core::{Context, Network, Phase};
-use perfcast_scale::memory::{GIB, Recompute};
-use perfcast_scale::plan::{
-    DeviceOption, LayerTimes, PlanConfig, PlanReport, PriceTable, SortBy, default_link, plan,
-};
+use perfcast_core::Network;
+use perfcast_scale::memory::Recompute;
+use perfcast_scale::plan::{PlanConfig, PlanReport, PriceTable, SortBy};
 use perfcast_scale::{Link, Optimizer};
-use perfcast_select::{Bundle, Predictor};
+use perfcast_select::layer_costs::plan_with_bundle;
 use serde::Serialize;
 
 use crate::Ui;
-use crate::cmd::networks::zoo_choice;
-use crate::output::{Format, emit, emit_json, fmt_ms, sig3};
-use crate::plot;
+use crate::output::{Format, emit, emit_json};
+use crate::progress::Bars;
+use crate::render;
 
 /// Optimiser, for its state and update.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -128,70 +126,11 @@ fn network_of(a: &PlanArgs) -> anyhow::Result<Network> {
         return Ok(loaded.network);
     }
     match (&a.network, &a.network_file) {
-        (Some(name), _) => Ok(zoo_choice(name, None)?.network),
+        (Some(name), _) => Ok(perfcast_core::NetworkChoice::zoo(name, None)?.network),
         (None, Some(path)) => Ok(Network::from_json_file(path)?),
         (None, None) => anyhow::bail!(
             "nothing to plan: give `--network`, `--network-file`, `--transformer` or `--onnx`"
         ),
-    }
-}
-
-/// Per-layer forward and backward seconds from a bundle's predictor: the training phase is
-/// forward + backward.
-struct Predicted<'a> {
-    predictor: Predictor,
-    ui: &'a Ui,
-    label: String,
-    warned: std::cell::Cell<bool>,
-}
-
-impl LayerTimes for Predicted<'_> {
-    fn layer_times(
-        &self,
-        network: &Network,
-        batch: usize,
-    ) -> perfcast_scale::Result<Vec<(f64, f64)>> {
-        let wrap = |e: perfcast_predict::Error| perfcast_scale::Error::Compute {
-            batch,
-            message: e.to_string(),
-        };
-        let prepared = self.predictor.prepare(network).map_err(wrap)?;
-        let at = |phase| {
-            self.predictor.predict_prepared(
-                &prepared,
-                &Context {
-                    batch,
-                    phase,
-                    threads: 1,
-                    utilisation: 0.0,
-                },
-            )
-        };
-        let fwd = at(Phase::Inference).map_err(wrap)?;
-        let train = at(Phase::Training).map_err(wrap)?;
-        let outside = fwd
-            .layers
-            .iter()
-            .chain(&train.layers)
-            .filter(|l| l.prediction.warnings.iter().any(|w| w.contains("range")))
-            .count();
-        if outside > 0 && !self.warned.get() {
-            self.warned.set(true);
-            self.ui.info(format!(
-                "warning: `{}`: {outside} layer prediction(s) of `{}` at batch {batch} leave the \
-                 bundle's trained ranges",
-                self.label, network.name
-            ));
-        }
-        Ok(fwd
-            .layers
-            .iter()
-            .zip(&train.layers)
-            .map(|(f, t)| {
-                let f_s = f.prediction.ms * 1e-3;
-                (f_s, (t.prediction.ms * 1e-3 - f_s).max(0.0))
-            })
-            .collect())
     }
 }
 
@@ -222,7 +161,7 @@ pub fn run(a: PlanArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         .devices
         .iter()
         .map(|name| {
-            let spec = crate::cmd::target_device::target_device(None, Some(name))
+            let spec = perfcast_data::import::known::target_device(None, Some(name))
                 .with_context(|| format!("`--devices {name}`"))?
                 .ok_or_else(|| anyhow::anyhow!("`--devices {name}`: no device"))?;
             Ok((name.trim().to_string(), spec))
@@ -261,48 +200,17 @@ pub fn run(a: PlanArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         },
         ..PlanConfig::default()
     };
-    let mut computes = Vec::with_capacity(specs.len());
-    for (label, spec) in &specs {
-        let bundle = Bundle::load_for_device(&a.bundle, spec)?;
-        computes.push(Predicted {
-            predictor: Predictor::new(bundle),
-            ui,
-            label: label.clone(),
-            warned: std::cell::Cell::new(false),
-        });
-    }
-    let mut missing_price = Vec::new();
-    let devices: Vec<DeviceOption<'_>> = specs
-        .iter()
-        .zip(&computes)
-        .map(|((label, spec), compute)| {
-            let price = prices.as_ref().and_then(|p| p.price(label, spec));
-            if prices.is_some() && price.is_none() {
-                missing_price.push(format!("`{label}`"));
-            }
-            DeviceOption {
-                label: label.clone(),
-                spec: spec.clone(),
-                link: link.clone().unwrap_or_else(|| default_link(spec)),
-                price_per_gpu_hour: price,
-                compute,
-            }
-        })
-        .collect();
-    if let (Some(path), false) = (&a.price_file, missing_price.is_empty()) {
-        ui.info(format!(
-            "warning: `{}` has no price for {}: no cost for them",
-            path.display(),
-            missing_price.join(", ")
-        ));
-    }
-    let report = plan(&network, &devices, &config)?;
-    let links: Vec<(String, Link)> = devices
-        .iter()
-        .map(|d| (d.label.clone(), d.link.clone()))
-        .collect();
+    let (report, links) = plan_with_bundle(
+        &network,
+        &a.bundle,
+        &specs,
+        link.as_ref(),
+        a.price_file.as_deref().zip(prices.as_ref()),
+        &config,
+        Bars::new(ui).as_ref(),
+    )?;
     if let Some(path) = &a.plot {
-        write_plot(path, &report)?;
+        render::charts::plan(path, &report)?;
         ui.info(format!("wrote `{}`", path.display()));
     }
     match a.format {
@@ -324,164 +232,13 @@ pub fn run(a: PlanArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
                 message: report.no_fit_message(),
             })?
         }
-        Format::Text => emit(&render(&report, &links, prices.as_ref(), &a))?,
+        Format::Text => emit(&render::plan::plan(
+            &report,
+            &links,
+            prices.as_ref(),
+            &a.bundle,
+            a.top,
+        ))?,
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn gib(bytes: f64) -> String {
-    format!("{:.1}", bytes / GIB)
-}
-
-fn render(
-    r: &PlanReport,
-    links: &[(String, Link)],
-    prices: Option<&PriceTable>,
-    a: &PlanArgs,
-) -> String {
-    let c = &r.config;
-    let mut t = format!(
-        "{}: {} M parameters; global batch {}; {:?} optimiser; fp32; compute from `{}`\n",
-        r.network,
-        sig3(r.parameters / 1e6),
-        c.global_batch,
-        c.optimizer,
-        a.bundle.display()
-    );
-    let l: Vec<String> = links
-        .iter()
-        .map(|(d, l)| format!("{d} {}", l.name))
-        .collect();
-    t.push_str(&format!(
-        "links inside a node: {}; memory limit {:.0}% of each GPU",
-        l.join(", "),
-        100.0 * c.max_memory_fraction
-    ));
-    match prices {
-        Some(p) => t.push_str(&format!(
-            "; prices {} ({})\n",
-            p.date.as_deref().unwrap_or("undated"),
-            p.currency.as_deref().unwrap_or("?")
-        )),
-        None => t.push_str("; no price file (`--price-file`)\n"),
-    }
-    t.push_str(&format!(
-        "\n{:<6} {:>4} {:<24} {:<9} {:>10} {:>10} {:>10} {:>10} {:>9} {:>11} {:<4} {:>9} {:>9}\n",
-        "device",
-        "gpus",
-        "layout",
-        "recompute",
-        "step",
-        "compute",
-        "comm",
-        "bubble",
-        "update",
-        "mem/GPU GiB",
-        "fits",
-        "samples/s",
-        "$/1k steps"
-    ));
-    let shown = if a.top == 0 {
-        r.rows.len()
-    } else {
-        a.top.min(r.rows.len())
-    };
-    for row in &r.rows[..shown] {
-        t.push_str(&format!(
-            "{:<6} {:>4} {:<24} {:<9} {:>10} {:>10} {:>10} {:>10} {:>9} {:>5}/{:<5} {:<4} {:>9} {:>9}{}\n",
-            row.device,
-            row.gpus,
-            row.layout_name,
-            row.recompute.name(),
-            fmt_ms(row.step_s * 1e3),
-            fmt_ms(row.compute_s * 1e3),
-            fmt_ms(row.exposed_comm_s * 1e3),
-            fmt_ms(row.bubble_s * 1e3),
-            fmt_ms(row.update_s * 1e3),
-            gib(row.memory.total),
-            gib(row.capacity_bytes),
-            if row.fits { "yes" } else { "no" },
-            sig3(row.samples_per_s),
-            row.cost_per_1000_steps
-                .map_or("-".to_string(), |c| format!("{c:.2}")),
-            if row.pareto { " *" } else { "" }
-        ));
-    }
-    if shown < r.rows.len() {
-        t.push_str(&format!(
-            "... {} more (`--top 0` prints all)\n",
-            r.rows.len() - shown
-        ));
-    }
-    t.push_str(
-        "\ncomm: TP all-reduces, PP sends and the DP all-reduce not hidden behind the backward \
-         pass; mem: peak per GPU / allowed; * on the time-cost Pareto front\n",
-    );
-    if !r.skipped.is_empty() {
-        t.push_str(&format!(
-            "{} layout(s) not planned, e.g. {} x {} {}: {}\n",
-            r.skipped.len(),
-            r.skipped[0].gpus,
-            r.skipped[0].device,
-            r.skipped[0].layout,
-            r.skipped[0].reason
-        ));
-    }
-    if let Some(m) = r.no_fit_message() {
-        t.push_str(&format!("\n{m}\n"));
-    }
-    t
-}
-
-fn write_plot(path: &Path, r: &PlanReport) -> anyhow::Result<()> {
-    let mut series: Vec<plot::Series> = Vec::new();
-    for row in r.rows.iter().filter(|r| r.fits) {
-        let Some(cost) = row.cost_per_1000_steps else {
-            continue;
-        };
-        let name = format!("{} (fits)", row.device);
-        match series.iter_mut().find(|s| s.name == name) {
-            Some(s) => s.points.push((row.step_s, cost)),
-            None => series.push(plot::Series {
-                name,
-                points: vec![(row.step_s, cost)],
-            }),
-        }
-    }
-    let mut front: Vec<(f64, f64)> = r
-        .rows
-        .iter()
-        .filter(|r| r.pareto)
-        .filter_map(|r| r.cost_per_1000_steps.map(|c| (r.step_s, c)))
-        .collect();
-    front.sort_by(|a, b| a.0.total_cmp(&b.0));
-    anyhow::ensure!(
-        !series.is_empty(),
-        "`--plot {}`: no plan both fits and has a price to plot",
-        path.display()
-    );
-    let title = format!(
-        "{}, batch {}: time vs cost",
-        r.network, r.config.global_batch
-    );
-    let chart = plot::Chart {
-        title: &title,
-        x_label: "seconds per step",
-        y_label: "dollars per 1,000 steps",
-        series: &series,
-        log: (true, true),
-        scatter: true,
-        diagonal: false,
-    };
-    let lines = [plot::Series {
-        name: "Pareto front".into(),
-        points: front,
-    }];
-    let bytes = if crate::plot::is_svg(path)? {
-        chart.svg_with_lines(&lines).into_bytes()
-    } else {
-        chart.png_with_lines(&lines)?
-    };
-    perfcast_data::write_atomic(path, &bytes)
-        .with_context(|| format!("writing the plot `{}`", path.display()))
 }

@@ -1,6 +1,6 @@
 //! `perfcast profile`: measure a sweep of module configurations into a dataset.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,13 +8,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::Context as _;
 use clap::Args;
 use perfcast_core::{CpuTopology, ModuleKind, Phase, slugify};
-use perfcast_data::Outcome;
-use perfcast_profile::run::{Event, RunOptions, run as run_sweep};
-use perfcast_profile::sweep::{Param, Value};
+use perfcast_profile::overrides::SweepOverrides;
+use perfcast_profile::run::{RunOptions, run as run_sweep};
 use perfcast_profile::{Backend, Sweep, probe};
 
 use crate::Ui;
-use crate::output::{Format, emit, emit_json, fmt_ms, progress};
+use crate::output::{Format, emit, emit_json, progress};
+use crate::render;
 
 /// Arguments of `perfcast profile`.
 #[derive(Debug, Args)]
@@ -66,116 +66,62 @@ pub struct ProfileArgs {
     format: Format,
 }
 
-fn choice<T: Into<f64> + Copy>(values: &[T]) -> Param {
-    Param::Choice(values.iter().map(|&v| Value::Num(v.into())).collect())
-}
-
 /// The sweep from the file (or built-in) with command-line overrides on top.
 fn build_sweep(args: &ProfileArgs) -> anyhow::Result<Sweep> {
-    let mut sweep = match &args.sweep {
-        Some(path) => Sweep::from_file(path)?,
-        None => Sweep::default(),
-    };
-    if !args.modules.is_empty() {
-        let mut kinds = args.modules.clone();
-        kinds.dedup();
-        sweep.modules = kinds;
-    }
-    if let Some(n) = args.samples {
-        let most = perfcast_profile::sweep::MAX_SAMPLES;
-        anyhow::ensure!(
-            (1..=most).contains(&n),
-            "`--samples` must be in [1, {most}], got {n}"
-        );
-        sweep.samples = n;
-    }
-    if let Some(seed) = args.seed {
-        sweep.seed = seed;
-    }
-    if !args.phases.is_empty() {
-        sweep.phases = args.phases.clone();
-    }
-    if !args.batch.is_empty() {
-        sweep.batch = choice(&args.batch.iter().map(|&b| b as f64).collect::<Vec<_>>());
-    }
-    if !args.threads.is_empty() {
-        sweep.threads = choice(&args.threads.iter().map(|&t| t as f64).collect::<Vec<_>>());
-    }
-    if !args.utilisation.is_empty() {
-        sweep.utilisation = choice(&args.utilisation);
-    }
-    if let Some(t) = args.max_time_s {
-        sweep.timing.max_time_s = t;
-    }
-    if let Some(r) = args.rounds {
-        sweep.timing.rounds = r;
-    }
-    sweep
-        .validate()
-        .map_err(|message| perfcast_profile::Error::Sweep {
-            path: args
-                .sweep
-                .clone()
-                .unwrap_or_else(perfcast_profile::sweep::builtin_path),
-            message: format!("after command-line overrides: {message}"),
-        })?;
-    Ok(sweep)
-}
-
-/// Warns when other processes keep cores busy: every timing taken now would come out inflated.
-pub fn warn_if_busy(ui: &Ui) {
-    if let Some(busy) = probe::busy_cores_elsewhere(std::time::Duration::from_millis(300))
-        && busy > 0.25
-    {
-        ui.info(format!(
-            "warning: other processes are keeping {busy:.1} core(s) busy; timings taken now \
-             come out inflated (by 30-70% for large layers on a 2-core machine); stop them \
-             or measure later"
-        ));
-    }
-}
-
-/// One line on what the interference canary saw.
-fn canary_line(c: &perfcast_profile::canary::CanaryReport) -> String {
-    let best = c.best_ms.map_or("-".into(), fmt_ms);
-    let worst = c.readings_ms.iter().copied().reduce(f64::max);
-    let spread = match (c.best_ms, worst) {
-        (Some(b), Some(w)) if b > 0.0 => format!(", slowest +{:.0}%", 100.0 * (w / b - 1.0)),
-        _ => String::new(),
-    };
-    format!(
-        "\ncanary: {} readings, best {best}{spread}; {} rows measured while disturbed, {} of \
-         them measured again ({} without a clean visit keep their fastest)\n",
-        c.readings_ms.len(),
-        c.disturbed,
-        c.remeasured,
-        c.still_disturbed
-    )
+    Ok(Sweep::with_overrides(
+        args.sweep.as_deref(),
+        &SweepOverrides {
+            modules: args.modules.clone(),
+            samples: args.samples,
+            seed: args.seed,
+            phases: args.phases.clone(),
+            batch: args.batch.clone(),
+            threads: args.threads.clone(),
+            utilisation: args.utilisation.clone(),
+            max_time_s: args.max_time_s,
+            rounds: args.rounds,
+        },
+    )?)
 }
 
 pub fn run(args: ProfileArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     let sweep = build_sweep(&args)?;
-    anyhow::ensure!(
-        args.backend.available(),
-        "backend `{}` is not in this build\n\nhint: rebuild with `cargo build --release --features wgpu`",
-        args.backend
-    );
     let out = args
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from("datasets").join(slugify(&CpuTopology::detect().model)));
+    profile(&sweep, &out, args.backend, args.resume, args.format, ui)
+}
+
+/// Measures `sweep` into the dataset at `out` (this device's spec probed first) with a
+/// progress bar; Ctrl-C stops after the row in flight. Prints the summary.
+pub fn profile(
+    sweep: &Sweep,
+    out: &Path,
+    backend: Backend,
+    resume: bool,
+    format: Format,
+    ui: &Ui,
+) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        backend.available(),
+        "backend `{}` is not in this build\n\nhint: rebuild with `cargo build --release --features wgpu`",
+        backend
+    );
     ui.info(format!(
         "measuring this device's peaks for `{}`...",
         out.join("device.json").display()
     ));
     let (device, _) = probe::local_cpu(Backend::Flex)?;
-    warn_if_busy(ui);
+    if let Some(warning) = probe::busy_warning() {
+        ui.info(warning);
+    }
     let memory = device.memory_gb * 1e9;
     let options = RunOptions {
-        backend: args.backend,
-        out: out.clone(),
+        backend,
+        out: out.to_path_buf(),
         device,
-        resume: args.resume,
+        resume,
         max_bytes: (sweep.max_mib * 1048576.0).min(0.5 * memory),
     };
 
@@ -190,92 +136,14 @@ pub fn run(args: ProfileArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         });
     }
     let bar = progress(ui, 0, "profile");
-    let verbose = ui.verbose > 0 && !ui.quiet;
-    // A hidden bar swallows println: log lines go straight to stderr then.
-    let log = |line: String| {
-        if bar.is_hidden() {
-            eprintln!("{line}");
-        } else {
-            bar.println(line);
-        }
-    };
-    let mut on_event = |event: Event<'_>| match event {
-        Event::Planned { total, skipped } => {
-            bar.set_length(total as u64);
-            if skipped > 0 {
-                log(format!(
-                    "resuming: {skipped} rows already measured, {total} to go"
-                ));
-            }
-        }
-        Event::Started { job } => {
-            bar.set_message(format!("{} ({})", job.sample.spec.describe(), job.phase))
-        }
-        Event::Remeasuring { rows } => {
-            log(format!(
-                "the canary found disturbed stretches: measuring their {rows} rows again"
-            ));
-            bar.set_position(0);
-            bar.set_length(rows as u64);
-        }
-        Event::Remeasured { done } => bar.set_position(done as u64),
-        Event::Finished { record, .. } => {
-            bar.inc(1);
-            if verbose {
-                let what = match &record.outcome {
-                    Outcome::Ok(t) => fmt_ms(t.median_ms),
-                    Outcome::Failed { reason } => format!("failed: {reason}"),
-                };
-                log(format!(
-                    "{} b{} {}: {what}",
-                    record.spec.describe(),
-                    record.context.batch,
-                    record.context.phase
-                ));
-            }
-        }
-    };
-    let summary = run_sweep(&sweep, &options, &mut on_event, &interrupted);
+    let mut on_event = crate::progress::profile_events(&bar, ui);
+    let summary = run_sweep(sweep, &options, &mut on_event, &interrupted);
     bar.finish_and_clear();
     let summary = summary.with_context(|| format!("profiling into `{}`", out.display()))?;
 
-    match args.format {
+    match format {
         Format::Json => emit_json(&summary)?,
-        Format::Text => {
-            let mut text = format!(
-                "profiled {} on {} in {:.1} s -> {}\n\n{:<12} {:>9} {:>7} {:>8} {:>11}\n",
-                sweep
-                    .modules
-                    .iter()
-                    .map(|k| k.name())
-                    .collect::<Vec<_>>()
-                    .join(","),
-                summary.backend,
-                summary.elapsed_s,
-                summary.dataset.display(),
-                "module",
-                "measured",
-                "failed",
-                "skipped",
-                "total rows"
-            );
-            for (kind, c) in &summary.kinds {
-                text.push_str(&format!(
-                    "{kind:<12} {:>9} {:>7} {:>8} {:>11}\n",
-                    c.measured, c.failed, c.skipped, c.total_rows
-                ));
-            }
-            if let Some(c) = &summary.canary {
-                text.push_str(&canary_line(c));
-            }
-            if !summary.failures.is_empty() {
-                text.push_str("\nfailed configurations (recorded with their reason):\n");
-                for f in &summary.failures {
-                    text.push_str(&format!("  {f}\n"));
-                }
-            }
-            emit(&text)?;
-        }
+        Format::Text => emit(&render::profile::summary(&sweep.modules, &summary))?,
     }
     Ok(ExitCode::SUCCESS)
 }

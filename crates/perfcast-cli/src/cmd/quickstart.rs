@@ -1,31 +1,22 @@
 //! `perfcast quickstart`: profile this machine with a small sweep, train every candidate,
-//! auto-select, write `checkpoints/<bundle>/`, and predict a few zoo networks.
+//! auto-select, write `checkpoints/<bundle>/`, fit the host-cost terms, and predict a few zoo
+//! networks. Each step is the library call its own command makes, with a typed plan.
 
 use std::process::ExitCode;
 
-use clap::{Args, Parser};
-use perfcast_core::{Context, Phase};
-use perfcast_select::{Predictor, RunShape};
+use clap::Args;
+use perfcast_core::{Context, NetworkChoice, Phase};
+use perfcast_profile::Backend;
+use perfcast_profile::network_runs::{MeasurePlan, NoPeak, measure_networks, profile_layers};
+use perfcast_profile::overrides::{QUICKSTART_KINDS, quickstart_sweeps};
+use perfcast_select::Predictor;
+use perfcast_select::calibrate::network_ms;
+use perfcast_select::pipeline::{TrainPlan, bundle_dir};
 
 use super::{networks, predict, profile, train};
 use crate::Ui;
-use crate::output::{emit, fmt_ms};
-
-/// Every kind the zoo networks are made of, so no layer falls back to the spec roofline, with
-/// the multiple of `--samples` each gets (convolutions have ten shape parameters and dominate
-/// CNN time, GEMMs come next; elementwise kinds are nearly linear in their size) and the cap
-/// on each configuration's timed samples, seconds. Small ops are noisy and run to the cap:
-/// 0.15-0.25 s is still hundreds of calls, and keeps the whole quickstart under 10 minutes
-/// (the default 0.6 s alone took 7.5 of them).
-const KINDS: [(&str, usize, &str); 3] = [
-    ("conv2d", 6, "0.25"),
-    ("linear,matmul", 2, "0.25"),
-    (
-        "maxpool2d,avgpool2d,batchnorm2d,relu,add,softmax,layernorm,gelu,tanh",
-        1,
-        "0.15",
-    ),
-];
+use crate::output::{Format, emit};
+use crate::progress::Bars;
 
 /// Arguments of `perfcast quickstart`.
 #[derive(Debug, Args)]
@@ -65,18 +56,6 @@ pub struct QuickstartArgs {
     fast: bool,
 }
 
-#[derive(Parser)]
-struct Wrap<T: Args> {
-    #[command(flatten)]
-    args: T,
-}
-
-fn parse<T: Args>(argv: &[String]) -> anyhow::Result<T> {
-    Ok(Wrap::<T>::try_parse_from(argv)
-        .map_err(|e| anyhow::anyhow!("{e}"))?
-        .args)
-}
-
 pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(
         a.samples >= 10,
@@ -86,45 +65,22 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     let data = std::path::PathBuf::from("datasets").join(perfcast_core::slugify(
         &perfcast_core::CpuTopology::detect().model,
     ));
-    let s = |v: &str| v.to_string();
     ui.info(format!(
         "1/4 profiling {} configurations over 12 kinds into `{}` (resumable)",
-        KINDS
+        QUICKSTART_KINDS
             .iter()
-            .map(|(k, m, _)| k.split(',').count() * m * a.samples)
+            .map(|(k, m, _)| k.len() * m * a.samples)
             .sum::<usize>(),
         data.display()
     ));
-    for (kinds, multiple, cap) in KINDS {
-        let code = profile::run(
-            parse(&[
-                s("profile"),
-                s("--modules"),
-                s(kinds),
-                s("--samples"),
-                (multiple * a.samples).to_string(),
-                s("--out"),
-                data.display().to_string(),
-                s("--max-time-s"),
-                s(cap),
-                s("--resume"),
-            ])?,
-            ui,
-        )?;
+    for sweep in &quickstart_sweeps(a.samples)? {
+        let code = profile::profile(sweep, &data, Backend::Flex, true, Format::Text, ui)?;
         if code != ExitCode::SUCCESS {
             return Ok(code);
         }
     }
-    let predicted: Vec<networks::NetworkChoice> = a
-        .networks
-        .iter()
-        .map(|n| networks::zoo_choice(n, None))
-        .collect::<anyhow::Result<_>>()?;
-    let calibration: Vec<networks::NetworkChoice> = a
-        .calibration_networks
-        .iter()
-        .map(|n| networks::zoo_choice(n, None))
-        .collect::<anyhow::Result<_>>()?;
+    let predicted = NetworkChoice::zoo_all(&a.networks, None)?;
+    let calibration = NetworkChoice::zoo_all(&a.calibration_networks, None)?;
     let calibration_batch = [1, 4];
     if a.fast {
         ui.info("2/4 skipped (--fast): the networks' own layers are not profiled");
@@ -139,35 +95,29 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
                 .join(", "),
             a.calibration_networks.join(", ")
         ));
-        let n = networks::profile_layers(&predicted, &a.batch, 1, &data, ui)?
-            + networks::profile_layers(&calibration, &calibration_batch, 1, &data, ui)?;
+        let bars = Bars::new(ui);
+        let n = profile_layers(&predicted, &a.batch, 1, &data, bars.as_ref())?
+            + profile_layers(&calibration, &calibration_batch, 1, &data, bars.as_ref())?;
         ui.info(format!("    {n} new layer measurements"));
     }
-    let dir = train::bundle_dir(&a.bundle);
+    let dir = bundle_dir(&a.bundle);
     ui.info(format!(
         "3/4 training {} on every kind, auto-selecting into `{}`",
         a.models,
         dir.display()
     ));
-    let code = train::train(
-        parse(&[
-            s("train"),
-            s("--data"),
-            data.display().to_string(),
-            s("--out"),
-            format!("{}.train", dir.display()),
-            s("--force"),
-            s("--folds"),
-            s("3"),
-            s("--models"),
-            a.models.clone(),
-            s("--set"),
-            s("medn.max_steps=3000"),
-            s("--bundle"),
-            a.bundle.clone(),
-        ])?,
-        ui,
-    )?;
+    let plan = TrainPlan {
+        models: a.models.split(',').map(|m| m.trim().to_string()).collect(),
+        force: true,
+        folds: 3,
+        set: vec!["medn.max_steps=3000".into()],
+        bundle: Some(a.bundle.clone()),
+        ..TrainPlan::new(
+            vec![data.clone()],
+            format!("{}.train", dir.display()).into(),
+        )
+    };
+    let code = train::run_plan(&plan, Format::Text, ui)?;
     if code != ExitCode::SUCCESS {
         return Ok(code);
     }
@@ -178,66 +128,52 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             "4/4 measuring {} end to end to fit the host-cost terms, then predicting",
             a.calibration_networks.join(", ")
         ));
-        let code = networks::calibrate(
-            parse(&[
-                s("calibrate"),
-                s("--bundle"),
-                dir.display().to_string(),
-                s("--networks"),
-                a.calibration_networks.join(","),
-                s("--batch"),
-                s("1,4"),
-                s("--phase"),
-                s("inference,training"),
-                s("--max-time-s"),
-                s("1"),
-            ])?,
-            ui,
-        )?;
+        let measure = MeasurePlan {
+            batch: calibration_batch.to_vec(),
+            phases: vec![Phase::Inference, Phase::Training],
+            threads: 1,
+            backend: Backend::Flex,
+            max_time_s: 1.0,
+            save: None,
+            layers: false,
+            layers_into: None,
+        };
+        let code = networks::calibrate_with(&dir, None, false, Format::Text, || {
+            Ok(
+                measure_networks(&calibration, &measure, &NoPeak, Bars::new(ui).as_ref())?
+                    .into_iter()
+                    .map(|m| (m.label, m.record))
+                    .collect(),
+            )
+        })?;
         if code != ExitCode::SUCCESS {
             return Ok(code);
         }
     }
     let predictor = Predictor::new(predict::load_bundle(&dir)?);
-    let costs = predictor.bundle().manifest.host_costs.clone();
-    let mut t = format!(
-        "\n{:<14} {:>6} {:>14} {:>14}\n",
-        "network", "batch", "inference", "training step"
-    );
+    let mut rows = Vec::new();
     for choice in &predicted {
-        let (name, net) = (&choice.label, &choice.network);
         for &batch in &a.batch {
-            let mut cells = Vec::new();
-            for phase in [Phase::Inference, Phase::Training] {
+            let at = |phase| {
                 let context = Context {
                     batch,
                     phase,
                     threads: 1,
                     utilisation: 0.0,
                 };
-                let sum = predictor.predict_network(net, &context)?.layer_sum_ms;
-                let total = costs
-                    .as_ref()
-                    .and_then(|c| c.phase(phase))
-                    .map_or(sum, |c| c.compose(&RunShape::of(net, sum)).total_ms);
-                cells.push(fmt_ms(total));
-            }
-            t.push_str(&format!(
-                "{:<14} {:>6} {:>14} {:>14}\n",
-                name, batch, cells[0], cells[1]
+                network_ms(&predictor, &choice.network, &context)
+            };
+            rows.push((
+                choice.label.as_str(),
+                batch,
+                at(Phase::Inference)?,
+                at(Phase::Training)?,
             ));
         }
     }
-    t.push_str(&format!(
-        "\n({}, 1 thread; `perfcast predict --network resnet18 --batch 8` shows the layers; \
-         `perfcast eval networks` measures and compares; bundle: `{}`)\n",
-        if costs.is_some() {
-            "sum of per-layer predictions with the host-cost terms"
-        } else {
-            "sum of per-layer predictions"
-        },
-        dir.display()
-    ));
-    emit(&t)?;
+    let calibrated = predictor.bundle().manifest.host_costs.is_some();
+    emit(&crate::render::networks::quickstart(
+        &rows, calibrated, &dir,
+    ))?;
     Ok(ExitCode::SUCCESS)
 }

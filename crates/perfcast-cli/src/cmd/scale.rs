@@ -1,29 +1,32 @@
-//! `perfcast scale predict` (the analytical multi-device model) and `perfcast scale fit` (the
-//! generic expression fitted to measured runs).
+//! `perfcast scale predict` (the analytical multi-device model), `perfcast scale fit` (the
+//! generic expression fitted to measured runs) and `perfcast scale measure` (the runs, on this
+//! machine): arguments -> perfcast-scale ([`perfcast_scale::scaling`],
+//! [`perfcast_scale::fit_report`], [`perfcast_scale::measure`]) -> text, JSON or a plot.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand, ValueEnum};
-use perfcast_core::{Context, CpuTopology, DeviceSpec, Network, Phase, slugify, zoo};
+use perfcast_core::{CpuTopology, Network, NetworkChoice, slugify, zoo};
 use perfcast_profile::Backend;
 use perfcast_profile::network::time_training;
-use perfcast_scale::analytic::{layer_params, layers_from_measurement};
-use perfcast_scale::fit::{Filter, fit_with_holdout};
+use perfcast_scale::fit::Filter;
+use perfcast_scale::fit_report::fit_runs;
+use perfcast_scale::measure::{RunGrid, RunsReport, measure_runs};
+use perfcast_scale::scaling::{Compute, bucketed, check_split, check_update_ms, predict_scaling};
 use perfcast_scale::{
-    DataParallelModel, DeConfig, Expression, FitConfig, FittedExpression, Holdout, InterNode,
-    IterationEstimate, LayerCost, Link, Optimizer, Overlap, Parallelism, Point, Run, Strategy,
-    Term,
+    DataParallelModel, DeConfig, Expression, FitConfig, Holdout, InterNode, Link, Optimizer,
+    Overlap, Parallelism, Point, Strategy,
 };
 use perfcast_select::Predictor;
-use serde::Serialize;
+use perfcast_select::layer_costs::BundleCompute;
 
 use crate::Ui;
-use crate::cmd::networks::zoo_choice;
-use crate::output::{Format, emit, emit_json, fmt_ms, progress, sig3};
-use crate::plot;
+use crate::output::{Format, emit, emit_json};
+use crate::progress::Bars;
+use crate::render;
 
 /// `perfcast scale ...`.
 #[derive(Debug, Subcommand)]
@@ -279,77 +282,6 @@ pub fn run(c: ScaleCommand, ui: &Ui) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn write_chart(path: &Path, chart: &plot::Chart<'_>) -> anyhow::Result<()> {
-    let bytes = if crate::plot::is_svg(path)? {
-        chart.svg().into_bytes()
-    } else {
-        chart.png()?
-    };
-    perfcast_data::write_atomic(path, &bytes)
-        .with_context(|| format!("writing the plot `{}`", path.display()))
-}
-
-/// One device count, in milliseconds, for output.
-#[derive(Debug, Serialize)]
-struct Row {
-    gpus: usize,
-    per_device_batch: usize,
-    forward_ms: f64,
-    backward_ms: f64,
-    comm_ms: f64,
-    exposed_comm_ms: f64,
-    update_ms: f64,
-    iteration_ms: f64,
-    throughput: f64,
-    speedup: f64,
-    efficiency: f64,
-    messages: usize,
-}
-
-impl From<&IterationEstimate> for Row {
-    fn from(it: &IterationEstimate) -> Row {
-        Row {
-            gpus: it.devices,
-            per_device_batch: it.per_device_batch,
-            forward_ms: it.forward_s * 1e3,
-            backward_ms: it.backward_s * 1e3,
-            comm_ms: it.comm_s * 1e3,
-            exposed_comm_ms: it.exposed_comm_s * 1e3,
-            update_ms: it.update_s * 1e3,
-            iteration_ms: it.iteration_s * 1e3,
-            throughput: it.throughput,
-            speedup: it.speedup,
-            efficiency: it.efficiency,
-            messages: it.messages,
-        }
-    }
-}
-
-/// What `scale predict` prints.
-#[derive(Debug, Serialize)]
-struct PredictReport {
-    network: String,
-    parameters: f64,
-    gradient_bytes: f64,
-    global_batch: usize,
-    /// `bundle` or `measured`.
-    compute_source: String,
-    /// The bundle, where it gave the compute time.
-    bundle: Option<PathBuf>,
-    /// The device the compute time is for (the bundle's), where known.
-    compute_device: Option<String>,
-    /// The spec given with `--device-spec`.
-    device_spec: Option<DeviceSpec>,
-    parallelism: Parallelism,
-    strategy: Strategy,
-    link: Link,
-    overlap: Overlap,
-    optimizer: Optimizer,
-    /// How the update time was obtained.
-    update_source: String,
-    rows: Vec<Row>,
-}
-
 fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     // Everything the user typed is checked before the bundle is loaded.
     if let Some(path) = &a.plot {
@@ -361,17 +293,7 @@ fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         (None, None) => anyhow::bail!("`--network` or `--network-file` is needed"),
     };
     net.check()?;
-    anyhow::ensure!(a.batch >= 1, "`--batch` must be at least 1, got 0");
-    anyhow::ensure!(
-        !a.gpus.is_empty(),
-        "`--gpus` needs at least one device count"
-    );
-    if let Some(&bad) = a.gpus.iter().find(|&&p| p == 0 || p > a.batch) {
-        anyhow::bail!(
-            "`--gpus {bad}`: the global batch {} cannot be split over {bad} devices",
-            a.batch
-        );
-    }
+    check_split(a.batch, &a.gpus)?;
     let link = Link::parse(&a.link).context("`--link`")?;
     let strategy = match a.strategy {
         StrategyArg::Ring => Strategy::Ring,
@@ -387,16 +309,7 @@ fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         },
     };
     let overlap = match a.overlap {
-        OverlapArg::Bucketed => {
-            anyhow::ensure!(
-                a.bucket_mb.is_finite() && a.bucket_mb > 0.0,
-                "`--bucket-mb` must be positive, got {}",
-                a.bucket_mb
-            );
-            Overlap::Bucketed {
-                bucket_bytes: a.bucket_mb * 1024.0 * 1024.0,
-            }
-        }
+        OverlapArg::Bucketed => bucketed(a.bucket_mb)?,
         OverlapArg::Full => Overlap::Full,
         OverlapArg::None => Overlap::None,
     };
@@ -410,20 +323,15 @@ fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         OptimizerArg::Momentum => Optimizer::Momentum,
         OptimizerArg::Adam => Optimizer::Adam,
     };
-    if let Some(ms) = a.update_ms {
-        anyhow::ensure!(
-            ms.is_finite() && ms >= 0.0,
-            "`--update-ms` must not be negative, got {ms}"
-        );
-    }
+    check_update_ms(a.update_ms)?;
     let device_spec = match &a.device_spec {
         // The reader `predict --device-spec` uses: perfcast's format or a NeuSight config.
-        Some(path) => Some(crate::cmd::target_device::read_device_spec(path)?),
+        Some(path) => Some(perfcast_core::DeviceSpec::read_file(path)?),
         None => None,
     };
     // The model's own checks (model and pipeline parallelism are not modelled yet) come
-    // before the bundle loads; the update time is filled in below.
-    let mut model = DataParallelModel {
+    // before the bundle loads; the update time is filled in by the prediction.
+    let model = DataParallelModel {
         parallelism,
         strategy,
         link,
@@ -431,39 +339,17 @@ fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         update_s: 0.0,
     };
     model.validate()?;
-    let layers = layer_params(&net);
-    let parameters: f64 = layers.iter().map(|(_, p)| p).sum();
-
-    // Compute: a measurement, or the bundle's per-layer predictions.
+    let bars = Bars::new(ui);
     let predictor;
-    let prepared;
-    let mut bundle_device: Option<DeviceSpec> = None;
-    let compute: Box<dyn Fn(usize) -> perfcast_scale::Result<Vec<LayerCost>> + '_> =
-        if let Some(ms) = a.compute_ms {
-            anyhow::ensure!(
-                ms.is_finite() && ms > 0.0,
-                "`--compute-ms` must be a positive number of milliseconds, got {ms}"
-            );
-            anyhow::ensure!(
-                a.backward_share.is_finite() && (0.0..1.0).contains(&a.backward_share),
-                "`--backward-share` must be in [0, 1), got {}",
-                a.backward_share
-            );
-            let per_sample_s = ms * 1e-3 / a.batch as f64;
-            let share = a.backward_share;
-            let net = net.clone();
-            Box::new(move |b: usize| {
-                let step = per_sample_s * b as f64;
-                Ok(layers_from_measurement(
-                    &net,
-                    step * (1.0 - share),
-                    step * share,
-                ))
-            })
-        } else {
+    let bundle_compute;
+    let compute = match a.compute_ms {
+        Some(compute_ms) => Compute::Measured {
+            compute_ms,
+            backward_share: a.backward_share,
+        },
+        None => {
             predictor = Predictor::new(crate::cmd::predict::load_bundle(&a.bundle)?);
-            let device = &predictor.bundle().manifest.device;
-            bundle_device = Some(device.clone());
+            let device = predictor.bundle().manifest.device.clone();
             if let Some(spec) = &device_spec
                 && slugify(&spec.name) != slugify(&device.name)
             {
@@ -477,277 +363,40 @@ fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
                     device.name
                 ));
             }
-            prepared = predictor.prepare(&net)?;
-            let threads = a.threads;
-            anyhow::ensure!(threads >= 1, "`--threads` must be at least 1, got 0");
-            let (predictor, prepared, layers) = (&predictor, &prepared, &layers);
-            let warned = std::cell::Cell::new(false);
-            Box::new(move |b: usize| {
-                let at = |phase| {
-                    predictor.predict_prepared(
-                        prepared,
-                        &Context {
-                            batch: b,
-                            phase,
-                            threads,
-                            utilisation: 0.0,
-                        },
-                    )
-                };
-                let wrap = |e: perfcast_predict::Error| perfcast_scale::Error::Compute {
-                    batch: b,
-                    message: e.to_string(),
-                };
-                let fwd = at(Phase::Inference).map_err(wrap)?;
-                let train = at(Phase::Training).map_err(wrap)?;
-                let outside = train
-                    .layers
-                    .iter()
-                    .chain(&fwd.layers)
-                    .filter(|l| !l.prediction.warnings.is_empty())
-                    .count();
-                if outside > 0 && !warned.get() {
-                    warned.set(true);
-                    ui.info(format!(
-                        "warning: {outside} layer prediction(s) at per-device batch {b} leave \
-                         the bundle's trained ranges (`perfcast predict --network ... \
-                         --batch {b} --phase training` lists them)"
-                    ));
-                }
-                Ok(fwd
-                    .layers
-                    .iter()
-                    .zip(&train.layers)
-                    .zip(layers)
-                    .map(|((f, t), (name, params))| LayerCost {
-                        name: name.clone(),
-                        forward_s: f.prediction.ms * 1e-3,
-                        // The training phase is forward + backward.
-                        backward_s: (t.prediction.ms - f.prediction.ms).max(0.0) * 1e-3,
-                        grad_bytes: params * 4.0,
-                    })
-                    .collect())
-            })
-        };
-    // The update streams the optimiser state through device memory: the spec given, else
-    // the bundle's device (the one the compute time is for).
-    let memory = device_spec.as_ref().or(bundle_device.as_ref());
-    let (update_s, update_source) = match (a.update_ms, memory) {
-        (Some(ms), _) => (ms * 1e-3, "`--update-ms`".to_string()),
-        (None, Some(d)) => (
-            optimizer.update_s(parameters, d.mem_bandwidth_gbs),
-            format!(
-                "{} bytes per parameter over the {} GB/s of `{}`",
-                optimizer.bytes_per_param(),
-                sig3(d.mem_bandwidth_gbs),
-                d.name
-            ),
-        ),
-        (None, None) => {
-            ui.info(
-                "note: no optimiser update time without a device spec (pass `--device-spec` \
-                 or `--update-ms`)",
-            );
-            (0.0, "none: no device spec".to_string())
+            bundle_compute = BundleCompute::new(&predictor, &net, a.threads, bars.as_ref())?;
+            Compute::Bundle {
+                path: a.bundle.clone(),
+                device,
+                layers: &bundle_compute,
+            }
         }
     };
-    model.update_s = update_s;
-    let rows = model.scaling(&a.gpus, a.batch, &compute)?;
-    drop(compute);
-    if let Some(r) = rows.iter().find(|r| r.efficiency > 1.0 + 1e-6) {
-        ui.info(format!(
-            "warning: efficiency above 100% at {} devices: the compute time at per-device batch \
-             {} is less than 1/{} of that at batch {}; per-sample compute should not fall with \
-             smaller batches (are the predictions outside the bundle's trained ranges?)",
-            r.devices, r.per_device_batch, r.devices, a.batch
-        ));
-    }
-    let report = PredictReport {
-        network: net.name.clone(),
-        parameters,
-        gradient_bytes: parameters * 4.0,
-        global_batch: a.batch,
-        compute_source: if a.compute_ms.is_some() {
-            "measured".into()
-        } else {
-            "bundle".into()
-        },
-        bundle: a.compute_ms.is_none().then(|| a.bundle.clone()),
-        compute_device: bundle_device.map(|d| d.name),
-        device_spec,
-        parallelism,
-        strategy: model.strategy.clone(),
-        link: model.link.clone(),
-        overlap,
+    let (report, rows) = predict_scaling(
+        &net,
+        a.batch,
+        &a.gpus,
+        model,
         optimizer,
-        update_source,
-        rows: rows.iter().map(Row::from).collect(),
-    };
+        a.update_ms,
+        device_spec,
+        compute,
+        bars.as_ref(),
+    )?;
+    let update_s = rows.first().map_or(0.0, |r| r.update_s);
     if let Some(path) = &a.plot {
-        let base = rows
-            .iter()
-            .find(|r| r.devices == 1)
-            .map(|r| r.throughput)
-            .unwrap_or(rows[0].throughput / rows[0].speedup);
-        let series = [
-            plot::Series {
-                name: format!("{} ({})", model.strategy.name(), model.link.name),
-                points: rows
-                    .iter()
-                    .map(|r| (r.devices as f64, r.throughput))
-                    .collect(),
-            },
-            plot::Series {
-                name: "linear scaling".into(),
-                points: rows
-                    .iter()
-                    .map(|r| (r.devices as f64, base * r.devices as f64))
-                    .collect(),
-            },
-        ];
-        let title = format!("{}, global batch {}", report.network, a.batch);
-        write_chart(
+        render::charts::scaling(
             path,
-            &plot::Chart {
-                title: &title,
-                x_label: "devices",
-                y_label: "samples per second",
-                series: &series,
-                log: (true, true),
-                scatter: false,
-                diagonal: false,
-            },
+            &rows,
+            &format!("{} ({})", report.strategy.name(), report.link.name),
+            &format!("{}, global batch {}", report.network, a.batch),
         )?;
         ui.info(format!("wrote `{}`", path.display()));
     }
     match a.format {
         Format::Json => emit_json(&report)?,
-        Format::Text => emit(&render_predict(&report, update_s))?,
+        Format::Text => emit(&render::scale::predict(&report, update_s))?,
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn render_predict(r: &PredictReport, update_s: f64) -> String {
-    let overlap = match r.overlap {
-        Overlap::None => "no overlap".to_string(),
-        Overlap::Full => "full overlap with backward".to_string(),
-        Overlap::Bucketed { bucket_bytes } => format!(
-            "bucketed overlap ({} MiB buckets)",
-            sig3(bucket_bytes / 1024.0 / 1024.0)
-        ),
-    };
-    let mut t = format!(
-        "{}: {} M parameters, {} MB of fp32 gradients; global batch {} (ceil(batch / P) per device)\n",
-        r.network,
-        sig3(r.parameters / 1e6),
-        sig3(r.gradient_bytes / 1e6),
-        r.global_batch
-    );
-    t.push_str(&format!(
-        "{} over {}, {overlap}\n",
-        r.strategy.name(),
-        r.link
-    ));
-    match (&r.bundle, &r.compute_device) {
-        (Some(b), Some(d)) => t.push_str(&format!(
-            "compute: bundle `{}` ({d}), training phase at the per-device batch\n",
-            b.display()
-        )),
-        _ => t.push_str("compute: measured (`--compute-ms`), scaled per sample\n"),
-    }
-    t.push_str(&format!(
-        "update: {} per iteration ({})\n",
-        fmt_ms(update_s * 1e3),
-        r.update_source
-    ));
-    if let Some(d) = &r.device_spec {
-        t.push_str(&format!("device spec: {}\n", d.name));
-    }
-    t.push_str(&format!(
-        "\n{:>5} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>8} {:>10}\n",
-        "gpus",
-        "batch/gpu",
-        "forward",
-        "backward",
-        "comm",
-        "exposed",
-        "update",
-        "iteration",
-        "samples/s",
-        "speedup",
-        "efficiency"
-    ));
-    for row in &r.rows {
-        t.push_str(&format!(
-            "{:>5} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>8} {:>9}%\n",
-            row.gpus,
-            row.per_device_batch,
-            fmt_ms(row.forward_ms),
-            fmt_ms(row.backward_ms),
-            fmt_ms(row.comm_ms),
-            fmt_ms(row.exposed_comm_ms),
-            fmt_ms(row.update_ms),
-            fmt_ms(row.iteration_ms),
-            sig3(row.throughput),
-            sig3(row.speedup),
-            sig3(100.0 * row.efficiency)
-        ));
-    }
-    t.push_str(
-        "\ncomm: link busy with gradients; exposed: the part not hidden behind the backward pass\n",
-    );
-    t
-}
-
-/// One constant, for output.
-#[derive(Debug, Serialize)]
-struct ConstantRow {
-    term: String,
-    formula: String,
-    extrinsic: bool,
-    value: f64,
-    rel_se: Option<f64>,
-    mean_share: f64,
-    meaning: String,
-}
-
-/// One `--predict` point.
-#[derive(Debug, Serialize)]
-struct PointPrediction {
-    p: f64,
-    b: f64,
-    n: f64,
-    time_s: f64,
-    terms: Vec<(String, f64)>,
-}
-
-/// What `scale fit` prints.
-#[derive(Debug, Serialize)]
-struct FitReport {
-    runs_file: PathBuf,
-    runs: usize,
-    formula: String,
-    constants: Vec<ConstantRow>,
-    unfitted: Vec<String>,
-    /// Terms the runs cannot tell from the others, set to 0 (`startup` at one `n`).
-    undetermined: Vec<String>,
-    fitted_runs: usize,
-    fit_mape: f64,
-    holdout: Option<HoldoutSummary>,
-    generations: usize,
-    evaluations: usize,
-    converged: bool,
-    seed: u64,
-    lambda: f64,
-    predictions: Vec<PointPrediction>,
-}
-
-#[derive(Debug, Serialize)]
-struct HoldoutSummary {
-    how: String,
-    runs: usize,
-    mape: f64,
-    max_ape: f64,
 }
 
 fn fit(a: FitArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
@@ -770,7 +419,6 @@ fn fit(a: FitArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         )),
         (None, None) => None,
     };
-    let runs = perfcast_scale::read_runs(&a.runs)?;
     let config = FitConfig {
         lambda: a.lambda,
         de: DeConfig {
@@ -780,391 +428,39 @@ fn fit(a: FitArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             ..DeConfig::default()
         },
     };
-    let (fitted, held) = match &holdout {
-        Some(h) => {
-            let r = fit_with_holdout(&expression, &runs, h, &config)
-                .with_context(|| format!("fitting `{}`", a.runs.display()))?;
-            let how = match h {
-                Holdout::Share { share, seed } => {
-                    format!("a random {}% (seed {seed})", sig3(100.0 * share))
-                }
-                Holdout::Where(f) => format!("the runs with {f}"),
-            };
-            let summary = HoldoutSummary {
-                how,
-                runs: r.holdout_runs,
-                mape: r.holdout_mape,
-                max_ape: r.holdout_max_ape,
-            };
-            (r.fitted, Some(summary))
-        }
-        None => (
-            perfcast_scale::fit::fit(&expression, &runs, &config)
-                .with_context(|| format!("fitting `{}`", a.runs.display()))?,
-            None,
-        ),
-    };
-    if !fitted.converged {
-        ui.info(format!(
-            "warning: differential evolution stopped at {} generations before converging; \
-             `--generations` raises the limit",
-            fitted.generations
-        ));
-    }
-    for t in &fitted.unfitted {
-        ui.info(format!(
-            "warning: term `{}` ({}) is zero on every run fitted: its constant is 0",
-            t.name(),
-            t.formula()
-        ));
-    }
-    if fitted.undetermined.contains(&Term::Startup) {
-        ui.info(
-            "note: every run fitted has the same n: a fixed cost per run (`startup`) cannot be \
-             told from per-sample work; taken as 0",
-        );
-    }
-    let blind: Vec<String> = fitted
-        .constants
-        .iter()
-        .filter(|c| {
-            !c.rel_se.is_finite()
-                && !fitted.unfitted.contains(&c.term)
-                && !fitted.undetermined.contains(&c.term)
-        })
-        .map(|c| format!("`{}`", c.term.name()))
-        .collect();
-    if !blind.is_empty() {
-        ui.info(format!(
-            "note: no standard error for {}: the runs cannot separate {} from the others (or \
-             push {} to zero); predictions far outside the runs depend on how the fit split \
-             them\n\nhint: runs at more values of p, b and n separate the terms",
-            blind.join(", "),
-            if blind.len() == 1 { "it" } else { "them" },
-            if blind.len() == 1 { "it" } else { "them" }
-        ));
-    }
-    let report = FitReport {
-        runs_file: a.runs.clone(),
-        runs: runs.len(),
-        formula: expression.formula(),
-        constants: fitted
-            .constants
-            .iter()
-            .map(|c| ConstantRow {
-                term: c.term.name().into(),
-                formula: c.term.formula().into(),
-                extrinsic: c.term.extrinsic(),
-                value: c.value,
-                rel_se: c.rel_se.is_finite().then_some(c.rel_se),
-                mean_share: c.mean_share,
-                meaning: c.term.meaning().into(),
-            })
-            .collect(),
-        unfitted: fitted.unfitted.iter().map(|t| t.name().into()).collect(),
-        undetermined: fitted
-            .undetermined
-            .iter()
-            .map(|t| t.name().into())
-            .collect(),
-        fitted_runs: fitted.runs,
-        fit_mape: fitted.fit_mape,
-        holdout: held,
-        generations: fitted.generations,
-        evaluations: fitted.evaluations,
-        converged: fitted.converged,
-        seed: a.seed,
-        lambda: a.lambda,
-        predictions: points
-            .iter()
-            .map(|&x| PointPrediction {
-                p: x.p,
-                b: x.b,
-                n: x.n,
-                time_s: fitted.predict(x),
-                terms: fitted
-                    .breakdown(x)
-                    .into_iter()
-                    .map(|(t, s)| (t.name().to_string(), s))
-                    .collect(),
-            })
-            .collect(),
-    };
+    let bars = Bars::new(ui);
+    let out = fit_runs(
+        &a.runs,
+        &expression,
+        holdout.as_ref(),
+        &config,
+        &points,
+        bars.as_ref(),
+    )?;
     if let Some(path) = &a.plot {
-        plot_fit(path, &fitted, &runs)?;
+        render::charts::scale_fit(path, &out.fitted, &out.runs)?;
         ui.info(format!(
             "wrote `{}` and its `-fit` companion",
             path.display()
         ));
     }
     match a.format {
-        Format::Json => emit_json(&report)?,
-        Format::Text => emit(&render_fit(&report))?,
+        Format::Json => emit_json(&out.report)?,
+        Format::Text => emit(&render::scale::fit(&out.report))?,
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Significant digits for constants that may be tiny: `1.23e-4`.
-fn sci(v: f64) -> String {
-    if v == 0.0 {
-        "0".into()
-    } else if (1e-2..1e4).contains(&v.abs()) {
-        sig3(v)
-    } else {
-        format!("{v:.3e}")
-    }
-}
-
-fn render_fit(r: &FitReport) -> String {
-    let mut t = format!("{}\n", r.formula);
-    t.push_str(&format!(
-        "fitted to {} of {} runs in `{}` by differential evolution ({} generations, seed {}{})\n\n",
-        r.fitted_runs,
-        r.runs,
-        r.runs_file.display(),
-        r.generations,
-        r.seed,
-        if r.converged { "" } else { ", not converged" }
-    ));
-    t.push_str(&format!(
-        "{:<11} {:<14} {:>11} {:>8} {:>7}  {}\n",
-        "term", "factor", "constant", "+-se", "share", "meaning"
-    ));
-    for c in &r.constants {
-        t.push_str(&format!(
-            "{:<11} {:<14} {:>11} {:>8} {:>6}%  {}{}\n",
-            c.term,
-            c.formula,
-            sci(c.value),
-            c.rel_se
-                .map(|s| format!("{}%", sig3(100.0 * s)))
-                .unwrap_or_else(|| "-".into()),
-            sig3(100.0 * c.mean_share),
-            c.meaning,
-            if c.extrinsic { " [extrinsic]" } else { "" }
-        ));
-    }
-    t.push_str(&format!("\nfit MAPE {}%", sig3(r.fit_mape)));
-    match &r.holdout {
-        Some(h) => t.push_str(&format!(
-            "; held out {} ({} runs): MAPE {}%, max {}%\n",
-            h.how,
-            h.runs,
-            sig3(h.mape),
-            sig3(h.max_ape)
-        )),
-        None => t.push('\n'),
-    }
-    if !r.predictions.is_empty() {
-        t.push('\n');
-    }
-    for p in &r.predictions {
-        let parts: Vec<String> = p
-            .terms
-            .iter()
-            .filter(|(_, s)| *s != 0.0)
-            .map(|(name, s)| format!("{name} {}", fmt_ms(s * 1e3)))
-            .collect();
-        t.push_str(&format!(
-            "p={} b={} n={}: {} ({})\n",
-            p.p,
-            p.b,
-            p.n,
-            fmt_ms(p.time_s * 1e3),
-            parts.join(", ")
-        ));
-    }
-    t
-}
-
-/// The scaling curves (predicted time against p for up to six (b, n) pairs of the
-/// runs) and measured against predicted, beside it.
-fn plot_fit(path: &Path, fitted: &FittedExpression, runs: &[Run]) -> anyhow::Result<()> {
-    // Up to six (b, n) pairs of the runs, spread over their range.
-    let mut pairs: Vec<(f64, f64)> = runs.iter().map(|r| (r.point.b, r.point.n)).collect();
-    pairs.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
-    pairs.dedup();
-    let shown: Vec<(f64, f64)> = if pairs.len() <= 6 {
-        pairs
-    } else {
-        let last = (pairs.len() - 1) as f64;
-        (0..6)
-            .map(|i| pairs[(last * f64::from(i) / 5.0).round() as usize])
-            .collect()
-    };
-    let max_p = runs.iter().map(|r| r.point.p).fold(1.0, f64::max);
-    let top = (2.0 * max_p).ceil().max(2.0);
-    let ps: Vec<f64> = (0..=48)
-        .map(|i| 1.0 + (top - 1.0) * f64::from(i) / 48.0)
-        .collect();
-    let curves: Vec<plot::Series> = shown
-        .iter()
-        .map(|&(b, n)| plot::Series {
-            name: format!("b={b} n={n}"),
-            points: ps
-                .iter()
-                .map(|&p| (p, fitted.predict(Point { p, b, n })))
-                .collect(),
-        })
-        .collect();
-    write_chart(
-        path,
-        &plot::Chart {
-            title: "predicted scaling: T(p, b, n)",
-            x_label: "processors p",
-            y_label: "seconds",
-            series: &curves,
-            log: (false, true),
-            scatter: false,
-            diagonal: false,
-        },
-    )?;
-    let scatter = [plot::Series {
-        name: format!("{} runs (MAPE {}%)", runs.len(), sig3(fitted.mape(runs))),
-        points: runs
-            .iter()
-            .map(|r| (r.time_s, fitted.predict(r.point)))
-            .collect(),
-    }];
-    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("plot");
-    let ext = path.extension().and_then(|s| s.to_str()).unwrap_or("svg");
-    write_chart(
-        &path.with_file_name(format!("{stem}-fit.{ext}")),
-        &plot::Chart {
-            title: "fitted expression: every run",
-            x_label: "measured (s)",
-            y_label: "predicted (s)",
-            series: &scatter,
-            log: (true, true),
-            scatter: true,
-            diagonal: true,
-        },
-    )
-}
-
-/// One measured run, as written to the runs CSV.
-#[derive(Debug, Clone, Serialize)]
-struct MeasuredRun {
-    p: usize,
-    b: usize,
-    /// Samples processed: `steps * b`.
-    n: usize,
-    steps: usize,
-    /// Median over the repeats, seconds.
-    time_s: f64,
-    /// Fastest and slowest repeat, seconds.
-    min_s: f64,
-    max_s: f64,
-}
-
-/// A configuration that could not be measured.
-#[derive(Debug, Serialize)]
-struct FailedRun {
-    p: usize,
-    b: usize,
-    n: usize,
-    error: String,
-}
-
-/// What `scale measure` prints.
-#[derive(Debug, Serialize)]
-struct MeasureReport {
-    out: PathBuf,
-    network: String,
-    resolution: Option<usize>,
-    backend: String,
-    cpu: String,
-    cores: u32,
-    repeats: usize,
-    /// One-minute load average before and after measuring (Linux), for the record.
-    load_start: Option<f64>,
-    load_end: Option<f64>,
-    runs: Vec<MeasuredRun>,
-    failed: Vec<FailedRun>,
-}
-
-/// The one-minute load average, where the system publishes it.
-fn load_average() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
-/// A CSV field, quoted when it holds a comma, a quote or spaces at its ends.
-fn csv_field(text: &str) -> String {
-    if text.contains([',', '"', '\n']) || text.trim() != text {
-        format!("\"{}\"", text.replace('"', "\"\""))
-    } else {
-        text.to_string()
-    }
-}
-
-/// The runs CSV: a `#` provenance line (skipped by the reader), the header, one line per run.
-fn runs_csv(r: &MeasureReport) -> String {
-    let load = |l: Option<f64>| l.map_or_else(|| "unknown".to_string(), |v| format!("{v:.2}"));
-    let mut t = format!(
-        "# perfcast scale measure: {} training steps (forward, backward, SGD update) on {}, \
-         {} ({} cores); time_s is the median of {} repeats (rounds over every run in shuffled \
-         order), each after one untimed warm-up step; 1-minute load average {} before, {} \
-         after\n",
-        r.network.replace('\n', " "),
-        r.backend,
-        r.cpu.replace('\n', " "),
-        r.cores,
-        r.repeats,
-        load(r.load_start),
-        load(r.load_end)
-    );
-    t.push_str("network,resolution,backend,p,b,n,steps,repeats,time_s,min_s,max_s\n");
-    let network = csv_field(&r.network);
-    let resolution = r.resolution.map(|v| v.to_string()).unwrap_or_default();
-    for run in &r.runs {
-        t.push_str(&format!(
-            "{network},{resolution},{},{},{},{},{},{},{:.6},{:.6},{:.6}\n",
-            r.backend, run.p, run.b, run.n, run.steps, r.repeats, run.time_s, run.min_s, run.max_s
-        ));
-    }
-    t
-}
-
-use perfcast_core::rng::shuffled;
-
-/// Median of a non-empty slice, which it sorts.
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let m = values.len() / 2;
-    if values.len() % 2 == 1 {
-        values[m]
-    } else {
-        0.5 * (values[m - 1] + values[m])
-    }
-}
-
 fn measure(a: MeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
-    for (flag, values) in [
-        ("--threads", &a.threads),
-        ("--batch", &a.batch),
-        ("--samples", &a.samples),
-    ] {
-        anyhow::ensure!(!values.is_empty(), "`{flag}` needs at least one value");
-        anyhow::ensure!(
-            values.iter().all(|&v| v >= 1),
-            "`{flag}` values must be at least 1, got {}",
-            values
-                .iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join(",")
-        );
-    }
-    anyhow::ensure!(
-        a.repeats >= 1,
-        "`--repeats` must be at least 1, got {}",
-        a.repeats
-    );
+    let grid = |label: String| RunGrid {
+        label,
+        threads: a.threads.clone(),
+        batch: a.batch.clone(),
+        samples: a.samples.clone(),
+        repeats: a.repeats,
+    };
+    // The grid's own checks come first, before the backend and the network.
+    grid(String::new()).validate()?;
     anyhow::ensure!(
         a.backend.is_cpu(),
         "`--backend {}`: `scale measure` varies the compute threads of a CPU backend \
@@ -1178,7 +474,7 @@ fn measure(a: MeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             (network.name.clone(), network, None)
         }
         None => {
-            let c = zoo_choice(&a.network, None)?;
+            let c = NetworkChoice::zoo(&a.network, None)?;
             (c.label, c.network, c.resolution)
         }
     };
@@ -1191,101 +487,16 @@ fn measure(a: MeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             cpu.threads
         ));
     }
-    // The (b, n) pairs, each measured at every thread count.
-    let mut pairs: Vec<(usize, usize)> = Vec::new();
-    for &n in &a.samples {
-        for &b in &a.batch {
-            let steps = n.div_ceil(b);
-            if steps * b != n {
-                ui.info(format!(
-                    "note: n={n} is not a whole number of batches of {b}: {steps} steps, \
-                     recorded as n={}",
-                    steps * b
-                ));
-            }
-            pairs.push((b, steps));
-        }
-    }
-    let threads = &a.threads;
-    let load_start = load_average();
-    if let Some(load) = load_start.filter(|&l| l >= 0.5) {
-        ui.info(format!(
-            "note: the machine is busy (1-minute load average {load:.2} on {} logical CPUs): \
-             the runs share it, those with more threads most",
-            cpu.threads
-        ));
-    }
-    // Every repeat is a round over all runs: the (b, n) pairs in a fresh shuffled order, the
-    // thread counts of a pair one after the other. Load that drifts while measuring (other
-    // work starting or stopping) then spreads over the repeats of every run alike instead of
-    // biasing the runs measured last, and the thread counts of a pair see the same load.
-    // Each repeat builds the network anew and runs one untimed warm-up step.
-    // Progress in samples (warm-up included): a run's time grows with its samples, so the
-    // ETA holds across runs of very different sizes.
-    let cost = |b: usize, steps: usize| ((steps + 1) * b) as u64;
-    let per_round: u64 =
-        pairs.iter().map(|&(b, steps)| cost(b, steps)).sum::<u64>() * threads.len() as u64;
-    let bar = progress(ui, per_round * a.repeats as u64, "measure");
-    let mut times: Vec<Vec<f64>> = vec![Vec::new(); pairs.len() * threads.len()];
-    let mut errors: Vec<Option<String>> = vec![None; times.len()];
-    for round in 0..a.repeats {
-        for pair in shuffled(pairs.len(), round as u64) {
-            let (b, steps) = pairs[pair];
-            for (t, &p) in threads.iter().enumerate() {
-                let i = pair * threads.len() + t;
-                if errors[i].is_none() {
-                    bar.set_message(format!(
-                        "{label}: repeat {}/{}, p={p} b={b} n={} ({steps} steps)",
-                        round + 1,
-                        a.repeats,
-                        steps * b
-                    ));
-                    match time_training(&network, a.backend, b, p, steps, 1) {
-                        Ok(d) => times[i].extend(d.iter().map(Duration::as_secs_f64)),
-                        Err(error) => {
-                            bar.suspend(|| {
-                                ui.info(format!(
-                                    "error: `{label}` at p={p} b={b} n={}: {error}",
-                                    steps * b
-                                ))
-                            });
-                            errors[i] = Some(error);
-                        }
-                    }
-                }
-                bar.inc(cost(b, steps));
-            }
-        }
-    }
-    let mut runs = Vec::with_capacity(times.len());
-    let mut failed = Vec::new();
-    for (i, (mut s, error)) in times.into_iter().zip(errors).enumerate() {
-        let (b, steps) = pairs[i / threads.len()];
-        let p = threads[i % threads.len()];
-        let n = steps * b;
-        match error {
-            Some(error) => failed.push(FailedRun { p, b, n, error }),
-            None => {
-                let time_s = median(&mut s);
-                runs.push(MeasuredRun {
-                    p,
-                    b,
-                    n,
-                    steps,
-                    time_s,
-                    min_s: s[0],
-                    max_s: s[s.len() - 1],
-                });
-            }
-        }
-    }
-    bar.finish_and_clear();
-    anyhow::ensure!(
-        !runs.is_empty(),
-        "no run could be measured (the first error: {})",
-        failed.first().map_or("none", |f| f.error.as_str())
-    );
-    let report = MeasureReport {
+    let measured = measure_runs(
+        &grid(label.clone()),
+        cpu.threads,
+        &mut |p, b, steps| {
+            time_training(&network, a.backend, b, p, steps, 1)
+                .map(|d| d.iter().map(Duration::as_secs_f64).collect())
+        },
+        Bars::new(ui).as_ref(),
+    )?;
+    let report = RunsReport {
         out: a.out.clone(),
         network: label,
         resolution,
@@ -1293,13 +504,12 @@ fn measure(a: MeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         cpu: cpu.model,
         cores: cpu.cores,
         repeats: a.repeats,
-        load_start,
-        load_end: load_average(),
-        runs,
-        failed,
+        load_start: measured.load_start,
+        load_end: measured.load_end,
+        runs: measured.runs,
+        failed: measured.failed,
     };
-    perfcast_data::write_atomic(&a.out, runs_csv(&report).as_bytes())
-        .with_context(|| format!("writing the runs `{}`", a.out.display()))?;
+    perfcast_scale::write_runs(&a.out, &report)?;
     ui.info(format!(
         "wrote {} runs to `{}`; fit them with `perfcast scale fit --runs {} --holdout 0.25`",
         report.runs.len(),
@@ -1308,7 +518,7 @@ fn measure(a: MeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     ));
     match a.format {
         Format::Json => emit_json(&report)?,
-        Format::Text => emit(&render_measure(&report))?,
+        Format::Text => emit(&render::scale::measure(&report))?,
     }
     if !report.failed.is_empty() {
         ui.info(format!(
@@ -1319,76 +529,4 @@ fn measure(a: MeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn render_measure(r: &MeasureReport) -> String {
-    let load = |l: Option<f64>| l.map_or_else(|| "-".to_string(), sig3);
-    let mut t = format!(
-        "{}: training steps on {}, {} ({} cores), median of {} repeats; load average {} \
-         before, {} after\n\n",
-        r.network,
-        r.backend,
-        r.cpu,
-        r.cores,
-        r.repeats,
-        load(r.load_start),
-        load(r.load_end)
-    );
-    t.push_str(&format!(
-        "{:>3} {:>5} {:>7} {:>6} {:>10} {:>7} {:>10} {:>8}\n",
-        "p", "b", "n", "steps", "time", "spread", "samples/s", "speedup"
-    ));
-    for run in &r.runs {
-        let one = r
-            .runs
-            .iter()
-            .find(|o| o.p == 1 && o.b == run.b && o.n == run.n)
-            .map(|o| o.time_s);
-        t.push_str(&format!(
-            "{:>3} {:>5} {:>7} {:>6} {:>10} {:>6}% {:>10} {:>8}\n",
-            run.p,
-            run.b,
-            run.n,
-            run.steps,
-            fmt_ms(run.time_s * 1e3),
-            sig3(100.0 * (run.max_s - run.min_s) / run.time_s),
-            sig3(run.n as f64 / run.time_s),
-            one.map_or_else(|| "-".into(), |o| sig3(o / run.time_s))
-        ));
-    }
-    for f in &r.failed {
-        t.push_str(&format!(
-            "{:>3} {:>5} {:>7} failed: {}\n",
-            f.p, f.b, f.n, f.error
-        ));
-    }
-    t.push_str("\nspread: slowest minus fastest repeat, relative to the median\n");
-    t
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shuffled_orders_are_permutations_fixed_by_the_seed() {
-        for seed in 0..4 {
-            let mut order = shuffled(10, seed);
-            assert_eq!(order, shuffled(10, seed));
-            order.sort_unstable();
-            assert_eq!(order, (0..10).collect::<Vec<_>>());
-        }
-        assert_ne!(shuffled(10, 0), shuffled(10, 1));
-        assert!(shuffled(0, 3).is_empty());
-        assert_eq!(shuffled(1, 3), [0]);
-    }
-
-    #[test]
-    fn medians_and_csv_fields() {
-        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert_eq!(csv_field("lenet5"), "lenet5");
-        assert_eq!(csv_field("a,b"), "\"a,b\"");
-        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
-    }
 }

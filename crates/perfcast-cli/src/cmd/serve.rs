@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use perfcast_select::Predictor;
-use perfcast_serve::loadtest::{LoadConfig, LoadKind, LoadReport};
+use perfcast_serve::loadtest::{LoadConfig, LoadKind};
 use perfcast_serve::{
     DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
     DEFAULT_SHUTDOWN_TIMEOUT, ServeConfig,
@@ -187,57 +187,11 @@ pub fn loadtest(a: LoadtestArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     let report = perfcast_serve::loadtest::run(&config)?;
     match a.format {
         Format::Json => emit_json(&report)?,
-        Format::Text => emit(&render(&report))?,
+        Format::Text => emit(&crate::render::serve::loadtest(&report))?,
     }
     Ok(if report.passed() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
-}
-
-fn render(r: &LoadReport) -> String {
-    let statuses: Vec<String> = r
-        .statuses
-        .iter()
-        .map(|(s, n)| format!("{s}: {n}"))
-        .collect();
-    let mut t = format!(
-        "{} requests in {} s over {} connections: {} requests/s\n\
-         {:<10} {:>9} {:>9} {:>10} {:>10} {:>10}\n",
-        r.requests,
-        sig3(r.duration_s),
-        r.concurrency,
-        sig3(r.throughput_rps),
-        "requests",
-        "count",
-        "as meant",
-        "p50 us",
-        "p99 us",
-        "max us"
-    );
-    for (name, l, ok) in [
-        ("valid", &r.valid, r.valid_ok),
-        ("malformed", &r.invalid, r.invalid_4xx),
-    ] {
-        t.push_str(&format!(
-            "{name:<10} {:>9} {:>9} {:>10} {:>10} {:>10}\n",
-            l.count,
-            ok,
-            sig3(l.p50_us),
-            sig3(l.p99_us),
-            sig3(l.max_us)
-        ));
-    }
-    t.push_str(&format!(
-        "statuses {}\nerrors {} (valid not answered 200, malformed not answered 4xx, no answer)\n\
-         healthy after: {}\n",
-        statuses.join(", "),
-        r.errors,
-        if r.healthy_after { "yes" } else { "no" }
-    ));
-    for e in &r.error_samples {
-        t.push_str(&format!("  error: {e}\n"));
-    }
-    t
 }

@@ -335,6 +335,19 @@ impl Import {
     }
 }
 
+/// Refuses an existing `out` before anything is read: without `force` whatever is there, with
+/// it anything but an earlier import ([`check_out`]).
+pub fn refuse_existing(out: &Path, force: bool) -> Result<()> {
+    if !force && std::fs::symlink_metadata(out).is_ok() {
+        return Err(Error::Input(format!(
+            "`{}` already exists\n\nhint: pass `--force` to replace an earlier import, or choose \
+             another `--out`",
+            out.display()
+        )));
+    }
+    check_out(out, force)
+}
+
 /// Refuses an existing `out` unless `force`, and even then anything but an earlier import.
 pub fn check_out(out: &Path, force: bool) -> Result<()> {
     let Ok(meta) = std::fs::symlink_metadata(out) else {

@@ -48,6 +48,9 @@
 //! an unmapped op's output) is [`Layer::detached`](perfcast_core::Layer::detached).
 
 pub mod proto;
+mod report;
+
+pub use report::{ImportReport, UnmappedRow};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;

@@ -40,7 +40,7 @@ pub use infer::{BLOCK_ROWS, BurnWeights, FastNet, MAX_WIDTH};
 pub use perfcast_predict::medn::{
     FittedMedn, SharedInput, TASKS, TILE_INPUTS, TargetScaler, TileInputs, TrainHistory,
 };
-pub use train::Samples;
+pub use train::{EPOCHS, Samples};
 
 /// Loss on standardised log latency.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,14 +109,25 @@ pub struct MednParams {
     pub ensemble: usize,
     /// Backend to train on: `flex` (CPU) or `wgpu` (needs the `wgpu` feature); default `flex`.
     pub backend: String,
-    /// Where to show epochs, loss and validation MAPE (set by the CLI, not saved).
+    /// Who hears of epochs, loss and validation MAPE (stage `epochs`; set by the caller, not
+    /// saved); default none.
     #[serde(skip)]
     pub progress: Progress,
 }
 
-/// A progress bar the caller hands in; not saved, and ignored when comparing parameters.
-#[derive(Clone, Debug, Default)]
-pub struct Progress(pub Option<indicatif::ProgressBar>);
+/// The observer training reports epochs to; not saved, and ignored when comparing parameters.
+#[derive(Clone, Default)]
+pub struct Progress(pub Option<std::sync::Arc<dyn perfcast_core::progress::Observer>>);
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Progress(observer)"
+        } else {
+            "Progress(none)"
+        })
+    }
+}
 
 impl PartialEq for Progress {
     fn eq(&self, _: &Progress) -> bool {

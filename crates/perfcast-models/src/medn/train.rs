@@ -6,7 +6,6 @@ use burn::module::Module;
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::{Device, Tensor, TensorData};
-use indicatif::ProgressBar;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -71,6 +70,9 @@ impl Samples {
     }
 }
 
+/// The progress stage training reports its epochs in.
+pub const EPOCHS: &str = "epochs";
+
 /// Everything the loop needs besides the data.
 pub(crate) struct TrainOptions<'a> {
     pub config: &'a MednConfig,
@@ -119,9 +121,12 @@ pub(crate) fn train(
     let check = if val.is_empty() { train } else { val };
     let (check_x, _, _) = check.tensors(&plain);
 
-    let bar = opts.progress.0.clone().unwrap_or_else(ProgressBar::hidden);
-    bar.set_length(epochs as u64);
-    bar.set_position(0);
+    let silent = perfcast_core::progress::Silent;
+    let observer: &dyn perfcast_core::progress::Observer = match &opts.progress.0 {
+        Some(o) => o.as_ref(),
+        None => &silent,
+    };
+    observer.begin(EPOCHS, epochs as u64);
 
     // Standardised log units back to natural log, per task (for the APE loss).
     let log_scale = Tensor::<2>::from_data(
@@ -228,11 +233,14 @@ pub(crate) fn train(
         } else {
             since_best += 1;
         }
-        bar.set_message(format!(
-            "loss {:.4}  val MAPE {mape:.2}% (best {:.2}%)",
-            history.final_loss, history.best_val_mape
-        ));
-        bar.inc(1);
+        observer.message(
+            EPOCHS,
+            &format!(
+                "loss {:.4}  val MAPE {mape:.2}% (best {:.2}%)",
+                history.final_loss, history.best_val_mape
+            ),
+        );
+        observer.advance(EPOCHS, 1);
         if since_best > opts.patience {
             break;
         }

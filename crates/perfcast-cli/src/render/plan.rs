@@ -1,0 +1,116 @@
+//! `perfcast plan` as text.
+
+use std::path::Path;
+
+use perfcast_scale::Link;
+use perfcast_scale::memory::GIB;
+use perfcast_scale::plan::{PlanReport, PriceTable};
+
+use crate::output::{fmt_ms, sig3};
+
+fn gib(bytes: f64) -> String {
+    format!("{:.1}", bytes / GIB)
+}
+
+/// `perfcast plan`: the job, the links and prices, then every plan (or the `top` fastest or
+/// cheapest) with its step split, memory per GPU, throughput and cost.
+pub fn plan(
+    r: &PlanReport,
+    links: &[(String, Link)],
+    prices: Option<&PriceTable>,
+    bundle: &Path,
+    top: usize,
+) -> String {
+    let c = &r.config;
+    let mut t = format!(
+        "{}: {} M parameters; global batch {}; {:?} optimiser; fp32; compute from `{}`\n",
+        r.network,
+        sig3(r.parameters / 1e6),
+        c.global_batch,
+        c.optimizer,
+        bundle.display()
+    );
+    let l: Vec<String> = links
+        .iter()
+        .map(|(d, l)| format!("{d} {}", l.name))
+        .collect();
+    t.push_str(&format!(
+        "links inside a node: {}; memory limit {:.0}% of each GPU",
+        l.join(", "),
+        100.0 * c.max_memory_fraction
+    ));
+    match prices {
+        Some(p) => t.push_str(&format!(
+            "; prices {} ({})\n",
+            p.date.as_deref().unwrap_or("undated"),
+            p.currency.as_deref().unwrap_or("?")
+        )),
+        None => t.push_str("; no price file (`--price-file`)\n"),
+    }
+    t.push_str(&format!(
+        "\n{:<6} {:>4} {:<24} {:<9} {:>10} {:>10} {:>10} {:>10} {:>9} {:>11} {:<4} {:>9} {:>9}\n",
+        "device",
+        "gpus",
+        "layout",
+        "recompute",
+        "step",
+        "compute",
+        "comm",
+        "bubble",
+        "update",
+        "mem/GPU GiB",
+        "fits",
+        "samples/s",
+        "$/1k steps"
+    ));
+    let shown = if top == 0 {
+        r.rows.len()
+    } else {
+        top.min(r.rows.len())
+    };
+    for row in &r.rows[..shown] {
+        t.push_str(&format!(
+            "{:<6} {:>4} {:<24} {:<9} {:>10} {:>10} {:>10} {:>10} {:>9} {:>5}/{:<5} {:<4} {:>9} {:>9}{}\n",
+            row.device,
+            row.gpus,
+            row.layout_name,
+            row.recompute.name(),
+            fmt_ms(row.step_s * 1e3),
+            fmt_ms(row.compute_s * 1e3),
+            fmt_ms(row.exposed_comm_s * 1e3),
+            fmt_ms(row.bubble_s * 1e3),
+            fmt_ms(row.update_s * 1e3),
+            gib(row.memory.total),
+            gib(row.capacity_bytes),
+            if row.fits { "yes" } else { "no" },
+            sig3(row.samples_per_s),
+            row.cost_per_1000_steps
+                .map_or("-".to_string(), |c| format!("{c:.2}")),
+            if row.pareto { " *" } else { "" }
+        ));
+    }
+    if shown < r.rows.len() {
+        t.push_str(&format!(
+            "... {} more (`--top 0` prints all)\n",
+            r.rows.len() - shown
+        ));
+    }
+    t.push_str(
+        "\ncomm: TP all-reduces, PP sends and the DP all-reduce not hidden behind the backward \
+         pass; mem: peak per GPU / allowed; * on the time-cost Pareto front\n",
+    );
+    if !r.skipped.is_empty() {
+        t.push_str(&format!(
+            "{} layout(s) not planned, e.g. {} x {} {}: {}\n",
+            r.skipped.len(),
+            r.skipped[0].gpus,
+            r.skipped[0].device,
+            r.skipped[0].layout,
+            r.skipped[0].reason
+        ));
+    }
+    if let Some(m) = r.no_fit_message() {
+        t.push_str(&format!("\n{m}\n"));
+    }
+    t
+}

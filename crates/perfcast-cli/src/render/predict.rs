@@ -1,0 +1,221 @@
+//! `perfcast predict` and `perfcast bundle show | bench` as text.
+
+use perfcast_core::Context;
+use perfcast_core::Phase;
+use perfcast_select::bench::BenchLine;
+use perfcast_select::{Manifest, ModulePrediction, NetworkPrediction};
+use serde::Serialize;
+
+use crate::output::{fmt_ms, sig3};
+
+/// A module prediction with its query, for output.
+#[derive(Debug, Serialize)]
+pub struct ModuleRow {
+    /// The module, described.
+    pub module: String,
+    /// Its context.
+    pub context: Context,
+    /// The prediction.
+    #[serde(flatten)]
+    pub prediction: ModulePrediction,
+}
+
+/// Module predictions: one line per query.
+pub fn modules(rows: &[ModuleRow]) -> String {
+    let mut t = format!(
+        "{:<44} {:>6} {:<10} {:>12} {:<10}\n",
+        "module", "batch", "phase", "predicted", "model"
+    );
+    for r in rows {
+        t.push_str(&format!(
+            "{:<44} {:>6} {:<10} {:>12} {:<10}\n",
+            r.module,
+            r.context.batch,
+            r.context.phase.name(),
+            fmt_ms(r.prediction.ms),
+            r.prediction.model
+        ));
+    }
+    t
+}
+
+/// A network's per-layer table with the total: the plain sum of its layers, or, with the
+/// bundle's host-cost terms, the composed total term by term.
+pub fn network(p: &NetworkPrediction) -> String {
+    let mut t = format!(
+        "{} (batch {}, {}, {} thread{})\n{:<24} {:<44} {:>11} {:>6}  {}\n",
+        p.network,
+        p.context.batch,
+        p.context.phase.name(),
+        p.context.threads,
+        if p.context.threads == 1 { "" } else { "s" },
+        "layer",
+        "module",
+        "predicted",
+        "share",
+        "model"
+    );
+    for l in &p.layers {
+        t.push_str(&format!(
+            "{:<24} {:<44} {:>11} {:>5}%  {}{}\n",
+            l.name,
+            l.module,
+            fmt_ms(l.prediction.ms),
+            sig3(100.0 * l.prediction.ms / p.layer_sum_ms),
+            l.prediction.model,
+            if l.prediction.fallback {
+                " (fallback)"
+            } else {
+                ""
+            }
+        ));
+    }
+    match &p.composed {
+        None => t.push_str(&format!(
+            "{:<24} {:<44} {:>11}\n",
+            "total",
+            format!("{} layers", p.layers.len()),
+            fmt_ms(p.total_ms)
+        )),
+        Some(c) => {
+            let terms = [
+                (
+                    "layers",
+                    format!("sum of {} layers", p.layers.len()),
+                    c.layer_sum_ms,
+                ),
+                (
+                    "host: per run",
+                    "setup, input, loss".to_string(),
+                    c.per_run_ms,
+                ),
+                (
+                    "host: per layer",
+                    "dispatch and allocation between layers".to_string(),
+                    c.dispatch_ms,
+                ),
+                (
+                    "host: layer scale",
+                    "cache effects across layers".to_string(),
+                    c.scale_ms,
+                ),
+                (
+                    "host: update",
+                    "optimiser step over parameters".to_string(),
+                    c.update_ms,
+                ),
+            ];
+            for (name, what, ms) in terms {
+                if name == "host: update" && p.context.phase == Phase::Inference {
+                    continue;
+                }
+                // A fitted term of a few nanoseconds reads as noise: show it as zero.
+                let ms = if ms.abs() < 1e-6 { 0.0 } else { ms };
+                t.push_str(&format!("{name:<24} {what:<44} {:>11}\n", fmt_ms(ms)));
+            }
+            t.push_str(&format!(
+                "{:<24} {:<44} {:>11}\n",
+                "total",
+                "composed (pre + layers + post)",
+                fmt_ms(c.total_ms)
+            ));
+        }
+    }
+    if p.fallback_layers > 0 {
+        t.push_str(&format!(
+            "{} layer(s) have no model in the bundle and use the device-spec roofline\n",
+            p.fallback_layers
+        ));
+    }
+    t
+}
+
+/// `bundle show`: the device, and per kind the chosen model, why, and every candidate; then the
+/// host-cost terms.
+pub fn bundle(manifest: &Manifest) -> String {
+    let mut t = format!(
+        "bundle `{}` (format {}, perfcast {}) for {} ({} GFLOP/s, {} GB/s), trained on {}\n",
+        manifest.name,
+        manifest.format,
+        manifest.perfcast_version,
+        manifest.device.name,
+        sig3(manifest.device.peak_gflops),
+        sig3(manifest.device.mem_bandwidth_gbs),
+        manifest.data
+    );
+    for (kind, e) in &manifest.kinds {
+        t.push_str(&format!(
+            "\n{kind}: {} ({} rows), {}\n  {:<12} {:>8} {:>9} {:>9} {:>9}\n",
+            e.chosen, e.rows, e.selection.why, "model", "cv MAPE", "test MAPE", "us/row", "KB"
+        ));
+        for c in &e.candidates {
+            let mark = if c.model == e.chosen {
+                "*"
+            } else if e.selection.pareto.contains(&c.model) {
+                "p"
+            } else {
+                " "
+            };
+            t.push_str(&format!(
+                "{mark} {:<12} {:>7}% {:>8}% {:>9} {:>9}\n",
+                c.model,
+                sig3(c.cv_mape),
+                sig3(c.test_mape),
+                sig3(c.predict_us),
+                sig3(c.size_bytes as f64 / 1024.0)
+            ));
+        }
+    }
+    t.push_str("\n* chosen, p on the Pareto front (MAPE, prediction time, size)\n");
+    match &manifest.host_costs {
+        Some(c) => t.push_str(&format!(
+            "\nnetwork host-cost terms (fitted on {}, {} thread(s)):\n{}",
+            c.networks.join(", "),
+            c.threads,
+            super::networks::costs(c)
+        )),
+        None => t.push_str(
+            "\nno network host-cost terms: networks are predicted as the plain sum of \
+             their layers (`perfcast calibrate` fits them)\n",
+        ),
+    }
+    t
+}
+
+/// `bundle bench`: the median and p99 time of each query and its rate.
+pub fn bench(lines: &[BenchLine]) -> String {
+    let mut t = format!(
+        "{:<52} {:>10} {:>10} {:>12}\n",
+        "query", "p50 us", "p99 us", "per second"
+    );
+    for l in lines {
+        t.push_str(&format!(
+            "{:<52} {:>10} {:>10} {:>12}\n",
+            l.query,
+            sig3(l.p50_us),
+            sig3(l.p99_us),
+            sig3(l.per_second)
+        ));
+    }
+    t
+}
+
+/// The known devices as a table (`perfcast predict --list-devices`).
+pub fn devices_table() -> String {
+    let mut t = format!(
+        "{:<32} {:<30} {:>10} {:>8} {:>6} {:>6}\n",
+        "name", "--device", "GFLOP/s", "GB/s", "SMs", "GB"
+    );
+    for s in perfcast_data::import::known::known() {
+        t.push_str(&format!(
+            "{:<32} {:<30} {:>10} {:>8} {:>6} {:>6}\n",
+            s.name,
+            s.slug(),
+            s.peak_gflops,
+            s.mem_bandwidth_gbs,
+            s.cores,
+            s.memory_gb
+        ));
+    }
+    t
+}

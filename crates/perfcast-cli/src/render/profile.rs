@@ -1,0 +1,58 @@
+//! `perfcast profile` as text.
+
+use perfcast_core::ModuleKind;
+use perfcast_profile::run::RunSummary;
+
+/// Rows measured, failed and skipped per kind, and every failed configuration.
+pub fn summary(modules: &[ModuleKind], summary: &RunSummary) -> String {
+    let mut text = format!(
+        "profiled {} on {} in {:.1} s -> {}\n\n{:<12} {:>9} {:>7} {:>8} {:>11}\n",
+        modules
+            .iter()
+            .map(|k| k.name())
+            .collect::<Vec<_>>()
+            .join(","),
+        summary.backend,
+        summary.elapsed_s,
+        summary.dataset.display(),
+        "module",
+        "measured",
+        "failed",
+        "skipped",
+        "total rows"
+    );
+    for (kind, c) in &summary.kinds {
+        text.push_str(&format!(
+            "{kind:<12} {:>9} {:>7} {:>8} {:>11}\n",
+            c.measured, c.failed, c.skipped, c.total_rows
+        ));
+    }
+    if let Some(c) = &summary.canary {
+        text.push_str(&canary_line(c));
+    }
+    if !summary.failures.is_empty() {
+        text.push_str("\nfailed configurations (recorded with their reason):\n");
+        for f in &summary.failures {
+            text.push_str(&format!("  {f}\n"));
+        }
+    }
+    text
+}
+
+/// One line on what the interference canary saw.
+fn canary_line(c: &perfcast_profile::canary::CanaryReport) -> String {
+    let best = c.best_ms.map_or("-".into(), crate::output::fmt_ms);
+    let worst = c.readings_ms.iter().copied().reduce(f64::max);
+    let spread = match (c.best_ms, worst) {
+        (Some(b), Some(w)) if b > 0.0 => format!(", slowest +{:.0}%", 100.0 * (w / b - 1.0)),
+        _ => String::new(),
+    };
+    format!(
+        "\ncanary: {} readings, best {best}{spread}; {} rows measured while disturbed, {} of \
+         them measured again ({} without a clean visit keep their fastest)\n",
+        c.readings_ms.len(),
+        c.disturbed,
+        c.remeasured,
+        c.still_disturbed
+    )
+}

@@ -1,0 +1,304 @@
+//! Whole networks measured one run after another (`perfcast measure`, the runs behind
+//! `calibrate` and `eval networks`), and network-aware profiling: the distinct layers of some
+//! networks timed alone and stored in a module dataset, so the module models know exactly the
+//! layers those networks use.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use perfcast_core::progress::Observer;
+use perfcast_core::{Context, CpuTopology, Network, NetworkChoice, Phase};
+use perfcast_data::networks::{NetworkRecord, append_networks};
+use perfcast_data::{DatasetDir, Outcome, Record, Timing, measurement_key};
+
+use crate::Backend;
+use crate::error::{Error, Result};
+use crate::network::{measure, measure_layers, network_timing};
+use crate::timer::TimingConfig;
+
+/// The progress stage of [`measure_networks`].
+pub const MEASURE_STAGE: &str = "measure";
+
+/// The progress stage of [`profile_layers`].
+pub const LAYERS_STAGE: &str = "layers";
+
+/// How to measure networks.
+#[derive(Clone, Debug)]
+pub struct MeasurePlan {
+    /// Batch sizes.
+    pub batch: Vec<usize>,
+    /// Phases (a training step is forward, backward and the SGD update).
+    pub phases: Vec<Phase>,
+    /// Compute threads.
+    pub threads: usize,
+    /// Backend to run on.
+    pub backend: Backend,
+    /// Time cap per configuration after warm-up, seconds (at least 5 runs are timed).
+    pub max_time_s: f64,
+    /// Append every measurement to this JSON-lines file.
+    pub save: Option<PathBuf>,
+    /// Also time every distinct layer alone and record their sum.
+    pub layers: bool,
+    /// Append those per-layer timings to this module dataset (implies `layers`).
+    pub layers_into: Option<PathBuf>,
+}
+
+/// The heap high-water mark, where the caller counts allocations (the `perfcast` binary's
+/// global allocator); [`NoPeak`] elsewhere.
+pub trait PeakMemory {
+    /// Starts a new peak; returns the bytes live now.
+    fn reset(&self) -> usize;
+    /// Most bytes live since the last [`PeakMemory::reset`] above `live_before`, or `None`
+    /// when not counted.
+    fn peak_since(&self, live_before: usize) -> Option<u64>;
+}
+
+/// No allocation counting.
+pub struct NoPeak;
+
+impl PeakMemory for NoPeak {
+    fn reset(&self) -> usize {
+        0
+    }
+    fn peak_since(&self, _: usize) -> Option<u64> {
+        None
+    }
+}
+
+/// One network run measured.
+#[derive(Clone, Debug)]
+pub struct MeasuredNetwork {
+    /// The network's label (`vgg16@112`).
+    pub label: String,
+    /// The measurement, as stored.
+    pub record: NetworkRecord,
+    /// Most heap bytes live during the run above what was live before it: the network's
+    /// weights, optimiser state, activations, gradients and the backend's buffers, over the
+    /// warm-up and every timed run (`None` without allocation counting).
+    pub peak_bytes: Option<u64>,
+}
+
+fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// Measures every (network, phase, batch) of `plan` end to end, saving each run as it
+/// finishes; progress: stage [`MEASURE_STAGE`]; a warning goes to `observer` when other
+/// processes keep the cores busy.
+pub fn measure_networks(
+    nets: &[NetworkChoice],
+    plan: &MeasurePlan,
+    peak: &dyn PeakMemory,
+    observer: &dyn Observer,
+) -> Result<Vec<MeasuredNetwork>> {
+    if !plan.batch.iter().all(|&b| b >= 1) {
+        return Err(Error::Input("`--batch` values must be at least 1".into()));
+    }
+    if plan.threads < 1 {
+        return Err(Error::Input("`--threads` must be at least 1".into()));
+    }
+    if !(plan.max_time_s.is_finite() && plan.max_time_s > 0.0) {
+        return Err(Error::Input(format!(
+            "`--max-time-s` must be a positive number of seconds, got {}",
+            plan.max_time_s
+        )));
+    }
+    if !plan.backend.available() {
+        plan.backend.device()?; // the backend's own error says how to get it
+    }
+    let timing = network_timing(plan.max_time_s);
+    if let Some(warning) = crate::probe::busy_warning() {
+        observer.note(&warning);
+    }
+    let module_timing = TimingConfig::default();
+    let dataset = match &plan.layers_into {
+        Some(dir) => Some(DatasetDir::open(dir)?),
+        None => None,
+    };
+    let device = CpuTopology::detect().model;
+    let total = nets.len() * plan.batch.len() * plan.phases.len();
+    observer.begin(MEASURE_STAGE, total as u64);
+    let mut out = Vec::with_capacity(total);
+    for net in nets {
+        for &phase in &plan.phases {
+            for &batch in &plan.batch {
+                observer.message(
+                    MEASURE_STAGE,
+                    &format!("{} batch {batch} {}", net.label, phase.name()),
+                );
+                let context = Context {
+                    batch,
+                    phase,
+                    threads: plan.threads,
+                    utilisation: 0.0,
+                };
+                context.validate()?;
+                let before = peak.reset();
+                let measured =
+                    measure(&net.network, &context, plan.backend, &timing).map_err(|e| {
+                        Error::Input(format!(
+                            "measuring `{}` at batch {batch} ({phase}): {e}",
+                            net.label
+                        ))
+                    })?;
+                let peak_bytes = peak.peak_since(before);
+                let layer_times = if plan.layers || dataset.is_some() {
+                    observer.message(
+                        MEASURE_STAGE,
+                        &format!("{} batch {batch} {}: layers alone", net.label, phase.name()),
+                    );
+                    let t = measure_layers(&net.network, &context, plan.backend, &module_timing)
+                        .map_err(|e| Error::Input(format!("measuring `{}`: {e}", net.label)))?;
+                    if let Some(ds) = &dataset {
+                        save_layers(ds, &net.network, &context, plan.backend, &t)?;
+                    }
+                    Some(t)
+                } else {
+                    None
+                };
+                let record = NetworkRecord {
+                    network: net.network.clone(),
+                    resolution: net.resolution,
+                    batch,
+                    phase,
+                    threads: plan.threads,
+                    backend: plan.backend.name().to_string(),
+                    device: device.clone(),
+                    layers: measured.counts.layers,
+                    param_tensors: measured.counts.param_tensors,
+                    params: measured.counts.params,
+                    timing: measured.timing,
+                    update_ms: measured.update_ms,
+                    layer_sum_ms: layer_times.map(|ts| ts.iter().map(|t| t.median_ms).sum::<f64>()),
+                    perfcast_version: perfcast_core::VERSION.to_string(),
+                    timestamp: now(),
+                };
+                if let Some(path) = &plan.save {
+                    append_networks(path, std::slice::from_ref(&record))?;
+                }
+                out.push(MeasuredNetwork {
+                    label: net.label.clone(),
+                    record,
+                    peak_bytes,
+                });
+                observer.advance(MEASURE_STAGE, 1);
+            }
+        }
+    }
+    observer.end(MEASURE_STAGE);
+    Ok(out)
+}
+
+/// Appends the distinct layers' timings to a module dataset, skipping rows it holds.
+pub fn save_layers(
+    dataset: &DatasetDir,
+    network: &Network,
+    context: &Context,
+    backend: Backend,
+    times: &[Timing],
+) -> Result<()> {
+    let mut by_kind: BTreeMap<_, Vec<Record>> = BTreeMap::new();
+    let mut seen = HashSet::new();
+    for (layer, t) in network.layers.iter().zip(times) {
+        let key = measurement_key(&layer.spec, context, backend.name());
+        if !seen.insert(key) {
+            continue;
+        }
+        by_kind.entry(layer.spec.kind()).or_default().push(Record {
+            spec: layer.spec.clone(),
+            context: context.clone(),
+            backend: backend.name().to_string(),
+            outcome: Outcome::Ok(t.clone()),
+            perfcast_version: perfcast_core::VERSION.to_string(),
+            timestamp: now(),
+        });
+    }
+    for (kind, records) in by_kind {
+        // Rows the dataset already holds are not stored again (append checks the keys).
+        dataset.append(kind, &records)?;
+    }
+    Ok(())
+}
+
+/// Times every distinct layer of `nets` alone at each batch, in both phases, as `profile`
+/// times modules, and appends the rows `dataset` does not hold yet (network-aware profiling:
+/// the module models then know exactly the layers these networks use). Returns the layer
+/// configurations timed; progress: stage [`LAYERS_STAGE`].
+pub fn profile_layers(
+    nets: &[NetworkChoice],
+    batches: &[usize],
+    threads: usize,
+    dataset: &Path,
+    observer: &dyn Observer,
+) -> Result<usize> {
+    let ds = DatasetDir::open(dataset)?;
+    if let Some(warning) = crate::probe::busy_warning() {
+        observer.note(&warning);
+    }
+    // Shorter than `profile`'s rules (0.6 s cap, 7 samples): a network's layers are many and
+    // mostly large, where a median of 3 samples already agrees within 1-3% (the spread of big
+    // ops here); this keeps the quickstart within its 10 minutes.
+    let timing = TimingConfig {
+        min_samples: 3,
+        max_time_s: 0.2,
+        warmup_s: 0.02,
+        ..TimingConfig::default()
+    };
+    let phases = [Phase::Inference, Phase::Training];
+    observer.begin(
+        LAYERS_STAGE,
+        (nets.len() * batches.len() * phases.len()) as u64,
+    );
+    let mut timed = 0;
+    for net in nets {
+        for &batch in batches {
+            for phase in phases {
+                observer.message(
+                    LAYERS_STAGE,
+                    &format!("{} batch {batch} {}", net.label, phase.name()),
+                );
+                let context = Context {
+                    batch,
+                    phase,
+                    threads,
+                    utilisation: 0.0,
+                };
+                context.validate()?;
+                // Skip layers already stored: a rerun (or a second network sharing layers)
+                // measures only what is new.
+                let mut stored = HashMap::new();
+                let mut layers = Vec::new();
+                for l in &net.network.layers {
+                    let kind = l.spec.kind();
+                    let keys = match stored.entry(kind) {
+                        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                        std::collections::hash_map::Entry::Vacant(e) => {
+                            e.insert(ds.measured_keys(kind)?)
+                        }
+                    };
+                    let key = measurement_key(&l.spec, &context, Backend::Flex.name());
+                    if !keys.contains(&key) {
+                        layers.push(l.clone());
+                    }
+                }
+                let fresh = Network {
+                    layers,
+                    ..net.network.clone()
+                };
+                if !fresh.layers.is_empty() {
+                    let t = measure_layers(&fresh, &context, Backend::Flex, &timing)
+                        .map_err(|e| Error::Input(format!("measuring `{}`: {e}", net.label)))?;
+                    timed += t.len();
+                    save_layers(&ds, &fresh, &context, Backend::Flex, &t)?;
+                }
+                observer.advance(LAYERS_STAGE, 1);
+            }
+        }
+    }
+    observer.end(LAYERS_STAGE);
+    Ok(timed)
+}

@@ -1,0 +1,185 @@
+//! A sweep with values set from outside the TOML file on top (`perfcast profile --samples 50
+//! --batch 1,8`), checked as a whole afterwards; and the sweeps `perfcast quickstart` runs.
+
+use std::path::Path;
+
+use perfcast_core::{ModuleKind, Phase};
+
+use crate::error::{Error, Result};
+use crate::sweep::{MAX_SAMPLES, Param, Sweep, Value, builtin_path};
+
+/// Values that replace a sweep's own; `None` or empty keeps the sweep's.
+#[derive(Clone, Debug, Default)]
+pub struct SweepOverrides {
+    /// Module kinds (repeats next to each other are dropped).
+    pub modules: Vec<ModuleKind>,
+    /// Configurations per kind.
+    pub samples: Option<usize>,
+    /// Sampler seed.
+    pub seed: Option<u64>,
+    /// Phases.
+    pub phases: Vec<Phase>,
+    /// Batch sizes to draw from.
+    pub batch: Vec<usize>,
+    /// Thread counts to draw from.
+    pub threads: Vec<usize>,
+    /// Background utilisation shares to draw from.
+    pub utilisation: Vec<f64>,
+    /// Cap on the timed samples of one configuration, seconds.
+    pub max_time_s: Option<f64>,
+    /// Visits per configuration.
+    pub rounds: Option<u32>,
+}
+
+fn choice<T: Into<f64> + Copy>(values: &[T]) -> Param {
+    Param::Choice(values.iter().map(|&v| Value::Num(v.into())).collect())
+}
+
+impl Sweep {
+    /// The sweep in `file` (the built-in one without) with `overrides` on top, validated as a
+    /// whole; an error names the file (or `<built-in>`).
+    pub fn with_overrides(file: Option<&Path>, overrides: &SweepOverrides) -> Result<Sweep> {
+        let mut sweep = match file {
+            Some(path) => Sweep::from_file(path)?,
+            None => Sweep::default(),
+        };
+        let o = overrides;
+        if !o.modules.is_empty() {
+            let mut kinds = o.modules.clone();
+            kinds.dedup();
+            sweep.modules = kinds;
+        }
+        if let Some(n) = o.samples {
+            if !(1..=MAX_SAMPLES).contains(&n) {
+                return Err(Error::Input(format!(
+                    "`--samples` must be in [1, {MAX_SAMPLES}], got {n}"
+                )));
+            }
+            sweep.samples = n;
+        }
+        if let Some(seed) = o.seed {
+            sweep.seed = seed;
+        }
+        if !o.phases.is_empty() {
+            sweep.phases = o.phases.clone();
+        }
+        if !o.batch.is_empty() {
+            sweep.batch = choice(&o.batch.iter().map(|&b| b as f64).collect::<Vec<_>>());
+        }
+        if !o.threads.is_empty() {
+            sweep.threads = choice(&o.threads.iter().map(|&t| t as f64).collect::<Vec<_>>());
+        }
+        if !o.utilisation.is_empty() {
+            sweep.utilisation = choice(&o.utilisation);
+        }
+        if let Some(t) = o.max_time_s {
+            sweep.timing.max_time_s = t;
+        }
+        if let Some(r) = o.rounds {
+            sweep.timing.rounds = r;
+        }
+        sweep.validate().map_err(|message| Error::Sweep {
+            path: file.map_or_else(builtin_path, Path::to_path_buf),
+            message: format!("after command-line overrides: {message}"),
+        })?;
+        Ok(sweep)
+    }
+}
+
+/// Every kind the zoo networks are made of, so no layer falls back to the spec roofline, with
+/// the multiple of the quickstart's samples each gets (convolutions have ten shape parameters
+/// and dominate CNN time, GEMMs come next; elementwise kinds are nearly linear in their size)
+/// and the cap on each configuration's timed samples, seconds. Small ops are noisy and run to
+/// the cap: 0.15-0.25 s is still hundreds of calls, and keeps the whole quickstart under 10
+/// minutes (the default 0.6 s alone took 7.5 of them).
+pub const QUICKSTART_KINDS: [(&[ModuleKind], usize, f64); 3] = [
+    (&[ModuleKind::Conv2d], 6, 0.25),
+    (&[ModuleKind::Linear, ModuleKind::Matmul], 2, 0.25),
+    (
+        &[
+            ModuleKind::MaxPool2d,
+            ModuleKind::AvgPool2d,
+            ModuleKind::BatchNorm2d,
+            ModuleKind::Relu,
+            ModuleKind::Add,
+            ModuleKind::Softmax,
+            ModuleKind::LayerNorm,
+            ModuleKind::Gelu,
+            ModuleKind::Tanh,
+        ],
+        1,
+        0.15,
+    ),
+];
+
+/// The quickstart's sweeps of the built-in ranges, one per [`QUICKSTART_KINDS`] entry, with
+/// `samples` configurations per elementwise or pooling kind.
+pub fn quickstart_sweeps(samples: usize) -> Result<Vec<Sweep>> {
+    QUICKSTART_KINDS
+        .iter()
+        .map(|(kinds, multiple, cap)| {
+            Sweep::with_overrides(
+                None,
+                &SweepOverrides {
+                    modules: kinds.to_vec(),
+                    samples: Some(multiple * samples),
+                    max_time_s: Some(*cap),
+                    ..SweepOverrides::default()
+                },
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_replace_the_sweeps_values_and_are_checked() {
+        let sweep = Sweep::with_overrides(
+            None,
+            &SweepOverrides {
+                modules: vec![ModuleKind::Relu, ModuleKind::Relu, ModuleKind::Linear],
+                samples: Some(7),
+                seed: Some(3),
+                max_time_s: Some(0.1),
+                ..SweepOverrides::default()
+            },
+        )
+        .expect("sweep");
+        assert_eq!(sweep.modules, [ModuleKind::Relu, ModuleKind::Linear]);
+        assert_eq!((sweep.samples, sweep.seed), (7, 3));
+        assert_eq!(sweep.timing.max_time_s, 0.1);
+        let err = Sweep::with_overrides(
+            None,
+            &SweepOverrides {
+                samples: Some(0),
+                ..SweepOverrides::default()
+            },
+        )
+        .expect_err("no samples")
+        .to_string();
+        assert_eq!(err, "`--samples` must be in [1, 100000], got 0");
+        let err = Sweep::with_overrides(
+            None,
+            &SweepOverrides {
+                rounds: Some(0),
+                ..SweepOverrides::default()
+            },
+        )
+        .expect_err("no rounds")
+        .to_string();
+        assert!(err.contains("after command-line overrides"), "{err}");
+    }
+
+    #[test]
+    fn the_quickstart_covers_twelve_kinds_with_more_convolutions() {
+        let sweeps = quickstart_sweeps(40).expect("sweeps");
+        let kinds: usize = sweeps.iter().map(|s| s.modules.len()).sum();
+        assert_eq!(kinds, 12);
+        assert_eq!(sweeps[0].samples, 240);
+        assert_eq!(sweeps[2].samples, 40);
+        assert_eq!(sweeps[2].timing.max_time_s, 0.15);
+    }
+}

@@ -1,0 +1,1092 @@
+//! The train -> cross-validate -> select -> bundle pipeline behind `perfcast train`.
+//!
+//! [`train_and_select`] reads the datasets of a [`TrainPlan`], holds out a test share of each
+//! kind's rows, cross-validates every requested family on the rest, fits it, scores it on the
+//! held-out rows and times its predictions; with several kinds, each neural family is also
+//! fitted once for all kinds together; with a bundle requested, [`crate::select`] chooses one
+//! model per kind under the budgets. Nothing is written until [`Trained::write`]: the models,
+//! `report.json` and each kind's `heldout.csv` (plus any files the caller renders, such as
+//! charts) go into a staging directory that replaces the output directory at the end, and the
+//! bundle is written atomically beside it.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use perfcast_core::progress::Silent;
+//! use perfcast_select::pipeline::{TrainPlan, train_and_select};
+//!
+//! let plan = TrainPlan::new(vec!["datasets/my-cpu".into()], "models/my-cpu".into());
+//! let trained = train_and_select(&plan, Arc::new(Silent))?;
+//! let report = trained.write(Vec::new())?;
+//! println!("{} kinds trained", report.kinds.len());
+//! # Ok::<(), perfcast_select::Error>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use perfcast_core::progress::Observer;
+use perfcast_core::{DeviceSpec, Metrics, ModuleKind, Phase};
+use perfcast_data::outdir::{self, OutputKind};
+use perfcast_data::{DatasetDir, resolve_datasets};
+use perfcast_models::eval::{
+    ModelParams, PredictionCost, Split, cross_validate, holdout, kfold, prediction_cost, score,
+};
+use perfcast_models::source::TrainSource;
+use perfcast_models::{Regressor, SavedModel, TrainSet};
+use serde::{Deserialize, Serialize};
+
+use crate::bundle::{FORMAT, KindEntry, Manifest, feature_ranges, write_bundle};
+use crate::error::{Error, Result};
+use crate::select::{Budget, Candidate, Selection};
+
+/// The progress stage of the (kind, family) fits.
+pub const STAGE: &str = "train";
+
+/// Fewest rows per fold of a 2-fold cross-validation for a kind to be trained when kinds are
+/// not named.
+pub const MIN_ROWS_PER_FOLD: usize = 5;
+
+/// What to train, how to judge it and where to write it.
+#[derive(Clone, Debug)]
+pub struct TrainPlan {
+    /// Datasets: one device's, several, or folders of them ([`resolve_datasets`]).
+    pub data: Vec<PathBuf>,
+    /// Family names (`ridge`, `medn`, ...).
+    pub models: Vec<String>,
+    /// Output directory for the fitted models and the report.
+    pub out: PathBuf,
+    /// Kinds to train (empty: every kind of the data with enough rows).
+    pub modules: Vec<ModuleKind>,
+    /// Folds of the cross-validation on the training part; default 5.
+    pub folds: usize,
+    /// Random rows or whole configuration groups; default random.
+    pub split: Split,
+    /// Share held out for the final test; default 0.2.
+    pub test_share: f64,
+    /// Seed of the splits; default 0.
+    pub seed: u64,
+    /// `model.field=value` settings.
+    pub set: Vec<String>,
+    /// Replace an existing output directory (of models); default no.
+    pub force: bool,
+    /// Auto-select a model per kind and write a bundle: a name (`checkpoints/<name>/`) or a
+    /// directory path.
+    pub bundle: Option<String>,
+    /// Budgets of the selection.
+    pub budget: Budget,
+    /// Only rows of this phase (`None`: both).
+    pub phase: Option<Phase>,
+    /// Leave out the tables the GEMM consistency check flags; default no (they are reported).
+    pub exclude_flagged: bool,
+}
+
+impl TrainPlan {
+    /// The defaults of `perfcast train` on `data` into `out`.
+    pub fn new(data: Vec<PathBuf>, out: PathBuf) -> TrainPlan {
+        TrainPlan {
+            data,
+            models: ["ridge", "knn", "trees", "roofline"]
+                .map(String::from)
+                .to_vec(),
+            out,
+            modules: Vec::new(),
+            folds: 5,
+            split: Split::Random,
+            test_share: 0.2,
+            seed: 0,
+            set: Vec::new(),
+            force: false,
+            bundle: None,
+            budget: Budget::default(),
+            phase: None,
+            exclude_flagged: false,
+        }
+    }
+}
+
+/// One model's results on one module kind.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ModelReport {
+    /// Family.
+    pub model: String,
+    /// Cross-validated metrics on the training part.
+    pub cv: Metrics,
+    /// Metrics on the held-out part.
+    pub test: Metrics,
+    /// Held-out MAPE per phase, percent.
+    pub test_mape_by_phase: BTreeMap<String, f64>,
+    /// Cross-validated MAPE per phase (every training row predicted once, by the fold that
+    /// held it out), percent: steadier than the held-out figure on small data.
+    #[serde(default)]
+    pub cv_mape_by_phase: BTreeMap<String, f64>,
+    /// Prediction cost.
+    pub cost: PredictionCost,
+    /// Saved model file, relative to the output directory.
+    pub file: String,
+}
+
+/// Results on one module kind.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct KindReport {
+    /// Kind.
+    pub kind: ModuleKind,
+    /// Training rows, held-out rows.
+    pub rows: (usize, usize),
+    /// Per model.
+    pub models: Vec<ModelReport>,
+    /// The model with the lowest held-out MAPE.
+    pub best: String,
+}
+
+/// The whole report (`report.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrainReport {
+    /// Dataset trained on.
+    pub data: PathBuf,
+    /// Device name.
+    pub device: String,
+    /// Split and folds.
+    pub split: Split,
+    /// Folds.
+    pub folds: usize,
+    /// Held-out share.
+    pub test_share: f64,
+    /// Per kind.
+    pub kinds: Vec<KindReport>,
+    /// One network shared by every kind against one per kind, for each neural family trained
+    /// (only when several kinds were trained).
+    #[serde(default)]
+    pub shared: Vec<SharedReport>,
+    /// Auto-selection and the bundle written, with a bundle requested.
+    #[serde(default)]
+    pub selection: Option<SelectionReport>,
+    /// Tables the consistency check flagged: device, kind, whether left out.
+    #[serde(default)]
+    pub flagged: Vec<FlaggedTable>,
+}
+
+/// A dataset table the consistency check flagged.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FlaggedTable {
+    /// Device name.
+    pub device: String,
+    /// The table's kind.
+    pub kind: ModuleKind,
+    /// What the check found.
+    pub why: String,
+    /// Whether training left it out.
+    pub excluded: bool,
+}
+
+/// What auto-selection chose and how it compares with one family everywhere.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SelectionReport {
+    /// Bundle directory written.
+    pub bundle: PathBuf,
+    /// Per kind: the choice and why.
+    pub kinds: Vec<KindSelection>,
+    /// Held-out metrics over every kind's rows pooled, with the chosen models.
+    pub overall: Metrics,
+    /// Mean one-row prediction time of the chosen models, microseconds.
+    pub mean_predict_us: f64,
+    /// Total size of the chosen models, bytes.
+    pub total_size_bytes: usize,
+    /// The same figures with one family for every kind (each family trained on every kind).
+    pub single: Vec<SingleSelection>,
+}
+
+/// One kind's selection.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct KindSelection {
+    /// Kind.
+    pub kind: ModuleKind,
+    /// Chosen family, Pareto front and why.
+    pub selection: Selection,
+    /// Held-out MAPE of the chosen model, percent.
+    pub test_mape: f64,
+}
+
+/// Overall figures of one family used for every kind.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SingleSelection {
+    /// Family.
+    pub model: String,
+    /// Held-out metrics over every kind's rows pooled.
+    pub overall: Metrics,
+    /// Mean one-row prediction time, microseconds.
+    pub mean_predict_us: f64,
+    /// Total size, bytes.
+    pub total_size_bytes: usize,
+}
+
+/// Held-out MAPE of a neural family fitted once per kind and once for all kinds together.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SharedReport {
+    /// Family (`medn` or `mlp`).
+    pub model: String,
+    /// Module kind.
+    pub kind: ModuleKind,
+    /// Held-out MAPE of the per-kind network, percent.
+    pub per_kind_mape: f64,
+    /// Held-out MAPE of the shared network, percent.
+    pub shared_mape: f64,
+}
+
+/// One fitted model and its place in the output.
+struct FittedFile {
+    /// Path relative to the output directory (`conv2d/ridge.json`).
+    file: String,
+    saved: SavedModel,
+    /// Held-out predictions, ms, in the kind's test-row order.
+    predictions: Vec<f64>,
+    /// Where a neural model's burn checkpoint goes, relative to the output directory (the
+    /// per-kind networks; shared ones keep the JSON form only).
+    checkpoint: Option<String>,
+}
+
+/// A kind's held-out rows with every per-kind family's predictions, as the caller renders
+/// them (charts of predicted against measured).
+pub struct HeldOut<'a> {
+    /// Kind.
+    pub kind: ModuleKind,
+    /// Measured ms of the held-out rows.
+    pub measured: &'a [f64],
+    /// Per family, in training order: name, predictions (ms, row order), held-out MAPE.
+    pub models: Vec<(&'a str, &'a [f64], f64)>,
+}
+
+/// One kind's data, kept for the files written at the end.
+struct KindData {
+    kind: ModuleKind,
+    train: TrainSet,
+    test: TrainSet,
+    /// Indices into [`Trained::files`] of the per-kind families, in training order.
+    per_kind: Vec<usize>,
+}
+
+/// The bundle chosen, to be written.
+struct ChosenBundle {
+    dir: PathBuf,
+    manifest: Manifest,
+    files: Vec<(String, SavedModel)>,
+}
+
+/// Everything trained, held in memory until [`Trained::write`].
+pub struct Trained {
+    out: PathBuf,
+    /// The device the rows were measured on (the first dataset's).
+    pub device: DeviceSpec,
+    report: TrainReport,
+    files: Vec<FittedFile>,
+    kinds: Vec<KindData>,
+    bundle: Option<ChosenBundle>,
+}
+
+/// MAPE per phase of `pred` against `data`'s targets.
+pub fn phase_mapes(data: &TrainSet, pred: &[f64]) -> BTreeMap<String, f64> {
+    let idx = data.schema.index("training");
+    let mut out = BTreeMap::new();
+    for phase in [Phase::Inference, Phase::Training] {
+        let want = f64::from(u8::from(phase == Phase::Training));
+        let (p, t): (Vec<f64>, Vec<f64>) = data
+            .x
+            .iter_rows()
+            .zip(pred.iter().zip(&data.y))
+            .filter(|(r, _)| idx.is_some_and(|i| r[i] == want))
+            .map(|(_, (p, t))| (*p, *t))
+            .unzip();
+        if let Some(m) = Metrics::compute(&p, &t) {
+            out.insert(phase.name().to_string(), m.mape);
+        }
+    }
+    out
+}
+
+/// `checkpoints/<name>` for a bare name, the path itself otherwise.
+pub fn bundle_dir(name: &str) -> PathBuf {
+    if name.contains('/') || name.contains(std::path::MAIN_SEPARATOR) {
+        PathBuf::from(name)
+    } else {
+        Path::new("checkpoints").join(name)
+    }
+}
+
+/// Runs the pipeline of `plan`: every family fitted, cross-validated and scored on every
+/// kind, and with a bundle requested, one model chosen per kind. Progress goes to `observer`
+/// (stage [`STAGE`], and the neural families' epochs, stage [`perfcast_models::medn::EPOCHS`]),
+/// notes too (tables the consistency check flags, kinds skipped for too few rows). Nothing is
+/// written yet.
+pub fn train_and_select(plan: &TrainPlan, observer: Arc<dyn Observer>) -> Result<Trained> {
+    let params: Vec<ModelParams> = plan
+        .models
+        .iter()
+        .map(|m| ModelParams::by_name(m))
+        .collect::<std::result::Result<_, _>>()?;
+    // `model.field=value` settings go through the parameters' serde form, so unknown fields
+    // and bad values are refused by the same checks as a config file.
+    let params = params
+        .iter()
+        .map(|p| p.with_sets(&plan.set))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    plan.budget.validate()?;
+    if params.is_empty() {
+        return Err(Error::Input("`--models` is empty".into()));
+    }
+    // Checked before any training: the output and the bundle replace only perfcast outputs of
+    // their kind, never a folder holding the input data or each other (issue 21).
+    let inputs: Vec<&Path> = plan.data.iter().map(PathBuf::as_path).collect();
+    outdir::check_destination(&plan.out, OutputKind::Models, plan.force, &inputs)?;
+    if let Some(name) = &plan.bundle {
+        let bundle = bundle_dir(name);
+        let mut taken = inputs.clone();
+        taken.push(&plan.out);
+        outdir::check_destination(&bundle, OutputKind::Bundle, true, &taken)?;
+    }
+    let mut source = TrainSource::new(resolve_datasets(&plan.data)?)?;
+    source.phase = plan.phase;
+    let flagged = if source.cross_device() {
+        source.flagged()?
+    } else {
+        Vec::new()
+    };
+    for (device, kind, why) in &flagged {
+        observer.note(&format!(
+            "data check: `{device}` {kind} table flagged ({why}): {}",
+            if plan.exclude_flagged {
+                "left out"
+            } else {
+                "kept (--exclude-flagged leaves it out)"
+            }
+        ));
+    }
+    if plan.exclude_flagged {
+        source.excluded = flagged.iter().map(|(d, k, _)| (d.clone(), *k)).collect();
+    }
+    let device = source.device.clone();
+    let mut params = source.params(params);
+    for p in &mut params {
+        p.set_observer(observer.clone());
+    }
+    let observer = observer.as_ref();
+    let present = source.kinds();
+    if present.is_empty() {
+        return Err(Error::Input(format!(
+            "`{}` holds no module tables",
+            source.label()
+        )));
+    }
+    let kinds = if plan.modules.is_empty() {
+        present.clone()
+    } else {
+        plan.modules.clone()
+    };
+    if let Some(missing) = kinds.iter().find(|k| !present.contains(k)) {
+        let names: Vec<&str> = present.iter().map(|k| k.name()).collect();
+        return Err(Error::Input(format!(
+            "`{}` has no `{missing}` table (it has: {})",
+            source.label(),
+            names.join(", ")
+        )));
+    }
+
+    observer.begin(STAGE, (kinds.len() * params.len()) as u64);
+    let mut reports = Vec::new();
+    let mut files: Vec<FittedFile> = Vec::new();
+    let mut kept: Vec<KindData> = Vec::new();
+    for kind in kinds {
+        let data = source.train_set(kind)?;
+        // A kind with a handful of rows (e.g. added by `measure --layers-into`) cannot be
+        // cross-validated; when kinds were not named, skip it rather than fail the whole run.
+        // (Too few rows for many requested folds stays an error: the user asked for them.)
+        let min_rows = MIN_ROWS_PER_FOLD * 2;
+        if plan.modules.is_empty() && data.y.len() < min_rows {
+            observer.note(&format!(
+                "warning: skipping `{kind}`: {} rows, training needs at least {min_rows}",
+                data.y.len()
+            ));
+            observer.advance(STAGE, params.len() as u64);
+            continue;
+        }
+        let (train_idx, test_idx) = holdout(&data, plan.test_share, plan.split, plan.seed)
+            .map_err(|e| Error::context(format!("splitting `{}`", source.path(kind)), e))?;
+        let train_set = data.select(&train_idx);
+        let test_set = data.select(&test_idx);
+        let mut models = Vec::new();
+        let mut per_kind = Vec::new();
+        for p in &params {
+            observer.message(STAGE, &format!("{kind}: {}", p.name()));
+            let cv =
+                cross_validate(p, &train_set, plan.folds, plan.split, plan.seed).map_err(|e| {
+                    Error::context(
+                        format!("cross-validating {} on `{}`", p.name(), source.path(kind)),
+                        e,
+                    )
+                })?;
+            let model = p.fit(&train_set)?;
+            let test = score(model.as_ref(), &test_set)?;
+            let pred = model.predict(&test_set.x)?;
+            let cost = prediction_cost(model.as_ref(), &test_set)?;
+            let file = format!("{}/{}.json", kind.name(), p.name());
+            models.push(ModelReport {
+                model: p.name().to_string(),
+                cv: cv.pooled,
+                test_mape_by_phase: phase_mapes(&test_set, &pred),
+                cv_mape_by_phase: phase_mapes(&train_set, &cv.predictions),
+                test,
+                cost,
+                file: file.clone(),
+            });
+            per_kind.push(files.len());
+            files.push(FittedFile {
+                file,
+                saved: model.to_saved(),
+                predictions: pred,
+                checkpoint: Some(format!("{}/{}", kind.name(), p.name())),
+            });
+            observer.advance(STAGE, 1);
+        }
+        let best = models
+            .iter()
+            .min_by(|a, b| a.test.mape.total_cmp(&b.test.mape))
+            .map(|m| m.model.clone())
+            .unwrap_or_default();
+        reports.push(KindReport {
+            kind,
+            rows: (train_set.len(), test_set.len()),
+            models,
+            best,
+        });
+        kept.push(KindData {
+            kind,
+            train: train_set,
+            test: test_set,
+            per_kind,
+        });
+    }
+    if reports.is_empty() {
+        return Err(Error::Input(format!(
+            "every module kind of the data has fewer than {} rows; nothing to train",
+            MIN_ROWS_PER_FOLD * 2
+        )));
+    }
+    let shared = fit_shared(plan, &params, &kept, &mut reports, &mut files, observer)?;
+    observer.end(STAGE);
+    observer.end(perfcast_models::medn::EPOCHS);
+    let mut report = TrainReport {
+        data: PathBuf::from(source.label()),
+        device: device.name.clone(),
+        split: plan.split,
+        folds: plan.folds,
+        test_share: plan.test_share,
+        kinds: reports,
+        shared,
+        selection: None,
+        flagged: flagged
+            .into_iter()
+            .map(|(device, kind, why)| FlaggedTable {
+                device,
+                kind,
+                why,
+                excluded: plan.exclude_flagged,
+            })
+            .collect(),
+    };
+    let mut bundle = None;
+    if let Some(name) = &plan.bundle {
+        let trained_devices = if source.cross_device() {
+            source.devices.clone()
+        } else {
+            Vec::new()
+        };
+        let (selection, chosen) = select_bundle(
+            &report,
+            &kept,
+            &files,
+            &plan.budget,
+            &bundle_dir(name),
+            (&device, trained_devices),
+            name,
+        )?;
+        report.selection = Some(selection);
+        bundle = Some(chosen);
+    }
+    Ok(Trained {
+        out: plan.out.clone(),
+        device,
+        report,
+        files,
+        kinds: kept,
+        bundle,
+    })
+}
+
+/// One network shared by every kind, for each neural family: cross-validated on the same
+/// folds as the per-kind models, so it competes in selection as `<family>-shared`.
+fn fit_shared(
+    plan: &TrainPlan,
+    params: &[ModelParams],
+    kinds: &[KindData],
+    reports: &mut [KindReport],
+    files: &mut Vec<FittedFile>,
+    observer: &dyn Observer,
+) -> Result<Vec<SharedReport>> {
+    let mut shared = Vec::new();
+    if kinds.len() < 2 {
+        return Ok(shared);
+    }
+    for p in params {
+        let ModelParams::Medn(medn) = p else { continue };
+        let family = format!("{}-shared", p.name());
+        observer.message(STAGE, &format!("{family}: one network for every kind"));
+        let folds: Vec<_> = kinds
+            .iter()
+            .map(|k| kfold(&k.train, plan.folds, plan.split, plan.seed))
+            .collect::<std::result::Result<_, _>>()?;
+        let mut cv_pred: Vec<Vec<f64>> = kinds
+            .iter()
+            .map(|k| vec![f64::NAN; k.train.len()])
+            .collect();
+        for f in 0..plan.folds {
+            let sets: Vec<TrainSet> = kinds
+                .iter()
+                .zip(&folds)
+                .map(|(k, fo)| k.train.select(&fo[f].0))
+                .collect();
+            let fitted = medn.fit_shared(&sets)?;
+            for (((model, k), fo), pred) in fitted.iter().zip(kinds).zip(&folds).zip(&mut cv_pred) {
+                let test = k.train.select(&fo[f].1);
+                for (&i, v) in fo[f].1.iter().zip(model.predict(&test.x)?) {
+                    pred[i] = v;
+                }
+            }
+        }
+        let train_sets: Vec<TrainSet> = kinds.iter().map(|k| k.train.clone()).collect();
+        let fitted = medn.fit_shared(&train_sets)?;
+        for (((model, k), kind_report), cv) in fitted
+            .iter()
+            .zip(kinds)
+            .zip(reports.iter_mut())
+            .zip(&cv_pred)
+        {
+            let per_kind = kind_report
+                .models
+                .iter()
+                .find(|m| m.model == p.name())
+                .map_or(f64::NAN, |m| m.test.mape);
+            let test = score(model, &k.test)?;
+            let pred = model.predict(&k.test.x)?;
+            shared.push(SharedReport {
+                model: p.name().to_string(),
+                kind: k.kind,
+                per_kind_mape: per_kind,
+                shared_mape: test.mape,
+            });
+            let file = format!("{}/{family}.json", k.kind.name());
+            kind_report.models.push(ModelReport {
+                model: family.clone(),
+                cv: Metrics::compute(cv, &k.train.y)
+                    .ok_or_else(|| Error::Input("no cross-validated predictions".into()))?,
+                test_mape_by_phase: phase_mapes(&k.test, &pred),
+                cv_mape_by_phase: phase_mapes(&k.train, cv),
+                test,
+                cost: prediction_cost(model, &k.test)?,
+                file: file.clone(),
+            });
+            if let Some(best) = kind_report
+                .models
+                .iter()
+                .min_by(|a, b| a.test.mape.total_cmp(&b.test.mape))
+            {
+                kind_report.best = best.model.clone();
+            }
+            files.push(FittedFile {
+                file,
+                saved: model.to_saved(),
+                predictions: pred,
+                checkpoint: None,
+            });
+        }
+    }
+    Ok(shared)
+}
+
+/// Selects a model per kind from the report's candidates: the manifest and files of the
+/// bundle, and the selection's figures against one family everywhere.
+fn select_bundle(
+    report: &TrainReport,
+    kinds: &[KindData],
+    files: &[FittedFile],
+    budget: &Budget,
+    dir: &Path,
+    (device, trained_devices): (&DeviceSpec, Vec<DeviceSpec>),
+    name: &str,
+) -> Result<(SelectionReport, ChosenBundle)> {
+    let fitted = |file: &str| files.iter().find(|f| f.file == file);
+    let candidates = |k: &KindReport| -> Vec<Candidate> {
+        k.models
+            .iter()
+            .map(|m| Candidate {
+                model: m.model.clone(),
+                cv_mape: m.cv.mape,
+                test_mape: m.test.mape,
+                predict_us: m.cost.one_row_us,
+                size_bytes: m.cost.size_bytes,
+            })
+            .collect()
+    };
+    let mut entries = BTreeMap::new();
+    let mut chosen_files = Vec::new();
+    let mut selections = Vec::new();
+    for (k, data) in report.kinds.iter().zip(kinds) {
+        let cands = candidates(k);
+        let selection = crate::select::select(k.kind.name(), &cands, budget)?;
+        let chosen = k
+            .models
+            .iter()
+            .find(|m| m.model == selection.chosen)
+            .ok_or_else(|| {
+                Error::Input(format!("selected `{}` has no report", selection.chosen))
+            })?;
+        let model = fitted(&chosen.file)
+            .ok_or_else(|| Error::Input(format!("selected `{}` was not saved", chosen.file)))?;
+        entries.insert(
+            k.kind.name().to_string(),
+            KindEntry {
+                chosen: selection.chosen.clone(),
+                file: chosen.file.clone(),
+                schema_hash: format!("{:016x}", data.train.schema.hash()),
+                rows: data.train.len(),
+                candidates: cands,
+                selection: selection.clone(),
+                ranges: feature_ranges(&data.train),
+            },
+        );
+        chosen_files.push((chosen.file.clone(), model.saved.clone()));
+        selections.push(KindSelection {
+            kind: k.kind,
+            selection,
+            test_mape: chosen.test.mape,
+        });
+    }
+    let manifest = Manifest {
+        format: FORMAT,
+        name: name.to_string(),
+        perfcast_version: perfcast_core::VERSION.to_string(),
+        device: device.clone(),
+        data: report.data.display().to_string(),
+        budget: budget.clone(),
+        kinds: entries,
+        host_costs: None,
+        trained_devices,
+    };
+
+    // Overall figures: held-out rows of every kind pooled, each predicted by its kind's model.
+    let overall =
+        |pick: &dyn Fn(&KindReport) -> Option<&ModelReport>| -> Option<(Metrics, f64, usize)> {
+            let (mut pred, mut truth, mut us, mut size) = (Vec::new(), Vec::new(), 0.0, 0usize);
+            for (k, data) in report.kinds.iter().zip(kinds) {
+                let m = pick(k)?;
+                pred.extend(&fitted(&m.file)?.predictions);
+                truth.extend(&data.test.y);
+                us += m.cost.one_row_us;
+                size += m.cost.size_bytes;
+            }
+            Some((
+                Metrics::compute(&pred, &truth)?,
+                us / report.kinds.len().max(1) as f64,
+                size,
+            ))
+        };
+    let (auto, mean_predict_us, total_size_bytes) = overall(&|k: &KindReport| {
+        let chosen = &selections
+            .iter()
+            .find(|s| s.kind == k.kind)?
+            .selection
+            .chosen;
+        k.models.iter().find(|m| &m.model == chosen)
+    })
+    .ok_or_else(|| Error::Input("no held-out predictions to score the selection".into()))?;
+    let families: Vec<String> = report
+        .kinds
+        .first()
+        .map(|k| k.models.iter().map(|m| m.model.clone()).collect())
+        .unwrap_or_default();
+    let single = families
+        .into_iter()
+        .filter_map(|family| {
+            let (m, us, size) =
+                overall(&|k: &KindReport| k.models.iter().find(|m| m.model == family))?;
+            Some(SingleSelection {
+                model: family,
+                overall: m,
+                mean_predict_us: us,
+                total_size_bytes: size,
+            })
+        })
+        .collect();
+    Ok((
+        SelectionReport {
+            bundle: dir.to_path_buf(),
+            kinds: selections,
+            overall: auto,
+            mean_predict_us,
+            total_size_bytes,
+            single,
+        },
+        ChosenBundle {
+            dir: dir.to_path_buf(),
+            manifest,
+            files: chosen_files,
+        },
+    ))
+}
+
+impl Trained {
+    /// The report (`report.json`), complete but for nothing: it is what [`Trained::write`]
+    /// writes.
+    pub fn report(&self) -> &TrainReport {
+        &self.report
+    }
+
+    /// The output directory [`Trained::write`] replaces.
+    pub fn out(&self) -> &Path {
+        &self.out
+    }
+
+    /// Each kind's held-out rows with the per-kind families' predictions, in training order.
+    pub fn held_out(&self) -> Vec<HeldOut<'_>> {
+        self.kinds
+            .iter()
+            .zip(&self.report.kinds)
+            .map(|(k, r)| HeldOut {
+                kind: k.kind,
+                measured: &k.test.y,
+                models: k
+                    .per_kind
+                    .iter()
+                    .zip(&r.models)
+                    .map(|(&i, m)| {
+                        (
+                            m.model.as_str(),
+                            self.files[i].predictions.as_slice(),
+                            m.test.mape,
+                        )
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Writes everything: in a staging directory beside the output, every model (JSON, plus a
+    /// burn checkpoint for the per-kind neural networks), each kind's `heldout.csv` (the
+    /// held-out rows' features, measured ms and every per-kind family's prediction), the
+    /// `extra` files (paths relative to the output directory, e.g. charts) and `report.json`;
+    /// the bundle, when one was chosen, atomically; then the staging directory replaces the
+    /// output directory. A failed or killed run leaves no partial output.
+    pub fn write(self, extra: Vec<(PathBuf, Vec<u8>)>) -> Result<TrainReport> {
+        let staging = outdir::stage_beside(&self.out, "train")?;
+        let root = staging.path();
+        let create = |dir: &Path| {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Error::context(format!("creating `{}`", dir.display()), e))
+        };
+        for k in &self.kinds {
+            create(&root.join(k.kind.name()))?;
+        }
+        for f in &self.files {
+            if let (Some(dir), SavedModel::Medn(m) | SavedModel::Mlp(m)) = (&f.checkpoint, &f.saved)
+            {
+                use perfcast_models::medn::MednCheckpoint;
+                // The burn checkpoint (config, normalisers, records) beside the fast-path JSON.
+                m.save_checkpoint(&root.join(dir))?;
+            }
+            let json = serde_json::to_vec(&f.saved)
+                .map_err(|e| Error::Input(format!("serialising `{}`: {e}", f.file)))?;
+            perfcast_data::write_atomic(&root.join(&f.file), &json)?;
+        }
+        for (k, r) in self.kinds.iter().zip(&self.report.kinds) {
+            write_held_out(
+                k,
+                r,
+                &self.files,
+                &root.join(k.kind.name()).join("heldout.csv"),
+            )?;
+        }
+        for (path, bytes) in &extra {
+            let path = root.join(path);
+            if let Some(dir) = path.parent() {
+                create(dir)?;
+            }
+            perfcast_data::write_atomic(&path, bytes)?;
+        }
+        if let Some(b) = &self.bundle {
+            write_bundle(&b.dir, &b.manifest, &b.files)?;
+        }
+        let json = serde_json::to_vec_pretty(&self.report)
+            .map_err(|e| Error::Input(format!("serialising the report: {e}")))?;
+        perfcast_data::write_atomic(&root.join("report.json"), &json)?;
+        outdir::mark(root, OutputKind::Models)?;
+        outdir::replace_with(staging, &self.out)?;
+        Ok(self.report)
+    }
+}
+
+/// The held-out rows with every per-kind model's prediction, for looking into errors.
+fn write_held_out(k: &KindData, r: &KindReport, files: &[FittedFile], path: &Path) -> Result<()> {
+    let mut header: Vec<String> = k.test.schema.names.clone();
+    header.push("measured_ms".into());
+    for m in r.models.iter().take(k.per_kind.len()) {
+        header.push(format!("{}_ms", m.model));
+    }
+    let records: Vec<Vec<String>> = k
+        .test
+        .x
+        .iter_rows()
+        .enumerate()
+        .map(|(row, features)| {
+            let mut cells: Vec<String> = features.iter().map(f64::to_string).collect();
+            cells.push(k.test.y[row].to_string());
+            for &i in &k.per_kind {
+                cells.push(files[i].predictions[row].to_string());
+            }
+            cells
+        })
+        .collect();
+    Ok(perfcast_data::write_csv(path, &header, &records)?)
+}
+
+/// Loads a saved model, refusing a corrupt file or one of another feature schema.
+pub fn load_model(path: &Path, kind: ModuleKind) -> Result<Box<dyn Regressor>> {
+    let load_err = |message: String| {
+        Error::Models(perfcast_models::Error::Load {
+            path: path.to_path_buf(),
+            message,
+        })
+    };
+    let bytes = std::fs::read(path)
+        .map_err(|e| Error::context(format!("reading `{}`", path.display()), e))?;
+    let saved: SavedModel = serde_json::from_slice(&bytes).map_err(|e| load_err(e.to_string()))?;
+    let model = saved.into_regressor();
+    let expected = perfcast_models::FeatureSchema::for_kind(kind);
+    if model.schema().hash() != expected.hash() {
+        return Err(load_err(format!(
+            "its feature schema is not this perfcast's schema for `{kind}`"
+        )));
+    }
+    Ok(model)
+}
+
+/// One saved model scored on another dataset.
+#[derive(Debug, Clone, Serialize)]
+pub struct SavedScore {
+    /// Kind.
+    pub kind: ModuleKind,
+    /// Family.
+    pub model: String,
+    /// Accuracy on the dataset's rows of the kind.
+    pub metrics: Metrics,
+}
+
+/// Scores every model a `perfcast train` run saved in `models` on the rows of `data` (`perfcast
+/// eval --models <dir> --data <dataset>`).
+pub fn score_saved(models: &Path, data: &Path) -> Result<Vec<SavedScore>> {
+    let report_path = models.join("report.json");
+    let bytes = std::fs::read(&report_path)
+        .map_err(|e| Error::context(format!("reading `{}`", report_path.display()), e))?;
+    let report: TrainReport = serde_json::from_slice(&bytes).map_err(|e| {
+        Error::Input(format!(
+            "`{}` is not a perfcast train report: {e}",
+            report_path.display()
+        ))
+    })?;
+    let dir = DatasetDir::open(data)?;
+    let device = dir.device()?;
+    let mut rows = Vec::new();
+    for k in &report.kinds {
+        let records = dir.read(k.kind)?;
+        if records.is_empty() {
+            continue;
+        }
+        let set = TrainSet::from_records(k.kind, &records, &device)?;
+        for m in &k.models {
+            let model = load_model(&models.join(&m.file), k.kind)?;
+            rows.push(SavedScore {
+                kind: k.kind,
+                model: m.model.clone(),
+                metrics: score(model.as_ref(), &set)?,
+            });
+        }
+    }
+    if rows.is_empty() {
+        return Err(Error::Input(format!(
+            "`{}` has no rows of the kinds in `{}`",
+            data.display(),
+            models.display()
+        )));
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use perfcast_core::progress::Silent;
+    use perfcast_core::{Context, ModuleSpec};
+    use perfcast_data::{Outcome, Record, Timing};
+
+    /// A dataset of 40 linear layers in both phases, latency proportional to FLOPs.
+    fn dataset(root: &Path) -> PathBuf {
+        let dir = root.join("data");
+        let device = perfcast_core::testing::cpu_device();
+        let ds = DatasetDir::create_or_open(&dir, &device).expect("dataset");
+        let mut records = Vec::new();
+        for i in 0..40 {
+            let spec = ModuleSpec::from_json(&format!(
+                r#"{{"kind":"linear","in_features":{},"out_features":{}}}"#,
+                16 + 8 * i,
+                32 + 4 * i
+            ))
+            .expect("spec");
+            for phase in [Phase::Inference, Phase::Training] {
+                let context = Context {
+                    batch: 1 + i % 4,
+                    phase,
+                    threads: 1,
+                    utilisation: 0.0,
+                };
+                let flops = perfcast_core::features::derive(&spec, context.batch).flops;
+                let factor = if phase == Phase::Training { 3.0 } else { 1.0 };
+                records.push(Record {
+                    spec: spec.clone(),
+                    context,
+                    backend: "flex".into(),
+                    outcome: Outcome::Ok(Timing {
+                        median_ms: 0.002 + factor * flops / 1e8,
+                        min_ms: None,
+                        mad_ms: None,
+                        p10_ms: None,
+                        p90_ms: None,
+                        repetitions: None,
+                    }),
+                    perfcast_version: "test".into(),
+                    timestamp: 0,
+                });
+            }
+        }
+        ds.write(ModuleKind::Linear, &records).expect("write");
+        dir
+    }
+
+    #[test]
+    fn the_pipeline_trains_selects_and_writes_every_output_at_once() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let data = dataset(tmp.path());
+        let out = tmp.path().join("models");
+        let bundle = tmp.path().join("bundles").join("tiny");
+        let plan = TrainPlan {
+            models: vec!["ridge".into(), "knn".into()],
+            folds: 2,
+            test_share: 0.25,
+            bundle: Some(bundle.display().to_string()),
+            ..TrainPlan::new(vec![data.clone()], out.clone())
+        };
+        let trained = train_and_select(&plan, Arc::new(Silent)).expect("trained");
+        // Nothing is written before `write`.
+        assert!(!out.exists() && !bundle.exists());
+        let held = trained.held_out();
+        assert_eq!(held.len(), 1);
+        assert_eq!(held[0].kind, ModuleKind::Linear);
+        let families: Vec<&str> = held[0].models.iter().map(|(m, _, _)| *m).collect();
+        assert_eq!(families, ["ridge", "knn"]);
+        assert_eq!(held[0].models[0].1.len(), held[0].measured.len());
+
+        let report = trained
+            .write(vec![(
+                PathBuf::from("plots/linear-x.svg"),
+                b"<svg/>".to_vec(),
+            )])
+            .expect("written");
+        let (train_rows, test_rows) = report.kinds[0].rows;
+        assert_eq!(train_rows + test_rows, 80);
+        assert!(report.kinds[0].best == "ridge" || report.kinds[0].best == "knn");
+        let selection = report.selection.as_ref().expect("selection");
+        assert_eq!(selection.bundle, bundle);
+        assert_eq!(selection.single.len(), 2);
+
+        // The report on disk is the one returned.
+        let on_disk: TrainReport =
+            serde_json::from_slice(&std::fs::read(out.join("report.json")).expect("report"))
+                .expect("report parses");
+        assert_eq!(on_disk.kinds[0].rows, report.kinds[0].rows);
+        // Every model file loads back as a model of this build's schema.
+        for m in &report.kinds[0].models {
+            load_model(&out.join(&m.file), ModuleKind::Linear).expect("model loads");
+        }
+        // heldout.csv: the features, the measurement, one column per family, a line per row.
+        let csv = std::fs::read_to_string(out.join("linear").join("heldout.csv")).expect("csv");
+        let header = csv.lines().next().expect("header");
+        assert!(header.ends_with(",measured_ms,ridge_ms,knn_ms"), "{header}");
+        assert_eq!(csv.lines().count(), 1 + test_rows);
+        assert_eq!(
+            std::fs::read(out.join("plots").join("linear-x.svg")).expect("extra"),
+            b"<svg/>"
+        );
+        let loaded = crate::Bundle::load(&bundle).expect("bundle loads");
+        assert_eq!(
+            loaded.manifest.kinds["linear"].chosen,
+            selection.kinds[0].selection.chosen
+        );
+
+        // Scoring the saved models on the same dataset gives a row per family.
+        let scores = score_saved(&out, &data).expect("scores");
+        assert_eq!(scores.len(), 2);
+        assert!(scores.iter().all(|s| s.metrics.n == 80));
+
+        // The output now exists: without `force` a second run is refused before training.
+        let err = train_and_select(&plan, Arc::new(Silent))
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(err.contains(&out.display().to_string()), "{err}");
+        let missing = TrainPlan {
+            modules: vec![ModuleKind::Conv2d],
+            force: true,
+            ..plan.clone()
+        };
+        let err = train_and_select(&missing, Arc::new(Silent))
+            .err()
+            .expect("no conv2d")
+            .to_string();
+        assert!(
+            err.contains("has no `conv2d` table (it has: linear)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn phase_mapes_split_rows_by_the_training_column() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let data = dataset(tmp.path());
+        let dir = DatasetDir::open(&data).expect("open");
+        let set = TrainSet::from_records(
+            ModuleKind::Linear,
+            &dir.read(ModuleKind::Linear).expect("rows"),
+            &dir.device().expect("device"),
+        )
+        .expect("set");
+        // Inference rows predicted exactly, training rows 10% high.
+        let training = set.schema.index("training").expect("column");
+        let pred: Vec<f64> = set
+            .x
+            .iter_rows()
+            .zip(&set.y)
+            .map(|(r, y)| if r[training] == 1.0 { y * 1.1 } else { *y })
+            .collect();
+        let mapes = phase_mapes(&set, &pred);
+        assert!(mapes["inference"].abs() < 1e-9);
+        assert!((mapes["training"] - 10.0).abs() < 1e-6);
+        assert_eq!(bundle_dir("local"), Path::new("checkpoints/local"));
+        assert_eq!(bundle_dir("out/b"), Path::new("out/b"));
+    }
+}
