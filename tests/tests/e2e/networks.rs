@@ -138,9 +138,13 @@ fn measure_calibrate_and_eval_networks_from_saved_runs() {
         "{text}"
     );
 
-    // One answer for a calibrated bundle: the CLI's JSON and text and the server's
-    // `/v1/predict/network` give the same composed total (issue 22), never the plain sum.
+    // One answer for a calibrated bundle: the CLI's JSON, the server's `/v1/predict/network`
+    // and the library's `Predictor` give the same composed total, bit for bit (issue 22),
+    // never the plain sum.
     let (_server, addr) = crate::serve::start(&bundle);
+    let library = perfcast_predict::Predictor::new(
+        perfcast_predict::Bundle::load(&bundle).expect("the calibrated bundle loads"),
+    );
     for (net, batch, phase) in [
         ("lenet5", 2, "training"),
         ("lenet5", 1, "inference"),
@@ -179,6 +183,21 @@ fn measure_calibrate_and_eval_networks_from_saved_runs() {
         assert_eq!(status, 200, "{body}");
         let served: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(served["total_ms"], cli["total_ms"], "{net} {batch} {phase}");
+        let context = perfcast_core::Context {
+            batch,
+            phase: phase.parse().unwrap(),
+            threads: 1,
+            utilisation: 0.0,
+        };
+        let network = perfcast_core::zoo::build(net, None).unwrap();
+        let from_library = library.predict_network(&network, &context).unwrap();
+        assert_eq!(
+            from_library.total_ms.to_bits(),
+            cli["total_ms"].as_f64().unwrap().to_bits(),
+            "{net} {batch} {phase}: library {} ms, CLI {}",
+            from_library.total_ms,
+            cli["total_ms"]
+        );
     }
 }
 
