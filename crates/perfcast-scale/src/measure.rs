@@ -185,6 +185,12 @@ pub fn measure_runs(
         }
     }
     let threads = &grid.threads;
+    if let Some(&p) = threads.iter().find(|&&p| p > cpus as usize) {
+        observer.note(&format!(
+            "note: {p} threads on {cpus} logical CPUs oversubscribe them: the runs measure the \
+             contention"
+        ));
+    }
     let load_start = load_average();
     if let Some(load) = load_start.filter(|&l| l >= 0.5) {
         observer.note(&format!(

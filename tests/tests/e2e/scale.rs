@@ -404,3 +404,65 @@ fn scale_predict_reads_the_device_specs_predict_reads() {
         "{err}"
     );
 }
+
+/// `scale predict` on real models (issue 23) and on a device the bundle never measured: a
+/// transformer config and an ONNX graph load as in `predict`, a cross-device bundle predicts
+/// compute for the named device, a one-device bundle refuses another device.
+#[test]
+fn scale_predict_takes_real_models_and_predicts_for_the_named_device() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let gpu = root.join("checkpoints/gpu");
+    let per_iteration = |model: &[&str], device: &str| -> f64 {
+        let mut args = vec!["scale", "predict", "--batch", "8", "--gpus", "1,2"];
+        args.extend_from_slice(model);
+        args.extend_from_slice(&["--bundle", gpu.to_str().unwrap(), "--device", device]);
+        args.extend_from_slice(&["--format", "json"]);
+        let o = run(&args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let device_name = r["compute_device"].as_str().unwrap().to_lowercase();
+        assert!(
+            device_name.contains(device),
+            "{device}: computed for {device_name}"
+        );
+        r["rows"][0]["iteration_ms"].as_f64().unwrap()
+    };
+    let gpt2 = root.join("examples/transformers/gpt2.json");
+    let gpt2 = ["--transformer", gpt2.to_str().unwrap(), "--seq", "128"];
+    // H100 has 3.4x A100-40GB's fp32 peak and 2.2x its bandwidth: faster, not beyond the ratio.
+    let (h100, a100) = (per_iteration(&gpt2, "h100"), per_iteration(&gpt2, "a100"));
+    assert!(
+        h100 < a100 && a100 < 4.0 * h100,
+        "H100 {h100} s, A100 {a100} s"
+    );
+    let onnx = root.join("tests/fixtures/onnx/cnn-residual.onnx");
+    assert!(per_iteration(&["--onnx", onnx.to_str().unwrap()], "l4") > 0.0);
+    // Two networks at once are refused; a bundle of one device cannot answer for another.
+    let o = run(&[
+        "scale",
+        "predict",
+        "--network",
+        "resnet18",
+        "--onnx",
+        onnx.to_str().unwrap(),
+        "--batch",
+        "8",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("give one network"), "{}", stderr(&o));
+    let cpu = root.join("crates/perfcast-predict/tests/fixtures/bundles/cpu-ridge-trees");
+    let o = run(&[
+        "scale",
+        "predict",
+        "--network",
+        "lenet5",
+        "--batch",
+        "8",
+        "--bundle",
+        cpu.to_str().unwrap(),
+        "--device",
+        "h100",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot predict"), "{}", stderr(&o));
+}

@@ -65,6 +65,32 @@ impl ModelArgs {
     }
 }
 
+/// The one network named by a zoo name (optionally `@resolution`, or `resolution` given apart),
+/// a network JSON, a transformer config or an ONNX file; `phase` decides whether a transformer
+/// config builds its dropout layers. `what` says what the network is for, in the error.
+pub fn one_network(
+    zoo_name: Option<&str>,
+    resolution: Option<usize>,
+    file: Option<&std::path::Path>,
+    model: &ModelArgs,
+    phase: Phase,
+    what: &str,
+) -> anyhow::Result<Network> {
+    let given = [zoo_name.is_some(), file.is_some(), model.given()];
+    anyhow::ensure!(
+        given.iter().filter(|g| **g).count() == 1,
+        "{what}: give one network: `--network`, `--network-file`, `--transformer` or `--onnx`"
+    );
+    let network = match (zoo_name, file, model.load(phase, &[])?) {
+        (_, _, Some(loaded)) => loaded.network,
+        (Some(name), _, _) => perfcast_core::NetworkChoice::zoo(name, resolution)?.network,
+        (_, Some(path), _) => Network::from_json_file(path)?,
+        _ => unreachable!("exactly one source is given"),
+    };
+    network.check()?;
+    Ok(network)
+}
+
 /// Zero-cost view layers of a network (predicted as 0 ms, marked `zero-cost`).
 pub fn views(network: &Network) -> usize {
     network

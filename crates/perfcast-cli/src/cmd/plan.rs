@@ -7,7 +7,6 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
-use perfcast_core::Network;
 use perfcast_scale::memory::Recompute;
 use perfcast_scale::plan::{PlanConfig, PlanReport, PriceTable, SortBy};
 use perfcast_scale::{Link, Optimizer};
@@ -115,31 +114,20 @@ pub struct PlanArgs {
     plot: Option<PathBuf>,
 }
 
-/// The network to plan: a zoo name, a network JSON, a transformer config or an ONNX file.
-fn network_of(a: &PlanArgs) -> anyhow::Result<Network> {
-    // A training step: a transformer config builds its dropout layers.
-    if let Some(loaded) = a.model.load(perfcast_core::Phase::Training, &[])? {
-        anyhow::ensure!(
-            a.network.is_none() && a.network_file.is_none(),
-            "give one network: `--network`, `--network-file`, `--transformer` or `--onnx`"
-        );
-        return Ok(loaded.network);
-    }
-    match (&a.network, &a.network_file) {
-        (Some(name), _) => Ok(perfcast_core::NetworkChoice::zoo(name, None)?.network),
-        (None, Some(path)) => Ok(Network::from_json_file(path)?),
-        (None, None) => anyhow::bail!(
-            "nothing to plan: give `--network`, `--network-file`, `--transformer` or `--onnx`"
-        ),
-    }
-}
-
 pub fn run(a: PlanArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     // Everything typed is checked before a bundle loads.
     if let Some(p) = &a.plot {
         crate::plot::is_svg(p)?;
     }
-    let network = network_of(&a)?;
+    // A training step: a transformer config builds its dropout layers.
+    let network = crate::cmd::model::one_network(
+        a.network.as_deref(),
+        None,
+        a.network_file.as_deref(),
+        &a.model,
+        perfcast_core::Phase::Training,
+        "nothing to plan",
+    )?;
     anyhow::ensure!(
         a.global_batch >= 1,
         "`--global-batch` must be at least 1, got 0"

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand, ValueEnum};
-use perfcast_core::{CpuTopology, Network, NetworkChoice, slugify, zoo};
+use perfcast_core::{CpuTopology, Network, NetworkChoice, Phase};
 use perfcast_profile::Backend;
 use perfcast_profile::network::time_training;
 use perfcast_scale::fit::Filter;
@@ -120,11 +120,7 @@ pub enum ParallelArg {
 pub struct PredictArgs {
     /// A network from the built-in zoo (lenet5, alexnet, vgg11, vgg16, resnet18, resnet50,
     /// mobilenetv2, transformer)
-    #[arg(
-        long,
-        conflicts_with = "network_file",
-        required_unless_present = "network_file"
-    )]
+    #[arg(long, conflicts_with = "network_file")]
     network: Option<String>,
     /// A network from a JSON file (format: `examples/networks/`)
     #[arg(long)]
@@ -132,16 +128,24 @@ pub struct PredictArgs {
     /// Input resolution of a zoo network (tokens for the transformer)
     #[arg(long)]
     resolution: Option<usize>,
+    /// A Hugging Face transformer config or an ONNX model (`--transformer gpt2.json --seq 1024`)
+    #[command(flatten)]
+    model: crate::cmd::model::ModelArgs,
     /// Global batch: samples per iteration over all devices; each device runs ceil(batch / P)
     #[arg(long)]
     batch: usize,
     /// Device counts to predict (efficiency is always against 1 device)
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     gpus: Vec<usize>,
-    /// The devices' spec (JSON, as `perfcast devices --format json` or an import's
-    /// `device.json`): recorded, and its memory bandwidth times the optimiser update
+    /// The devices' spec (JSON, as `perfcast devices --format json`, an import's `device.json`
+    /// or a NeuSight config): a cross-device bundle predicts compute for it, and its memory
+    /// bandwidth times the optimiser update
     #[arg(long)]
     device_spec: Option<PathBuf>,
+    /// The devices by name (`h100`, `a100`, `l4`; `perfcast predict --list-devices`), as
+    /// `--device-spec`
+    #[arg(long, conflicts_with = "device_spec")]
+    device: Option<String>,
     /// Link between devices: pcie3, pcie4, nvlink, nvlink2, infiniband, ethernet, or
     /// GBPS:US (bandwidth per direction in GB/s, latency in microseconds)
     #[arg(long, default_value = "nvlink")]
@@ -287,12 +291,14 @@ fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     if let Some(path) = &a.plot {
         crate::plot::is_svg(path)?;
     }
-    let net = match (&a.network, &a.network_file) {
-        (Some(name), _) => zoo::build(name, a.resolution)?,
-        (None, Some(path)) => Network::from_json_file(path)?,
-        (None, None) => anyhow::bail!("`--network` or `--network-file` is needed"),
-    };
-    net.check()?;
+    let net = crate::cmd::model::one_network(
+        a.network.as_deref(),
+        a.resolution,
+        a.network_file.as_deref(),
+        &a.model,
+        Phase::Training,
+        "nothing to predict",
+    )?;
     check_split(a.batch, &a.gpus)?;
     let link = Link::parse(&a.link).context("`--link`")?;
     let strategy = match a.strategy {
@@ -324,11 +330,9 @@ fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         OptimizerArg::Adam => Optimizer::Adam,
     };
     check_update_ms(a.update_ms)?;
-    let device_spec = match &a.device_spec {
-        // The reader `predict --device-spec` uses: perfcast's format or a NeuSight config.
-        Some(path) => Some(perfcast_core::DeviceSpec::read_file(path)?),
-        None => None,
-    };
+    // The reader `predict --device-spec` uses: perfcast's format or a NeuSight config.
+    let device_spec =
+        perfcast_core::known::target_device(a.device_spec.as_deref(), a.device.as_deref())?;
     // The model's own checks (model and pipeline parallelism are not modelled yet) come
     // before the bundle loads; the update time is filled in by the prediction.
     let model = DataParallelModel {
@@ -348,21 +352,13 @@ fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             backward_share: a.backward_share,
         },
         None => {
-            predictor = Predictor::new(crate::cmd::predict::load_bundle(&a.bundle)?);
+            // With a spec, compute is predicted for that device: a cross-device bundle answers
+            // for any spec, a one-device bundle only for its own device (else a clear error).
+            predictor = Predictor::new(match &device_spec {
+                Some(spec) => perfcast_predict::Bundle::load_for_device(&a.bundle, spec)?,
+                None => crate::cmd::predict::load_bundle(&a.bundle)?,
+            });
             let device = predictor.bundle().manifest.device.clone();
-            if let Some(spec) = &device_spec
-                && slugify(&spec.name) != slugify(&device.name)
-            {
-                ui.info(format!(
-                    "warning: `--device-spec` describes `{}`, but bundle `{}` was trained on \
-                     `{}`: compute times are for `{}` (cross-device prediction is not \
-                     implemented yet)",
-                    spec.name,
-                    a.bundle.display(),
-                    device.name,
-                    device.name
-                ));
-            }
             bundle_compute = BundleCompute::new(&predictor, &net, a.threads, bars.as_ref())?;
             Compute::Bundle {
                 path: a.bundle.clone(),
@@ -468,25 +464,16 @@ fn measure(a: MeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         a.backend
     );
     a.backend.device()?;
-    let (label, network, resolution) = match &a.network_file {
-        Some(path) => {
-            let network = Network::from_json_file(path)?;
-            (network.name.clone(), network, None)
-        }
-        None => {
-            let c = NetworkChoice::zoo(&a.network, None)?;
-            (c.label, c.network, c.resolution)
-        }
+    let NetworkChoice {
+        label,
+        network,
+        resolution,
+    } = match &a.network_file {
+        Some(path) => NetworkChoice::named(Network::from_json_file(path)?),
+        None => NetworkChoice::zoo(&a.network, None)?,
     };
     network.check()?;
     let cpu = CpuTopology::detect();
-    if let Some(&p) = a.threads.iter().find(|&&p| p > cpu.threads as usize) {
-        ui.info(format!(
-            "note: {p} threads on {} logical CPUs oversubscribe them: the runs measure the \
-             contention",
-            cpu.threads
-        ));
-    }
     let measured = measure_runs(
         &grid(label.clone()),
         cpu.threads,
