@@ -318,7 +318,13 @@ pub fn parse_network(body: &[u8]) -> Result<NetworkQuery, ApiError> {
                 &text,
                 std::path::Path::new("request"),
             )
-            .and_then(|c| c.build(&perfcast_graph::transformer::BuildOptions::new(seq)));
+            .and_then(|c| {
+                // As the CLI builds it: a training step runs the dropout layers.
+                c.build(&perfcast_graph::transformer::BuildOptions {
+                    dropout: context.phase == Phase::Training,
+                    ..perfcast_graph::transformer::BuildOptions::new(seq)
+                })
+            });
             return match built {
                 Ok(network) => Ok(NetworkQuery::Inline {
                     network: Box::new(network),
@@ -720,4 +726,123 @@ mod tests {
         let e = parse_network(br#"{"network": "vgg16", "phase": 1}"#).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("phase"));
     }
+}
+
+/// A validated `POST /v1/predict/onnx` request: the imported graph, its import report and the
+/// context. The body is the ONNX file's bytes; everything else comes in the query string.
+#[derive(Clone, Debug)]
+pub struct OnnxQuery {
+    /// The mapped layers.
+    pub network: Box<Network>,
+    /// What the import found (fusions, notes, unmapped ops with their shares).
+    pub report: perfcast_graph::onnx::ImportReport,
+    /// Context.
+    pub context: Context,
+}
+
+/// The query-string parameters `/v1/predict/onnx` takes.
+pub const ONNX_PARAMS: &[&str] = &[
+    "batch",
+    "phase",
+    "threads",
+    "utilisation",
+    "seq",
+    "input",
+    "strict",
+    "fuse_conv_bn",
+    "name",
+];
+
+/// Decodes `%XX` and `+` of one query-string component.
+fn percent_decode(field: &str, text: &str) -> Result<String, ApiError> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = text
+                    .get(i + 1..i + 3)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| ApiError::field(field, format!("bad `%` escape in `{text}`")))?;
+                out.push(hex);
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).map_err(|_| ApiError::field(field, "not UTF-8 after decoding"))
+}
+
+/// Parses and validates a `/v1/predict/onnx` request: `query` is the URI's query string
+/// (`batch=8&phase=training&seq=128&input=ids%3D1x128`), `body` the ONNX file.
+pub fn parse_onnx(query: Option<&str>, body: &[u8]) -> Result<OnnxQuery, ApiError> {
+    let mut params: Vec<(String, String)> = Vec::new();
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let key = percent_decode("query", key)?;
+        if !ONNX_PARAMS.contains(&key.as_str()) {
+            return Err(ApiError::field(
+                key.clone(),
+                format!(
+                    "unknown parameter `{key}`; `/v1/predict/onnx` takes {}",
+                    ONNX_PARAMS.join(", ")
+                ),
+            ));
+        }
+        let value = percent_decode(&key, value)?;
+        if key != "input" && params.iter().any(|(k, _)| *k == key) {
+            return Err(ApiError::field(
+                key.clone(),
+                format!("`{key}` is given twice"),
+            ));
+        }
+        params.push((key, value));
+    }
+    let get = |k: &str| params.iter().find(|(p, _)| p == k).map(|(_, v)| v.as_str());
+    fn parsed<T: std::str::FromStr>(key: &str, v: Option<&str>) -> Result<Option<T>, ApiError> {
+        v.map(|v| {
+            v.trim()
+                .parse()
+                .map_err(|_| ApiError::field(key, format!("`{key}={v}` is not a valid value")))
+        })
+        .transpose()
+    }
+    let context = context_of(
+        "",
+        parsed("batch", get("batch"))?,
+        parsed("phase", get("phase"))?,
+        parsed("threads", get("threads"))?,
+        parsed("utilisation", get("utilisation"))?,
+    )?;
+    let inputs = params
+        .iter()
+        .filter(|(k, _)| k == "input")
+        .map(|(_, v)| {
+            perfcast_graph::named_dims(v).map_err(|e| ApiError::field("input", e.to_string()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let options = perfcast_graph::onnx::ImportOptions {
+        seq: parsed("seq", get("seq"))?,
+        inputs,
+        strict: parsed("strict", get("strict"))?.unwrap_or(false),
+        fuse_conv_bn: parsed("fuse_conv_bn", get("fuse_conv_bn"))?.unwrap_or(false),
+    };
+    if body.is_empty() {
+        return Err(ApiError::field(
+            "body",
+            "the body is empty: send the ONNX file's bytes",
+        ));
+    }
+    let name = std::path::PathBuf::from(format!("{}.onnx", get("name").unwrap_or("request")));
+    let imported = perfcast_graph::onnx::import_bytes(body, &name, &options)
+        .map_err(|e| ApiError::field("body", e.to_string()))?;
+    let report = perfcast_graph::onnx::ImportReport::new(name, &imported);
+    Ok(OnnxQuery {
+        network: Box::new(imported.network),
+        report,
+        context,
+    })
 }

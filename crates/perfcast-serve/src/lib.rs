@@ -9,6 +9,10 @@
 //!   for all of them or per module: the format of `perfcast predict --modules-file`.
 //! - `POST /v1/predict/network`: a zoo network by name or a network in its JSON form, with
 //!   `batch`, `resolution`, `phase`, `threads`.
+//! - `POST /v1/predict/onnx`: an ONNX file as the body (its own limit, 512 MiB by default),
+//!   with `batch`, `phase`, `threads`, `seq`, `input=NAME=DIMS` (repeatable), `strict`,
+//!   `fuse_conv_bn` and `name` in the query string; the answer is the network prediction
+//!   plus `import`, what the import found (fusions, unmapped ops and their shares).
 //! - `GET /v1/bundle`: what is loaded: the device, per kind the chosen model and its scores.
 //! - `GET /healthz`.
 //!
@@ -45,6 +49,6 @@ mod server;
 pub use error::{Error, Result};
 pub use server::{
     AppState, DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT,
-    DEFAULT_IDLE_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT, ServeConfig, router, run, serve,
-    shutdown_signal,
+    DEFAULT_IDLE_TIMEOUT, DEFAULT_ONNX_LIMIT, DEFAULT_SHUTDOWN_TIMEOUT, ServeConfig, router, run,
+    serve, shutdown_signal,
 };

@@ -23,6 +23,10 @@ use crate::error::{Error, Result};
 
 /// Default request-body limit: 1 MiB, about 10,000 module specs.
 pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
+/// Default body limit of `POST /v1/predict/onnx`: 512 MiB, an ONNX file with its weights
+/// (BERT-large's fp32 export is about 1.3 GB: export it with external data, whose weights
+/// stay beside the graph and are not needed).
+pub const DEFAULT_ONNX_LIMIT: usize = 512 << 20;
 /// Default time for a request head to arrive whole, from the connection's start or the
 /// request's first byte.
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -49,6 +53,8 @@ pub struct ServeConfig {
     pub threads: usize,
     /// Largest request body, bytes; default [`DEFAULT_BODY_LIMIT`].
     pub body_limit: usize,
+    /// Largest ONNX file `POST /v1/predict/onnx` takes, bytes; default [`DEFAULT_ONNX_LIMIT`].
+    pub onnx_limit: usize,
     /// A request head must be whole this long after the connection opened or the request's
     /// first byte arrived, or the connection is closed; default [`DEFAULT_HEADER_TIMEOUT`].
     pub header_timeout: Duration,
@@ -70,6 +76,7 @@ impl Default for ServeConfig {
             addr: SocketAddr::from(([127, 0, 0, 1], 8787)),
             threads: std::thread::available_parallelism().map_or(1, usize::from),
             body_limit: DEFAULT_BODY_LIMIT,
+            onnx_limit: DEFAULT_ONNX_LIMIT,
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             body_timeout: DEFAULT_BODY_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
@@ -84,10 +91,15 @@ impl ServeConfig {
         if self.threads == 0 {
             return Err(Error::Config("`threads` must be at least 1, got 0".into()));
         }
-        if self.body_limit == 0 {
-            return Err(Error::Config(
-                "`body_limit` must be at least 1 byte, got 0".into(),
-            ));
+        for (name, limit) in [
+            ("body_limit", self.body_limit),
+            ("onnx_limit", self.onnx_limit),
+        ] {
+            if limit == 0 {
+                return Err(Error::Config(format!(
+                    "`{name}` must be at least 1 byte, got 0"
+                )));
+            }
         }
         for (name, d) in [
             ("header_timeout", self.header_timeout),
@@ -354,6 +366,39 @@ async fn predict_network(
     Ok(ok_json(&prediction))
 }
 
+async fn predict_onnx(
+    State(state): State<Arc<AppState>>,
+    Extension(timeout): Extension<BodyTimeout>,
+    req: Request,
+) -> std::result::Result<Response, ApiError> {
+    /// The prediction with what the import found.
+    #[derive(Serialize)]
+    struct OnnxResponse {
+        #[serde(flatten)]
+        prediction: perfcast_predict::NetworkPrediction,
+        import: perfcast_graph::onnx::ImportReport,
+    }
+    let query = req.uri().query().map(str::to_string);
+    let body = read_body(req, timeout).await?;
+    // Decoding a graph of hundreds of megabytes takes a while: off the tokio workers.
+    let response = tokio::task::spawn_blocking(move || {
+        let q = api::parse_onnx(query.as_deref(), &body)?;
+        drop(body);
+        let prepared = predicted("body", state.predictor.prepare(&q.network))?;
+        let prediction = predicted(
+            "body",
+            state.predictor.predict_prepared(&prepared, &q.context),
+        )?;
+        Ok::<_, ApiError>(OnnxResponse {
+            prediction,
+            import: q.report,
+        })
+    })
+    .await
+    .map_err(|e| ApiError::status(500, format!("prediction task failed: {e}")))??;
+    Ok(ok_json(&response))
+}
+
 async fn bundle(State(state): State<Arc<AppState>>) -> Response {
     json_bytes(StatusCode::OK, state.bundle_json.to_vec())
 }
@@ -366,7 +411,7 @@ async fn not_found(uri: axum::http::Uri) -> ApiError {
     ApiError::status(
         404,
         format!(
-            "no such endpoint `{}`; endpoints: POST /v1/predict, POST /v1/predict/network, GET /v1/bundle, GET /healthz",
+            "no such endpoint `{}`; endpoints: POST /v1/predict, POST /v1/predict/network, POST /v1/predict/onnx, GET /v1/bundle, GET /healthz",
             uri.path()
         ),
     )
@@ -384,6 +429,10 @@ pub fn router(state: Arc<AppState>, config: &ServeConfig) -> Router {
     Router::new()
         .route("/v1/predict", post(predict))
         .route("/v1/predict/network", post(predict_network))
+        .route(
+            "/v1/predict/onnx",
+            post(predict_onnx).layer(DefaultBodyLimit::max(config.onnx_limit)),
+        )
         .route("/v1/bundle", get(bundle))
         .route("/healthz", get(healthz))
         .fallback(not_found)

@@ -385,3 +385,121 @@ fn serve_answers_valid_and_invalid_requests_and_stops_on_sigterm() {
     assert!(log.contains("shut down"), "{log}");
     assert!(!log.contains("panicked"), "{log}");
 }
+
+/// `POST /v1/predict/onnx` (issue 23): the file as the body, the rest in the query string;
+/// the same total as `perfcast predict --onnx`, bit for bit, with the import report; a
+/// transformer config gives the CLI's total in the training phase too (dropout built); bad
+/// files and parameters are 422s naming what is wrong.
+#[test]
+fn serve_predicts_onnx_files_and_transformer_configs_as_the_cli_does() {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let bundle = root.join("checkpoints/gpu");
+    let onnx = root.join("tests/fixtures/onnx");
+    let (_server, addr) = start(&bundle);
+    let cli_total = |args: &[&str]| -> f64 {
+        let mut all = vec![
+            "predict",
+            "--bundle",
+            bundle.to_str().unwrap(),
+            "--format",
+            "json",
+        ];
+        all.extend_from_slice(args);
+        let o = run(&all);
+        assert!(o.status.success(), "{all:?}: {}", stderr(&o));
+        json(&String::from_utf8_lossy(&o.stdout))["total_ms"]
+            .as_f64()
+            .unwrap()
+    };
+    for (file, query, args) in [
+        (
+            "cnn-residual.onnx",
+            "batch=2&phase=training",
+            vec!["--batch", "2", "--phase", "training"],
+        ),
+        (
+            "decoder-2l.onnx",
+            "batch=4&seq=32",
+            vec!["--batch", "4", "--seq", "32"],
+        ),
+    ] {
+        let bytes = std::fs::read(onnx.join(file)).unwrap();
+        let path = format!("/v1/predict/onnx?{query}&name=model");
+        let (status, body) = http(addr, "POST", &path, &bytes);
+        assert_eq!(status, 200, "{file}: {body}");
+        let served = json(&body);
+        let file_path = onnx.join(file);
+        let mut args = args.clone();
+        args.extend_from_slice(&["--onnx", file_path.to_str().unwrap()]);
+        assert_eq!(
+            served["total_ms"].as_f64().unwrap().to_bits(),
+            cli_total(&args).to_bits(),
+            "{file}"
+        );
+        assert!(served["import"]["layers"].as_u64().unwrap() > 0, "{body}");
+        assert_eq!(served["network"], "model", "{body}");
+    }
+    let config: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("examples/transformers/gpt2.json")).unwrap(),
+    )
+    .unwrap();
+    let request =
+        serde_json::json!({"transformer": config, "seq": 64, "batch": 2, "phase": "training"});
+    let (status, body) = http(
+        addr,
+        "POST",
+        "/v1/predict/network",
+        request.to_string().as_bytes(),
+    );
+    assert_eq!(status, 200, "{body}");
+    let gpt2 = root.join("examples/transformers/gpt2.json");
+    let cli = cli_total(&[
+        "--transformer",
+        gpt2.to_str().unwrap(),
+        "--seq",
+        "64",
+        "--batch",
+        "2",
+        "--phase",
+        "training",
+    ]);
+    assert_eq!(
+        json(&body)["total_ms"].as_f64().unwrap().to_bits(),
+        cli.to_bits(),
+        "{body}"
+    );
+
+    let unknown = std::fs::read(onnx.join("unknown-op.onnx")).unwrap();
+    for (path, bytes, field, says) in [
+        (
+            "/v1/predict/onnx?batch=1",
+            &b"not a protobuf"[..],
+            "body",
+            "malformed ONNX",
+        ),
+        ("/v1/predict/onnx?strict=true", &unknown[..], "body", "node"),
+        ("/v1/predict/onnx?batch=0", &unknown[..], "batch", "batch"),
+        (
+            "/v1/predict/onnx?bacth=2",
+            &unknown[..],
+            "bacth",
+            "unknown parameter",
+        ),
+        (
+            "/v1/predict/onnx?strict=maybe",
+            &unknown[..],
+            "strict",
+            "strict=maybe",
+        ),
+        ("/v1/predict/onnx", &b""[..], "body", "empty"),
+    ] {
+        let (status, body) = http(addr, "POST", path, bytes);
+        assert_eq!(status, 422, "{path}: {body}");
+        let e = json(&body);
+        assert_eq!(e["field"], field, "{path}: {body}");
+        assert!(
+            e["error"].as_str().unwrap().contains(says),
+            "{path}: {body}"
+        );
+    }
+}

@@ -12,7 +12,7 @@ use perfcast_select::Predictor;
 use perfcast_serve::loadtest::{LoadConfig, LoadKind};
 use perfcast_serve::{
     DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
-    DEFAULT_SHUTDOWN_TIMEOUT, ServeConfig,
+    DEFAULT_ONNX_LIMIT, DEFAULT_SHUTDOWN_TIMEOUT, ServeConfig,
 };
 
 use crate::Ui;
@@ -34,6 +34,9 @@ pub struct ServeArgs {
     /// Largest request body, KiB
     #[arg(long, default_value_t = DEFAULT_BODY_LIMIT / 1024)]
     max_body_kb: usize,
+    /// Largest ONNX file `POST /v1/predict/onnx` takes, MiB
+    #[arg(long, default_value_t = DEFAULT_ONNX_LIMIT >> 20)]
+    max_onnx_mb: usize,
     /// Seconds for a request head to arrive whole (from the connection's start or the request's first byte); then the connection is closed
     #[arg(long, default_value_t = DEFAULT_HEADER_TIMEOUT.as_secs_f64())]
     header_timeout_s: f64,
@@ -78,6 +81,7 @@ pub fn serve(a: ServeArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         addr: a.addr,
         threads: a.threads.unwrap_or(ServeConfig::default().threads),
         body_limit: body_limit(a.max_body_kb)?,
+        onnx_limit: a.max_onnx_mb.saturating_mul(1 << 20),
         header_timeout: seconds("header-timeout-s", a.header_timeout_s)?,
         body_timeout: seconds("body-timeout-s", a.body_timeout_s)?,
         idle_timeout: seconds("idle-timeout-s", a.idle_timeout_s)?,
