@@ -91,10 +91,13 @@ impl Sweep {
 /// and dominate CNN time, GEMMs come next; elementwise kinds are nearly linear in their size)
 /// and the cap on each configuration's timed samples, seconds. Small ops are noisy and run to
 /// the cap: 0.15-0.25 s is still hundreds of calls, and keeps the whole quickstart under 10
-/// minutes (the default 0.6 s alone took 7.5 of them).
-pub const QUICKSTART_KINDS: [(&[ModuleKind], usize, f64); 3] = [
-    (&[ModuleKind::Conv2d], 6, 0.25),
-    (&[ModuleKind::Linear, ModuleKind::Matmul], 2, 0.25),
+/// minutes (the default 0.6 s alone took 7.5 of them). The last group is what imported
+/// models add (ONNX CNNs, transformer and Llama-style configs): a quarter of the samples each,
+/// enough for kinds whose time follows their size, so a CPU bundle predicts them from
+/// measurements rather than the spec roofline.
+pub const QUICKSTART_KINDS: [(&[ModuleKind], f64, f64); 4] = [
+    (&[ModuleKind::Conv2d], 6.0, 0.25),
+    (&[ModuleKind::Linear, ModuleKind::Matmul], 2.0, 0.25),
     (
         &[
             ModuleKind::MaxPool2d,
@@ -107,10 +110,45 @@ pub const QUICKSTART_KINDS: [(&[ModuleKind], usize, f64); 3] = [
             ModuleKind::Gelu,
             ModuleKind::Tanh,
         ],
-        1,
+        1.0,
+        0.15,
+    ),
+    (
+        &[
+            ModuleKind::Mul,
+            ModuleKind::Sigmoid,
+            ModuleKind::Silu,
+            ModuleKind::MulScalar,
+            ModuleKind::Embedding,
+            ModuleKind::RmsNorm,
+            ModuleKind::MaskedFill,
+            ModuleKind::Dropout,
+            ModuleKind::Copy,
+            ModuleKind::Concat,
+            ModuleKind::Slice,
+            ModuleKind::Pad,
+        ],
+        0.25,
         0.15,
     ),
 ];
+
+/// Configurations per kind of a [`QUICKSTART_KINDS`] group at `samples` (at least 5).
+pub fn quickstart_samples(multiple: f64, samples: usize) -> usize {
+    ((multiple * samples as f64).round() as usize).max(5)
+}
+
+/// Configurations and kinds the quickstart's sweeps measure at `samples`.
+pub fn quickstart_size(samples: usize) -> (usize, usize) {
+    QUICKSTART_KINDS
+        .iter()
+        .fold((0, 0), |(c, k), (kinds, m, _)| {
+            (
+                c + kinds.len() * quickstart_samples(*m, samples),
+                k + kinds.len(),
+            )
+        })
+}
 
 /// The quickstart's sweeps of the built-in ranges, one per [`QUICKSTART_KINDS`] entry, with
 /// `samples` configurations per elementwise or pooling kind.
@@ -122,7 +160,7 @@ pub fn quickstart_sweeps(samples: usize) -> Result<Vec<Sweep>> {
                 None,
                 &SweepOverrides {
                     modules: kinds.to_vec(),
-                    samples: Some(multiple * samples),
+                    samples: Some(quickstart_samples(*multiple, samples)),
                     max_time_s: Some(*cap),
                     ..SweepOverrides::default()
                 },
@@ -174,12 +212,26 @@ mod tests {
     }
 
     #[test]
-    fn the_quickstart_covers_twelve_kinds_with_more_convolutions() {
+    fn the_quickstart_covers_the_kinds_real_models_have_with_more_convolutions() {
         let sweeps = quickstart_sweeps(40).expect("sweeps");
-        let kinds: usize = sweeps.iter().map(|s| s.modules.len()).sum();
-        assert_eq!(kinds, 12);
+        let kinds: Vec<ModuleKind> = sweeps.iter().flat_map(|s| s.modules.clone()).collect();
+        assert_eq!(kinds.len(), 24);
+        // Every kind a transformer config or an ONNX CNN maps to, but the zero-cost views
+        // and the rarer scalar and reduction kinds.
+        for k in [
+            ModuleKind::Embedding,
+            ModuleKind::RmsNorm,
+            ModuleKind::Silu,
+            ModuleKind::Pad,
+        ] {
+            assert!(kinds.contains(&k), "{k}");
+        }
+        assert!(!kinds.contains(&ModuleKind::View));
         assert_eq!(sweeps[0].samples, 240);
         assert_eq!(sweeps[2].samples, 40);
+        assert_eq!(sweeps[3].samples, 10);
         assert_eq!(sweeps[2].timing.max_time_s, 0.15);
+        assert_eq!(quickstart_sweeps(10).expect("sweeps")[3].samples, 5);
+        assert_eq!(quickstart_size(40), (240 + 2 * 80 + 9 * 40 + 12 * 10, 24));
     }
 }
