@@ -38,7 +38,7 @@ pub enum ScaleCommand {
     /// batch: each of P devices runs ceil(batch / P) samples. Compute comes from a bundle's
     /// training-phase prediction at the per-device batch, or from `--compute-ms`. Gradients
     /// are 4 bytes per parameter of the network.
-    Predict(PredictArgs),
+    Predict(Box<PredictArgs>),
     /// Fit the generic expression T(p, b, n) to measured runs by differential evolution
     ///
     /// The runs CSV has the columns p (processors or threads), b (batch size), n (samples
@@ -280,7 +280,7 @@ pub struct MeasureArgs {
 
 pub fn run(c: ScaleCommand, ui: &Ui) -> anyhow::Result<ExitCode> {
     match c {
-        ScaleCommand::Predict(a) => predict(a, ui),
+        ScaleCommand::Predict(a) => predict(*a, ui),
         ScaleCommand::Fit(a) => fit(a, ui),
         ScaleCommand::Measure(a) => measure(a, ui),
     }
