@@ -721,10 +721,6 @@ pub trait MednCheckpoint: Sized {
 
 impl MednCheckpoint for FittedMedn {
     fn save_checkpoint(&self, dir: &Path) -> Result<()> {
-        let io = |e: perfcast_data::Error| Error::Load {
-            path: dir.to_path_buf(),
-            message: e.to_string(),
-        };
         std::fs::create_dir_all(dir).map_err(|e| Error::Load {
             path: dir.to_path_buf(),
             message: e.to_string(),
@@ -736,7 +732,8 @@ impl MednCheckpoint for FittedMedn {
                 .into_record()
                 .into_bytes()
                 .map_err(|e| Error::InvalidData(format!("cannot encode MEDN record: {e}")))?;
-            perfcast_data::write_atomic(&dir.join(format!("net-{i}.bpk")), &bytes).map_err(io)?;
+            // A failed write is perfcast-data's error (the file, then the OS cause).
+            perfcast_data::write_atomic(&dir.join(format!("net-{i}.bpk")), &bytes)?;
         }
         let meta = CheckpointMeta {
             format: CHECKPOINT_FORMAT,
@@ -755,7 +752,7 @@ impl MednCheckpoint for FittedMedn {
         };
         let json = serde_json::to_vec_pretty(&meta)
             .map_err(|e| Error::InvalidData(format!("cannot encode MEDN config: {e}")))?;
-        perfcast_data::write_atomic(&dir.join("medn.json"), &json).map_err(io)
+        Ok(perfcast_data::write_atomic(&dir.join("medn.json"), &json)?)
     }
 
     fn load_checkpoint(dir: &Path, expected: Option<&FeatureSchema>) -> Result<FittedMedn> {
