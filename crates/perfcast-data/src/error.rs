@@ -6,8 +6,9 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The file could not be read or written.
-    #[error("failed to {action} `{path}`: {source}")]
+    /// The file could not be read or written. The OS error is the cause ([`std::error::Error::source`]),
+    /// not part of the message, so a chain printed with `{:#}` names it once.
+    #[error("failed to {action} `{path}`")]
     Io {
         /// What was attempted (read, write, create, rename).
         action: &'static str,
@@ -65,5 +66,33 @@ impl Error {
             path: path.to_path_buf(),
             message: message.to_string(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The cause is printed once through a chain (it was in the message and the source).
+    #[test]
+    fn io_errors_name_their_cause_once() {
+        let err = Error::Io {
+            action: "read",
+            path: PathBuf::from("data/cpu/linear.parquet"),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+        };
+        assert_eq!(err.to_string(), "failed to read `data/cpu/linear.parquet`");
+        let source = std::error::Error::source(&err).map(ToString::to_string);
+        assert_eq!(source.as_deref(), Some("no such file"));
+        let mut chain = err.to_string();
+        let mut cause = std::error::Error::source(&err);
+        while let Some(c) = cause {
+            chain.push_str(&format!(": {c}"));
+            cause = c.source();
+        }
+        assert_eq!(
+            chain,
+            "failed to read `data/cpu/linear.parquet`: no such file"
+        );
     }
 }

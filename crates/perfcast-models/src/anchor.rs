@@ -37,6 +37,7 @@ use crate::error::{Error, Result};
 use crate::features::{FeatureSchema, TrainSet, row};
 use crate::matrix::Matrix;
 use crate::regressor::{Fit, Regressor};
+use crate::split;
 use crate::trees::{FittedTrees, TreeParams};
 
 /// The methods [`leave_one_target_out`] scores, in report order.
@@ -636,62 +637,68 @@ pub fn leave_one_target_out(
     same_kind: bool,
 ) -> Result<Vec<HeldOutTarget>> {
     let mut out = Vec::new();
-    for target in devices {
-        let others: Vec<&DeviceRows> = devices
-            .iter()
-            .filter(|d| d.device.name != target.device.name)
-            .filter(|d| !same_kind || d.device.kind == target.device.kind)
-            .collect();
-        if others.len() < 2 {
-            continue;
-        }
-        let anchors = choose_anchors(&target.device, &others, mode);
-        let model = AnchorModel::fit(kind, &others)?;
-        // Per target configuration, each method's prediction from every anchor that measured
-        // it; with several anchors the prediction is their geometric mean.
-        let mut per_key: BTreeMap<&Key, (f64, Vec<[f64; 3]>)> = BTreeMap::new();
-        for a in &anchors {
-            let shared: Vec<(&Key, &Measured, f64)> = a
-                .rows
+    // Leave-one-device-out by name ([`split::leave_one_out`]); each of a name's entries is a
+    // target of its own.
+    let names: Vec<&str> = devices.iter().map(|d| d.device.name.as_str()).collect();
+    let folds = split::leave_one_out(&names);
+    for (train, held) in &folds {
+        for target in held.iter().map(|&t| &devices[t]) {
+            let others: Vec<&DeviceRows> = train
                 .iter()
-                .filter_map(|(key, m)| target.rows.get(key).map(|t| (key, m, t.ms)))
+                .map(|&j| &devices[j])
+                .filter(|d| !same_kind || d.device.kind == target.device.kind)
                 .collect();
-            let rows: Vec<(&ModuleSpec, &Context, f64)> = shared
-                .iter()
-                .map(|(_, m, _)| (&m.spec, &m.context, m.ms))
+            if others.len() < 2 {
+                continue;
+            }
+            let anchors = choose_anchors(&target.device, &others, mode);
+            let model = AnchorModel::fit(kind, &others)?;
+            // Per target configuration, each method's prediction from every anchor that measured
+            // it; with several anchors the prediction is their geometric mean.
+            let mut per_key: BTreeMap<&Key, (f64, Vec<[f64; 3]>)> = BTreeMap::new();
+            for a in &anchors {
+                let shared: Vec<(&Key, &Measured, f64)> = a
+                    .rows
+                    .iter()
+                    .filter_map(|(key, m)| target.rows.get(key).map(|t| (key, m, t.ms)))
+                    .collect();
+                let rows: Vec<(&ModuleSpec, &Context, f64)> = shared
+                    .iter()
+                    .map(|(_, m, _)| (&m.spec, &m.context, m.ms))
+                    .collect();
+                let learned = model.predict_rows(&rows, &a.device, &target.device)?;
+                for ((key, m, t_ms), learned) in shared.into_iter().zip(learned) {
+                    per_key.entry(key).or_insert((t_ms, Vec::new())).1.push([
+                        learned,
+                        roofline_ratio_ms(&m.spec, &m.context, &a.device, &target.device, m.ms),
+                        m.ms * a.device.peak_gflops / target.device.peak_gflops,
+                    ]);
+                }
+            }
+            let mut preds: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+            let mut truth = Vec::new();
+            for (t_ms, by_anchor) in per_key.values() {
+                for (j, method) in METHODS.iter().enumerate() {
+                    let log_mean =
+                        by_anchor.iter().map(|p| p[j].ln()).sum::<f64>() / by_anchor.len() as f64;
+                    preds.entry(method).or_default().push(log_mean.exp());
+                }
+                truth.push(*t_ms);
+            }
+            if truth.is_empty() {
+                continue;
+            }
+            let mape = preds
+                .into_iter()
+                .filter_map(|(k, p)| Metrics::compute(&p, &truth).map(|m| (k.to_string(), m.mape)))
                 .collect();
-            let learned = model.predict_rows(&rows, &a.device, &target.device)?;
-            for ((key, m, t_ms), learned) in shared.into_iter().zip(learned) {
-                per_key.entry(key).or_insert((t_ms, Vec::new())).1.push([
-                    learned,
-                    roofline_ratio_ms(&m.spec, &m.context, &a.device, &target.device, m.ms),
-                    m.ms * a.device.peak_gflops / target.device.peak_gflops,
-                ]);
-            }
+            out.push(HeldOutTarget {
+                device: target.device.name.clone(),
+                anchors: anchors.iter().map(|a| a.device.name.clone()).collect(),
+                pairs: truth.len(),
+                mape,
+            });
         }
-        let mut preds: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-        let mut truth = Vec::new();
-        for (t_ms, by_anchor) in per_key.values() {
-            for (j, method) in METHODS.iter().enumerate() {
-                let log_mean =
-                    by_anchor.iter().map(|p| p[j].ln()).sum::<f64>() / by_anchor.len() as f64;
-                preds.entry(method).or_default().push(log_mean.exp());
-            }
-            truth.push(*t_ms);
-        }
-        if truth.is_empty() {
-            continue;
-        }
-        let mape = preds
-            .into_iter()
-            .filter_map(|(k, p)| Metrics::compute(&p, &truth).map(|m| (k.to_string(), m.mape)))
-            .collect();
-        out.push(HeldOutTarget {
-            device: target.device.name.clone(),
-            anchors: anchors.iter().map(|a| a.device.name.clone()).collect(),
-            pairs: truth.len(),
-            mape,
-        });
     }
     if out.is_empty() {
         return Err(Error::InvalidData(format!(

@@ -453,7 +453,9 @@ pub struct HoldOut {
 
 /// [`leave_one_device_out`] with a choice of devices to hold out and of devices whose
 /// predictions are raised to the spec roofline; returns each held-out device's score with its
-/// predictions (in its rows' order).
+/// predictions (in its rows' order). The folds are [`crate::split::leave_one_out`]'s over the
+/// sets' device names: sets of one name are held out (and scored) together, in the order of
+/// their first set, whose `held` and `raise` flags apply.
 pub fn leave_devices_out(
     params: &ModelParams,
     sets: &[(String, TrainSet)],
@@ -466,17 +468,29 @@ pub fn leave_devices_out(
         )));
     }
     let mut out = Vec::with_capacity(sets.len());
-    for (i, (device, test)) in sets.iter().enumerate() {
-        if test.is_empty() || !options.held.get(i).copied().unwrap_or(true) {
+    // By device name: a device measured in several sets is held out whole.
+    let names: Vec<&str> = sets.iter().map(|(d, _)| d.as_str()).collect();
+    for (train, held) in crate::split::leave_one_out(&names) {
+        let i = held[0];
+        let device = &sets[i].0;
+        let pick = |idx: &[usize]| -> Vec<&TrainSet> {
+            idx.iter()
+                .map(|&j| &sets[j].1)
+                .filter(|s| !s.is_empty())
+                .collect()
+        };
+        let tests = pick(&held);
+        if tests.is_empty() || !options.held.get(i).copied().unwrap_or(true) {
             continue;
         }
-        let others: Vec<&TrainSet> = sets
-            .iter()
-            .enumerate()
-            .filter(|(j, (_, s))| *j != i && !s.is_empty())
-            .map(|(_, (_, s))| s)
-            .collect();
-        let rest = concat(&others)?;
+        let joined;
+        let test = if let [one] = tests[..] {
+            one
+        } else {
+            joined = concat(&tests)?;
+            &joined
+        };
+        let rest = concat(&pick(&train))?;
         let model = params.fit(&rest).map_err(|e| {
             if options.label.is_empty() {
                 e.context(format!("`{device}` left out"))

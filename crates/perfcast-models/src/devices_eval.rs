@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::anchor::{self, AnchorMode, AnchorModel, DeviceRows, HeldOutTarget};
 use crate::device_features::{
-    CrossDeviceParams, DEFAULT_FLOOR_MS, DEFAULT_TILE, HeldOutDevice, HoldOut, Scale,
+    CrossDeviceParams, DEFAULT_FLOOR_MS, DEFAULT_TILE, HeldOutDevice, HoldOut, Scale, concat,
     leave_devices_out, thin,
 };
 use crate::error::{Error, Result};
@@ -252,14 +252,21 @@ pub fn evaluate_devices(
             let held = leave_devices_out(&params, &sets, &options)?;
             if plan.keep_predictions {
                 for (score, pred) in &held {
-                    let Some((_, test)) = sets.iter().find(|(d, _)| *d == score.device) else {
+                    // The device's rows in the order they were scored: its sets in turn.
+                    let of_device: Vec<&TrainSet> = sets
+                        .iter()
+                        .filter(|(d, s)| *d == score.device && !s.is_empty())
+                        .map(|(_, s)| s)
+                        .collect();
+                    if of_device.is_empty() {
                         continue;
-                    };
+                    }
+                    let test = concat(&of_device)?;
                     out.predictions.extend(prediction_rows(
                         kind,
                         params.name(),
                         &score.device,
-                        test,
+                        &test,
                         pred,
                     )?);
                 }

@@ -1,17 +1,14 @@
 //! Evaluation shared by every model: splits, k-fold cross-validation, accuracy and cost.
 //!
-//! All models are judged by the same code on the same splits: [`holdout`] and [`kfold`] split
-//! rows at random or by configuration group (every row of one layer configuration on one side,
-//! so a model cannot score by having seen the same layer at another batch size), [`score`]
-//! computes [`Metrics`], and [`prediction_cost`] measures prediction time and size.
+//! All models are judged by the same code on the same splits: the splits are [`crate::split`]'s
+//! (at random or by configuration group: every row of one layer configuration on one side, so
+//! a model cannot score by having seen the same layer at another batch size),
+//! [`cross_validate`] fits and scores a family over its k folds, [`score`] computes
+//! [`Metrics`], and [`prediction_cost`] measures prediction time and size.
 
-use std::collections::BTreeMap;
 use std::time::Instant;
 
 use perfcast_core::Metrics;
-use rand::SeedableRng;
-use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -21,137 +18,8 @@ use crate::medn::MednParams;
 use crate::regressor::{Fit, Regressor};
 use crate::ridge::RidgeParams;
 use crate::roofline::RooflineParams;
+use crate::split::{Split, kfold};
 use crate::trees::TreeParams;
-
-/// How rows are split between training and test.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Split {
-    /// Rows independently at random.
-    Random,
-    /// Whole configuration groups at random.
-    Group,
-}
-
-impl std::str::FromStr for Split {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "random" => Ok(Split::Random),
-            "group" => Ok(Split::Group),
-            other => Err(Error::InvalidData(format!(
-                "unknown split `{other}` (expected `random` or `group`)"
-            ))),
-        }
-    }
-}
-
-/// Assigns each row a fold in `0..k`: rows, or whole groups, shuffled under `seed`.
-fn folds(data: &TrainSet, k: usize, split: Split, seed: u64) -> Vec<usize> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    match split {
-        Split::Random => {
-            let mut order: Vec<usize> = (0..data.len()).collect();
-            order.shuffle(&mut rng);
-            let mut fold = vec![0; data.len()];
-            for (pos, &i) in order.iter().enumerate() {
-                fold[i] = pos % k;
-            }
-            fold
-        }
-        Split::Group => {
-            let mut groups: Vec<u64> = data.groups.clone();
-            groups.sort_unstable();
-            groups.dedup();
-            groups.shuffle(&mut rng);
-            let of: BTreeMap<u64, usize> = groups
-                .iter()
-                .enumerate()
-                .map(|(pos, &g)| (g, pos % k))
-                .collect();
-            data.groups.iter().map(|g| of[g]).collect()
-        }
-    }
-}
-
-/// Train and test row indices holding out about `test_share` of the rows (or groups).
-pub fn holdout(
-    data: &TrainSet,
-    test_share: f64,
-    split: Split,
-    seed: u64,
-) -> Result<(Vec<usize>, Vec<usize>)> {
-    if !(test_share > 0.0 && test_share < 1.0) {
-        return Err(Error::InvalidData(format!(
-            "test share must be in (0, 1), got {test_share}"
-        )));
-    }
-    // Shuffle the units (rows or groups) and hold out the first share of them.
-    let mut rng = StdRng::seed_from_u64(seed);
-    let test_units: std::collections::HashSet<u64> = match split {
-        Split::Random => {
-            let mut order: Vec<u64> = (0..data.len() as u64).collect();
-            order.shuffle(&mut rng);
-            let cut = (test_share * order.len() as f64).round() as usize;
-            order.into_iter().take(cut).collect()
-        }
-        Split::Group => {
-            let mut groups: Vec<u64> = data.groups.clone();
-            groups.sort_unstable();
-            groups.dedup();
-            groups.shuffle(&mut rng);
-            let cut = (test_share * groups.len() as f64).round() as usize;
-            groups.into_iter().take(cut).collect()
-        }
-    };
-    let unit = |i: usize| match split {
-        Split::Random => i as u64,
-        Split::Group => data.groups[i],
-    };
-    let (test, train): (Vec<usize>, Vec<usize>) =
-        (0..data.len()).partition(|&i| test_units.contains(&unit(i)));
-    if train.is_empty() || test.is_empty() {
-        return Err(Error::InvalidData(format!(
-            "{} rows cannot be split {:.0}/{:.0}",
-            data.len(),
-            100.0 * (1.0 - test_share),
-            100.0 * test_share
-        )));
-    }
-    Ok((train, test))
-}
-
-/// `k` (train, test) index pairs covering every row once as test.
-pub fn kfold(
-    data: &TrainSet,
-    k: usize,
-    split: Split,
-    seed: u64,
-) -> Result<Vec<(Vec<usize>, Vec<usize>)>> {
-    let units = match split {
-        Split::Random => data.len(),
-        Split::Group => {
-            let mut g = data.groups.clone();
-            g.sort_unstable();
-            g.dedup();
-            g.len()
-        }
-    };
-    if k < 2 || units < k {
-        return Err(Error::InvalidData(format!(
-            "{k}-fold cross-validation needs at least {k} {}, the data has {units}",
-            if split == Split::Group {
-                "configuration groups"
-            } else {
-                "rows"
-            }
-        )));
-    }
-    let f = folds(data, k, split, seed);
-    Ok((0..k)
-        .map(|fold| (0..data.len()).partition::<Vec<usize>, _>(|&i| f[i] != fold))
-        .collect())
-}
 
 /// Accuracy of a fitted model on a data set.
 pub fn score(model: &dyn Regressor, data: &TrainSet) -> Result<Metrics> {
@@ -404,52 +272,6 @@ mod tests {
             y: (0..n).map(|i| 1.0 + i as f64).collect(),
             groups: (0..n as u64).map(|i| i % groups).collect(),
         }
-    }
-
-    #[test]
-    fn kfold_covers_every_row_once() {
-        let d = data(23, 23);
-        let folds = kfold(&d, 5, Split::Random, 1).unwrap();
-        let mut seen = [0; 23];
-        for (train, test) in &folds {
-            assert_eq!(train.len() + test.len(), 23);
-            for &i in test {
-                seen[i] += 1;
-            }
-        }
-        assert!(seen.iter().all(|&c| c == 1));
-    }
-
-    #[test]
-    fn group_split_keeps_groups_together() {
-        let d = data(40, 8);
-        let (train, test) = holdout(&d, 0.25, Split::Group, 3).unwrap();
-        for &i in &test {
-            assert!(train.iter().all(|&j| d.groups[j] != d.groups[i]));
-        }
-        for (train, test) in kfold(&d, 4, Split::Group, 3).unwrap() {
-            for &i in &test {
-                assert!(train.iter().all(|&j| d.groups[j] != d.groups[i]));
-            }
-        }
-    }
-
-    #[test]
-    fn too_few_rows_for_the_folds_is_named() {
-        let err = kfold(&data(3, 3), 5, Split::Random, 0)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("5-fold cross-validation needs at least 5 rows, the data has 3"),
-            "{err}"
-        );
-        let err = kfold(&data(30, 2), 5, Split::Group, 0)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("configuration groups, the data has 2"),
-            "{err}"
-        );
     }
 
     #[test]

@@ -6,8 +6,9 @@
 //! fitted models, their saved forms and prediction paths are the light predictor's
 //! (perfcast-predict, no burn), and this crate fits them: hyper-parameters validated before
 //! fitting and the [`Fit`] trait. [`eval`] scores any `&dyn Regressor` the same way: k-fold
-//! cross-validation, held-out splits (random or by configuration group), accuracy metrics and
-//! measured prediction time.
+//! cross-validation, accuracy metrics and measured prediction time, on the splits of [`split`]
+//! (random, by configuration group, k-fold, early-stopping validation, leave-one-device-out),
+//! which every model and command splits data with.
 //!
 //! Models: [`ridge`] (ridge regression on log features, optional squares and pairwise products),
 //! [`knn`] (k nearest neighbours on standardised log features, k-d tree index), [`trees`]
@@ -29,6 +30,7 @@ pub mod regressor;
 pub mod ridge;
 pub mod roofline;
 pub mod source;
+pub mod split;
 pub mod stack;
 pub mod trees;
 

@@ -44,6 +44,7 @@ use crate::error::{Error, Result};
 use crate::features::TrainSet;
 use crate::regressor::{self, Fit, Regressor};
 use crate::ridge::{FittedRidge, RidgeParams};
+use crate::split;
 pub use perfcast_predict::trees::{FittedTrees, LEAF, Node, tree_value};
 
 const MODEL: &str = "trees";
@@ -604,47 +605,15 @@ impl<'a> Grower<'a> {
     }
 }
 
-/// Splits row indices into (training, held-out) by configuration group, or holds nothing out
-/// when early stopping is off or the held-out part would be too small.
+/// The early-stopping split: [`split::validation`] over configuration groups, or nothing held
+/// out when early stopping is off or the held-out part would be too small.
 fn holdout(params: &TreeParams, data: &TrainSet, rng: &mut StdRng) -> (Vec<usize>, Vec<usize>) {
-    let n = data.len();
-    let all: Vec<usize> = (0..n).collect();
-    if params.validation_fraction <= 0.0
-        || (n as f64 * params.validation_fraction) < MIN_VALIDATION_ROWS as f64
-    {
-        return (all, Vec::new());
-    }
-    // Rows without group labels count as groups of one.
-    let group = |i: usize| {
-        if data.groups.len() == n {
-            data.groups[i]
-        } else {
-            i as u64
-        }
+    let v = split::Validation {
+        share: params.validation_fraction,
+        min_valid: MIN_VALIDATION_ROWS,
+        min_train: MIN_ROWS,
     };
-    let mut groups: Vec<u64> = (0..n).map(group).collect();
-    groups.sort_unstable();
-    groups.dedup();
-    if groups.len() < 2 {
-        return (all, Vec::new());
-    }
-    groups.shuffle(rng);
-    let n_held = ((groups.len() as f64 * params.validation_fraction).round() as usize)
-        .clamp(1, groups.len() - 1);
-    let mut held = groups[..n_held].to_vec();
-    held.sort_unstable();
-    let (mut train, mut valid) = (Vec::new(), Vec::new());
-    for i in 0..n {
-        if held.binary_search(&group(i)).is_ok() {
-            valid.push(i);
-        } else {
-            train.push(i);
-        }
-    }
-    if valid.len() < MIN_VALIDATION_ROWS || train.len() < MIN_ROWS {
-        return (all, Vec::new());
-    }
-    (train, valid)
+    split::validation(&data.groups, data.len(), &v, rng)
 }
 
 fn boost(params: &TreeParams, data: &TrainSet, baseline: Option<FittedRidge>) -> FittedTrees {

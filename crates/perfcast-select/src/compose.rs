@@ -224,7 +224,7 @@ pub fn fit_phase_with(
 pub const LAMBDAS: [f64; 7] = [1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0, 1e6];
 
 /// Fits one phase's terms with the prior strength chosen by leave-one-network-out
-/// cross-validation: for each strength in `lambdas`, every network (`groups[i]` names run `i`'s)
+/// cross-validation (the folds of [`perfcast_models::split::leave_one_out`]): for each strength in `lambdas`, every network (`groups[i]` names run `i`'s)
 /// is predicted by terms fitted on the other networks' runs; the strength with the lowest MAPE
 /// wins (ties go to the stronger prior), and the terms are refitted on every run with it.
 ///
@@ -247,23 +247,22 @@ pub fn fit_phase_cv(
     let measured: Vec<f64> = runs.iter().map(|(_, m)| *m).collect();
     let plain_pred: Vec<f64> = runs.iter().map(|(r, _)| r.layer_sum_ms).collect();
     let cv_plain = mape(&plain_pred, &measured);
+    // One fold per network, in name order (the pooled MAPE sums in that order).
+    let mut folds = perfcast_models::split::leave_one_out(groups);
+    folds.sort_by(|a, b| groups[a.1[0]].cmp(&groups[b.1[0]]));
     let mut best: Option<(f64, f64)> = None; // (cv MAPE, lambda)
     for &lambda in lambdas {
         let mut pred = Vec::with_capacity(runs.len());
         let mut truth = Vec::with_capacity(runs.len());
-        for name in &names {
-            let train: Vec<(RunShape, f64)> = runs
-                .iter()
-                .zip(groups)
-                .filter(|(_, g)| g != name)
-                .map(|(r, _)| r.clone())
-                .collect();
+        for (train, test) in &folds {
+            let train: Vec<(RunShape, f64)> = train.iter().map(|&i| runs[i].clone()).collect();
             // Too few runs left to fit this strength: it cannot be judged, skip it.
             let Ok(costs) = fit(&train, lambda) else {
                 pred.clear();
                 break;
             };
-            for ((r, m), _) in runs.iter().zip(groups).filter(|(_, g)| g == name) {
+            for &i in test {
+                let (r, m) = &runs[i];
                 pred.push(costs.compose(r).total_ms);
                 truth.push(*m);
             }

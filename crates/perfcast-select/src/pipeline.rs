@@ -29,10 +29,9 @@ use perfcast_core::progress::Observer;
 use perfcast_core::{DeviceSpec, Metrics, ModuleKind, Phase};
 use perfcast_data::outdir::{self, OutputKind};
 use perfcast_data::{DatasetDir, resolve_datasets};
-use perfcast_models::eval::{
-    ModelParams, PredictionCost, Split, cross_validate, holdout, kfold, prediction_cost, score,
-};
+use perfcast_models::eval::{ModelParams, PredictionCost, cross_validate, prediction_cost, score};
 use perfcast_models::source::TrainSource;
+use perfcast_models::split::{Split, holdout, kfold};
 use perfcast_models::{Regressor, SavedModel, TrainSet};
 use serde::{Deserialize, Serialize};
 

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use perfcast_core::ModuleKind;
-use perfcast_models::eval::Split;
+use perfcast_models::split::Split;
 use perfcast_select::pipeline::{TrainPlan, score_saved, train_and_select};
 
 use crate::Ui;

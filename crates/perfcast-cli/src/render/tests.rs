@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use perfcast_core::{Context, Metrics, ModuleKind, Phase};
-use perfcast_models::eval::{PredictionCost, Split};
+use perfcast_models::eval::PredictionCost;
+use perfcast_models::split::Split;
 use perfcast_select::bundle::{FORMAT, FeatureRange, KindEntry};
 use perfcast_select::calibrate::{Compared, NetworksEval, PhaseSummary};
 use perfcast_select::pipeline::{

@@ -15,6 +15,8 @@ pub enum Cost {
     Cheap,
     /// Temp directories, Parquet or model files per case: an eighth of them.
     Files,
+    /// Models fitted and a bundle written per case: a sixteenth of them.
+    Fits,
 }
 
 /// Cases of the cheap targets when `PERFCAST_FUZZ_CASES` is unset: the whole harness stays
@@ -30,6 +32,7 @@ fn cases(cost: Cost) -> u32 {
     match cost {
         Cost::Cheap => base,
         Cost::Files => (base / 8).max(1),
+        Cost::Fits => (base / 16).max(1),
     }
 }
 
@@ -65,6 +68,16 @@ where
 {
     let cases = cases(cost);
     let seed = seed();
+    // Straight to the process's stderr, past the test harness's capture: a case that aborts
+    // the process (an allocation failure is no panic) leaves no report, and this line is
+    // what replays it.
+    {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "fuzz {name}: seed {seed} (replay with PERFCAST_FUZZ_SEED={seed})"
+        );
+    }
     let config = Config {
         cases,
         // Files under the source tree would be written by CI runs; the seed replays instead.

@@ -28,13 +28,13 @@ use burn::tensor::{Device, Tensor, TensorData};
 use perfcast_core::Phase;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::features::{FeatureSchema, TrainSet, row_in_phase};
+use crate::features::{FeatureSchema, TrainSet, fnv1a, row_in_phase};
 use crate::matrix::Matrix;
 use crate::regressor::{Fit, FitStandardiser, LogStandardiser, check_train_set, check_width};
+use crate::split;
 pub use config::{InitNet, MednConfig};
 pub use infer::{BLOCK_ROWS, BurnWeights, FastNet, MAX_WIDTH};
 pub use perfcast_predict::medn::{
@@ -100,7 +100,8 @@ pub struct MednParams {
     /// few hundred samples stopped at 40 while the cosine schedule's rate was still near
     /// its peak, on a snapshot a 30-sample validation split had picked by chance.
     pub patience: usize,
-    /// Share of training samples held out for early stopping; default 0.1.
+    /// Share of the configuration groups held out for early stopping (whole layers, every
+    /// batch on one side; nothing below 20 samples), in [0, 0.5]; default 0.1.
     pub val_share: f64,
     /// Seed of initialisation, shuffling and the validation split; default 0.
     pub seed: u64,
@@ -226,13 +227,23 @@ fn fit_target_scaler(targets: &[[Option<f64>; 2]]) -> TargetScaler {
 }
 
 /// Rows of a training set grouped into multi-task samples: the training-phase form of each
-/// row, and per task the measured latency, if any.
-fn group_samples(data: &TrainSet) -> Result<(Matrix, Vec<[Option<f64>; 2]>)> {
+/// row, per task the measured latency, if any, and the configuration group of each sample
+/// (its rows' group: one layer at one batch and context; empty when the set's rows carry no
+/// groups, each sample then a group of its own).
+struct GroupedSamples {
+    inputs: Matrix,
+    targets: Vec<[Option<f64>; 2]>,
+    groups: Vec<u64>,
+}
+
+fn group_samples(data: &TrainSet) -> Result<GroupedSamples> {
     let col = training_column(&data.schema)?;
+    let labelled = data.groups.len() == data.len();
     let mut inputs = Matrix::with_cols(data.schema.len());
     let mut targets: Vec<[Option<f64>; 2]> = Vec::new();
+    let mut groups = Vec::new();
     let mut index: HashMap<Vec<u64>, usize> = HashMap::new();
-    for (row, &y) in data.x.iter_rows().zip(&data.y) {
+    for (i, (row, &y)) in data.x.iter_rows().zip(&data.y).enumerate() {
         let task = usize::from(row[col] > 0.5);
         let canonical = if task == 1 {
             row.to_vec()
@@ -248,10 +259,17 @@ fn group_samples(data: &TrainSet) -> Result<(Matrix, Vec<[Option<f64>; 2]>)> {
                 t[task] = Some(y);
                 targets.push(t);
                 inputs.push_row(&canonical);
+                if labelled {
+                    groups.push(data.groups[i]);
+                }
             }
         }
     }
-    Ok((inputs, targets))
+    Ok(GroupedSamples {
+        inputs,
+        targets,
+        groups,
+    })
 }
 
 fn training_column(schema: &FeatureSchema) -> Result<usize> {
@@ -372,7 +390,11 @@ impl Fit for MednParams {
         self.validate()?;
         check_train_set(data, 8)?;
         let training_col = training_column(&data.schema)?;
-        let (inputs, targets) = group_samples(data)?;
+        let GroupedSamples {
+            inputs,
+            targets,
+            groups,
+        } = group_samples(data)?;
         // Kinds that never run a GEMM (pools, norms) would get constant zero columns.
         let tiles = TileInputs::of(&data.schema)
             .filter(|t| self.gemm_tiles && inputs.iter_rows().any(|r| r[t.m] >= 1.0));
@@ -389,6 +411,7 @@ impl Fit for MednParams {
             &inputs,
             data.schema.len(),
             &targets,
+            &groups,
             &scaler,
             &target_scaler,
         )?;
@@ -420,19 +443,21 @@ struct Networks {
 }
 
 impl MednParams {
-    /// One network for every task present (MEDN), or one per task (the MLP).
+    /// One network for every task present (MEDN), or one per task (the MLP). `groups` holds
+    /// each sample's configuration group (or nothing: each sample its own group).
     fn fit_networks(
         &self,
         inputs: &Matrix,
         logged: usize,
         targets: &[[Option<f64>; 2]],
+        groups: &[u64],
         scaler: &LogStandardiser,
         target_scaler: &TargetScaler,
     ) -> Result<Networks> {
         let present: Vec<usize> = (0..TASKS.len())
             .filter(|&k| targets.iter().any(|t| t[k].is_some()))
             .collect();
-        let groups: Vec<Vec<usize>> = if self.multi_task {
+        let heads: Vec<Vec<usize>> = if self.multi_task {
             vec![present.clone()]
         } else {
             present.iter().map(|&k| vec![k]).collect()
@@ -446,20 +471,24 @@ impl MednParams {
             history: Vec::new(),
         };
         for (member, (net_index, tasks)) in
-            (0..self.ensemble).flat_map(|m| groups.iter().enumerate().map(move |g| (m, g)))
+            (0..self.ensemble).flat_map(|m| heads.iter().enumerate().map(move |g| (m, g)))
         {
             // Members differ in initialisation, batch order and validation split.
             let seed = self.seed.wrapping_add(7919 * member as u64);
             let samples = to_samples(inputs, logged, targets, scaler, target_scaler, tasks);
             let n = samples.len();
-            let mut order: Vec<usize> = (0..n).collect();
-            order.shuffle(&mut StdRng::seed_from_u64(seed));
-            let n_val = if n >= 20 {
-                ((n as f64 * self.val_share).round() as usize).min(n / 2)
+            let sample_groups: Vec<u64> = if groups.len() == targets.len() {
+                groups
+                    .iter()
+                    .zip(targets)
+                    .filter(|(_, t)| tasks.iter().any(|&k| t[k].is_some()))
+                    .map(|(&g, _)| g)
+                    .collect()
             } else {
-                0
+                Vec::new()
             };
-            let (val_idx, train_idx) = order.split_at(n_val);
+            let (train_idx, val_idx) = self.early_stopping_split(&sample_groups, n, seed);
+            let (train_idx, val_idx) = (&train_idx[..], &val_idx[..]);
             let batch = if self.batch_size == 0 {
                 (train_idx.len() / 32).clamp(32, 512)
             } else {
@@ -501,6 +530,26 @@ impl MednParams {
         Ok(out)
     }
 
+    /// The (train, validation) samples of one network: whole configuration groups held out
+    /// ([`split::validation`]), as trees' early stopping and every evaluation split do, since
+    /// validating on other batches of layers it trains on would pick the snapshot that
+    /// memorises them. As before the split was grouped, nothing is held out below 20 samples
+    /// (at the default share: `share * samples` must reach `round(20 * share)`) and never more
+    /// than half.
+    fn early_stopping_split(
+        &self,
+        groups: &[u64],
+        n: usize,
+        seed: u64,
+    ) -> (Vec<usize>, Vec<usize>) {
+        let v = split::Validation {
+            share: self.val_share,
+            min_valid: ((20.0 * self.val_share).round() as usize).max(1),
+            min_train: n - n / 2,
+        };
+        split::validation(groups, n, &v, &mut StdRng::seed_from_u64(seed))
+    }
+
     /// One network shared by several module kinds: each kind's rows are placed in the union of
     /// the kinds' feature columns (matched by name, zero where a kind has no such column) with
     /// a one-hot `kind=<name>` indicator. Returns one model per set, in order, all holding the
@@ -526,6 +575,7 @@ impl MednParams {
         let mut maps = Vec::new();
         let mut inputs = Matrix::with_cols(width);
         let mut targets = Vec::new();
+        let mut groups = Vec::new();
         let mut union = vec![0.0; width];
         for (i, set) in sets.iter().enumerate() {
             let map = SharedInput {
@@ -538,17 +588,27 @@ impl MednParams {
                     .collect(),
                 indicator: first_indicator + i,
             };
-            let (rows, t) = group_samples(set)?;
-            for row in rows.iter_rows() {
+            let samples = group_samples(set)?;
+            for row in samples.inputs.iter_rows() {
                 map.scatter(row, &mut union);
                 inputs.push_row(&union);
             }
-            targets.extend(t);
+            // The set's index keeps groups of different kinds apart; a set without groups
+            // makes each of its samples a group.
+            let of_set =
+                |g: u64| fnv1a((i as u64).to_le_bytes().into_iter().chain(g.to_le_bytes()));
+            if samples.groups.len() == samples.targets.len() {
+                groups.extend(samples.groups.iter().map(|&g| of_set(g)));
+            } else {
+                let first = targets.len() as u64;
+                groups.extend((0..samples.targets.len() as u64).map(|j| of_set(first + j)));
+            }
+            targets.extend(samples.targets);
             maps.push(map);
         }
         let scaler = LogStandardiser::fit(&inputs);
         let target_scaler = fit_target_scaler(&targets);
-        let nets = self.fit_networks(&inputs, width, &targets, &scaler, &target_scaler)?;
+        let nets = self.fit_networks(&inputs, width, &targets, &groups, &scaler, &target_scaler)?;
         sets.iter()
             .zip(maps)
             .map(|(set, map)| {
@@ -661,10 +721,6 @@ pub trait MednCheckpoint: Sized {
 
 impl MednCheckpoint for FittedMedn {
     fn save_checkpoint(&self, dir: &Path) -> Result<()> {
-        let io = |e: perfcast_data::Error| Error::Load {
-            path: dir.to_path_buf(),
-            message: e.to_string(),
-        };
         std::fs::create_dir_all(dir).map_err(|e| Error::Load {
             path: dir.to_path_buf(),
             message: e.to_string(),
@@ -676,7 +732,8 @@ impl MednCheckpoint for FittedMedn {
                 .into_record()
                 .into_bytes()
                 .map_err(|e| Error::InvalidData(format!("cannot encode MEDN record: {e}")))?;
-            perfcast_data::write_atomic(&dir.join(format!("net-{i}.bpk")), &bytes).map_err(io)?;
+            // A failed write is perfcast-data's error (the file, then the OS cause).
+            perfcast_data::write_atomic(&dir.join(format!("net-{i}.bpk")), &bytes)?;
         }
         let meta = CheckpointMeta {
             format: CHECKPOINT_FORMAT,
@@ -695,7 +752,7 @@ impl MednCheckpoint for FittedMedn {
         };
         let json = serde_json::to_vec_pretty(&meta)
             .map_err(|e| Error::InvalidData(format!("cannot encode MEDN config: {e}")))?;
-        perfcast_data::write_atomic(&dir.join("medn.json"), &json).map_err(io)
+        Ok(perfcast_data::write_atomic(&dir.join("medn.json"), &json)?)
     }
 
     fn load_checkpoint(dir: &Path, expected: Option<&FeatureSchema>) -> Result<FittedMedn> {

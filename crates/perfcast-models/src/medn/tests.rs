@@ -59,9 +59,18 @@ fn quick() -> MednParams {
 #[test]
 fn samples_pair_the_phases_of_one_module() {
     let data = linear_set(30);
-    let (inputs, targets) = group_samples(&data).unwrap();
+    let GroupedSamples {
+        inputs,
+        targets,
+        groups,
+    } = group_samples(&data).unwrap();
     assert_eq!(inputs.rows(), 30);
     assert!(targets.iter().all(|t| t[0].is_some() && t[1].is_some()));
+    // Each sample keeps its rows' configuration group.
+    assert_eq!(
+        groups,
+        (0..30).map(|i| data.groups[2 * i]).collect::<Vec<_>>()
+    );
     // Forward rows only: one head has no data and a training-phase query is refused.
     let fwd: Vec<usize> = (0..data.len()).step_by(2).collect();
     let model = quick().fit(&data.select(&fwd)).unwrap();
@@ -271,11 +280,12 @@ fn tile_inputs_widen_the_network_and_older_checkpoints_load_without_them() {
     for (f, r) in fast.iter().zip(&reference) {
         assert!(((f - r) / r).abs() < 1e-5, "fast {f} vs burn {r}");
     }
-    let (inputs, _) = group_samples(&data).unwrap();
+    let grouped = group_samples(&data).unwrap();
+    let inputs = grouped.inputs;
     let samples = to_samples(
         &widen(&with.tiles.unwrap(), &inputs),
         data.schema.len(),
-        &group_samples(&data).unwrap().1,
+        &grouped.targets,
         &with.scaler,
         &with.targets,
         &[0, 1],
@@ -306,5 +316,37 @@ fn tile_inputs_widen_the_network_and_older_checkpoints_load_without_them() {
     assert_eq!(
         loaded.predict(&data.x).unwrap(),
         without.predict(&data.x).unwrap()
+    );
+}
+
+/// Issue 22: early stopping validated on random samples of layers it also trained on (other
+/// batches of one configuration); it holds out whole configurations now, as trees do.
+#[test]
+fn early_stopping_holds_out_whole_configurations() {
+    // 40 layers at 3 batches each: 120 samples in 40 groups.
+    let groups: Vec<u64> = (0..120).map(|i| (i / 3) as u64 * 0x9e37_79b9).collect();
+    let params = MednParams::default();
+    for seed in 0..5 {
+        let (train, val) = params.early_stopping_split(&groups, 120, seed);
+        // round(0.1 * 40) = 4 groups of 3 samples.
+        assert_eq!((train.len(), val.len()), (108, 12));
+        for &v in &val {
+            assert!(train.iter().all(|&t| groups[t] != groups[v]));
+        }
+    }
+    assert_eq!(
+        params.early_stopping_split(&groups, 120, 3),
+        params.early_stopping_split(&groups, 120, 3)
+    );
+    // Below 20 samples nothing is held out, as before; nor with the share at 0.
+    let (train, val) = params.early_stopping_split(&groups[..18], 18, 0);
+    assert_eq!((train.len(), val.len()), (18, 0));
+    let off = MednParams {
+        val_share: 0.0,
+        ..MednParams::default()
+    };
+    assert_eq!(
+        off.early_stopping_split(&groups, 120, 0).1,
+        Vec::<usize>::new()
     );
 }
