@@ -364,6 +364,55 @@ pub fn from_frame(kind: ModuleKind, df: &DataFrame, path: &Path) -> Result<Vec<R
     Ok(records)
 }
 
+/// Most rows a dataset table may claim: far beyond any measured table (one row is one
+/// measurement), far below what would exhaust memory when a decoder reserves room for them.
+pub const MAX_TABLE_ROWS: usize = 1 << 28;
+
+/// Most bytes one column chunk may claim uncompressed (16 GiB).
+const MAX_CHUNK_BYTES: i64 = 1 << 34;
+
+/// Why a Parquet footer cannot describe a dataset table, if it cannot: row, value and byte
+/// counts that polars trusts to reserve memory before it reads a value. A failed allocation
+/// aborts the process (no panic the reader could catch); a fuzz run once aborted asking for
+/// 2.3e18 bytes, likely such a count read from corrupt bytes. Page headers are not checked
+/// here (their counts are `i32`).
+fn implausible(metadata: &polars::io::parquet::read::FileMetadata) -> Option<String> {
+    let too_many = |what: &str, n: i128| {
+        (!(0..=MAX_TABLE_ROWS as i128).contains(&n)).then(|| {
+            format!("the Parquet footer claims {n} {what} (at most {MAX_TABLE_ROWS}); the file is corrupt")
+        })
+    };
+    if let Some(why) = too_many("rows", metadata.num_rows as i128)
+        .or_else(|| too_many("rows in a row group", metadata.max_row_group_height as i128))
+    {
+        return Some(why);
+    }
+    let mut sum = 0i128;
+    for group in &metadata.row_groups {
+        sum += group.num_rows() as i128;
+        if let Some(why) = too_many("rows in a row group", group.num_rows() as i128) {
+            return Some(why);
+        }
+        for column in group.parquet_columns() {
+            if let Some(why) = too_many("values in a column", i128::from(column.num_values())) {
+                return Some(why);
+            }
+            let bytes = column.uncompressed_size();
+            if !(0..=MAX_CHUNK_BYTES).contains(&bytes) {
+                return Some(format!(
+                    "the Parquet footer claims a column of {bytes} bytes; the file is corrupt"
+                ));
+            }
+        }
+    }
+    (sum != metadata.num_rows as i128).then(|| {
+        format!(
+            "the Parquet footer claims {} rows, its row groups {sum}; the file is corrupt",
+            metadata.num_rows
+        )
+    })
+}
+
 /// Reads a Parquet file into a DataFrame.
 pub fn read_parquet(path: &Path) -> Result<DataFrame> {
     let file = std::fs::File::open(path).map_err(|source| Error::Io {
@@ -383,12 +432,21 @@ pub fn read_parquet(path: &Path) -> Result<DataFrame> {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(|_| {}));
-        let read = std::panic::catch_unwind(move || ParquetReader::new(file).finish());
+        let read = std::panic::catch_unwind(move || {
+            let mut reader = ParquetReader::new(file);
+            let metadata = reader.get_metadata()?;
+            if let Some(why) = implausible(metadata) {
+                return Ok(Err(why));
+            }
+            reader.finish().map(Ok)
+        });
         std::panic::set_hook(previous);
         read
     };
     match read {
-        Ok(df) => df.map_err(|e| Error::unreadable(path, e)),
+        Ok(Ok(Ok(df))) => Ok(df),
+        Ok(Ok(Err(why))) => Err(Error::unreadable(path, why)),
+        Ok(Err(e)) => Err(Error::unreadable(path, e)),
         Err(_) => Err(Error::unreadable(
             path,
             "the Parquet data is corrupt (the decoder failed on it)",
@@ -405,4 +463,49 @@ pub fn write_parquet_atomic(path: &Path, df: &mut DataFrame) -> Result<()> {
             .map(|_| ())
             .map_err(|e| Error::unreadable(path, format!("writing failed: {e}")))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use polars::io::parquet::read::FileMetadata;
+
+    fn metadata_of_a_table(dir: &Path) -> FileMetadata {
+        let path = dir.join("t.parquet");
+        let mut df = DataFrame::new(
+            3,
+            vec![
+                Column::new("a".into(), [1i64, 2, 3]),
+                Column::new("b".into(), [0.5f64, 1.5, 2.5]),
+            ],
+        )
+        .unwrap();
+        write_parquet_atomic(&path, &mut df).unwrap();
+        assert_eq!(read_parquet(&path).unwrap(), df);
+        let file = std::fs::File::open(&path).unwrap();
+        (**ParquetReader::new(file).get_metadata().unwrap()).clone()
+    }
+
+    /// A footer claiming more rows or bytes than any table holds is refused before polars
+    /// reserves memory for them (a fuzz run once aborted on a 2.3e18-byte allocation).
+    #[test]
+    fn footers_claiming_impossible_sizes_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let meta = metadata_of_a_table(tmp.path());
+        assert_eq!(implausible(&meta), None);
+        let mut m = meta.clone();
+        m.num_rows = 1 << 58;
+        let why = implausible(&m).unwrap();
+        assert!(why.contains("claims 288230376151711744 rows"), "{why}");
+        let mut m = meta.clone();
+        m.max_row_group_height = usize::MAX;
+        assert!(implausible(&m).is_some());
+        let mut m = meta.clone();
+        m.num_rows += 1;
+        let why = implausible(&m).unwrap();
+        assert!(why.contains("claims 4 rows, its row groups 3"), "{why}");
+        let mut m = meta;
+        m.row_groups.clear();
+        assert!(implausible(&m).is_some());
+    }
 }
