@@ -251,6 +251,35 @@ fn unknown_names_list_the_registry() {
     );
 }
 
+/// The two halves of a family agree: every saved-form tag a family's row names is one the
+/// light predictor reads (`perfcast_predict::registry::FAMILIES`), and every tag it reads
+/// belongs to a family.
+#[test]
+fn every_saved_tag_is_read_by_the_predictor() {
+    let readable = perfcast_predict::registry::tags();
+    let mut named = Vec::new();
+    for family in registry::FAMILIES {
+        assert!(
+            !family.saved.is_empty(),
+            "`{}` names no saved form",
+            family.name
+        );
+        for tag in family.saved {
+            assert!(
+                readable.contains(tag),
+                "`{}` saves as unreadable `{tag}`",
+                family.name
+            );
+            named.push(*tag);
+        }
+    }
+    for row in perfcast_predict::registry::FAMILIES {
+        for tag in row.tags {
+            assert!(named.contains(tag), "no family saves as `{tag}`");
+        }
+    }
+}
+
 #[test]
 fn params_round_trip_through_their_serde_form() {
     for family in registry::FAMILIES {
