@@ -38,8 +38,10 @@ use crate::matrix::Matrix;
 use crate::regressor;
 pub use perfcast_predict::device_features::{
     Cols, DEFAULT_TILE, DEVICE_BLOCK, FittedCrossDevice, Normalise, SPEC_FIELDS, SavedCrossDevice,
-    Scale, UTIL, extend_row, extended_schema, family_name, fill, is_extended, lookup, needs_device,
+    Scale, UTIL, extend, extend_row, extended_schema, family_name, fill, is_extended, lookup,
+    needs_device,
 };
+use perfcast_predict::residual::ratio;
 
 /// Checks spec field names, naming an unknown one.
 pub fn check_fields(fields: &[String]) -> Result<()> {
@@ -86,19 +88,24 @@ fn extend_set(data: &TrainSet, params: &CrossDeviceParams) -> Result<(TrainSet, 
     let mut row = vec![0.0; schema.len()];
     let mut y = Vec::with_capacity(data.len());
     for (r, &t) in data.x.iter_rows().zip(&data.y) {
-        let device = needs_device(&params.fields, how.scale)
-            .then(|| lookup(&params.devices, &cols, r))
-            .transpose()?;
-        let width = fill(&cols, &params.fields, &mask, r, device, &mut row);
+        let (width, device) = extend(
+            &cols,
+            &params.fields,
+            &mask,
+            how.scale,
+            &params.devices,
+            r,
+            &mut row,
+        )?;
         x.push_row(&row[..width]);
         y.push(match how.scale {
             Scale::Utilisation => {
                 // Each training device's busy time is what its own launch floor leaves.
                 let key = (r[cols.peak].to_bits(), r[cols.bandwidth].to_bits());
                 let floor = floors.iter().find(|f| f.0 == key).map_or(0.0, |f| f.1);
-                (t - floor).max(BUSY_SHARE * t) / cols.least_ms(r)
+                ratio((t - floor).max(BUSY_SHARE * t), cols.least_ms(r))
             }
-            _ => t / cols.scale(r, &how, device),
+            _ => ratio(t, cols.scale(r, &how, device)),
         });
     }
     let set = TrainSet {
@@ -171,7 +178,7 @@ impl CrossDeviceParams {
     /// training rows' devices.
     pub fn utilisation(devices: &[DeviceSpec]) -> CrossDeviceParams {
         CrossDeviceParams {
-            inner: ModelParams::Trees(crate::trees::TreeParams {
+            inner: ModelParams::new(crate::trees::TreeParams {
                 n_trees: 200,
                 min_samples_leaf: 50,
                 subsample: 1.0,
@@ -244,20 +251,20 @@ impl CrossDeviceParams {
     /// Wraps a family. The roofline model reads peak and bandwidth itself and stays as it is;
     /// an already wrapped family is returned unchanged.
     pub fn wrap(params: ModelParams) -> ModelParams {
-        match params {
-            ModelParams::Roofline(_) | ModelParams::CrossDevice(_) => params,
-            inner => ModelParams::CrossDevice(Box::new(CrossDeviceParams {
-                inner,
-                fields: Vec::new(),
-                devices: Vec::new(),
-                floor_ms: DEFAULT_FLOOR_MS,
-                scale: Scale::Roofline,
-                tile: DEFAULT_TILE,
-                mask: Vec::new(),
-                only_fields: false,
-                seen: false,
-            })),
+        if !crate::registry::wraps(&params) {
+            return params;
         }
+        ModelParams::new(CrossDeviceParams {
+            inner: params,
+            fields: Vec::new(),
+            devices: Vec::new(),
+            floor_ms: DEFAULT_FLOOR_MS,
+            scale: Scale::Roofline,
+            tile: DEFAULT_TILE,
+            mask: Vec::new(),
+            only_fields: false,
+            seen: false,
+        })
     }
 
     /// [`CrossDeviceParams::wrap`] reading spec `fields` of `devices` too.
@@ -266,17 +273,15 @@ impl CrossDeviceParams {
         fields: &[String],
         devices: &[DeviceSpec],
     ) -> ModelParams {
-        match CrossDeviceParams::wrap(params) {
-            ModelParams::CrossDevice(mut p) => {
-                // A family that names its own fields (`util`) keeps them.
-                if !fields.is_empty() {
-                    p.fields = fields.to_vec();
-                }
-                p.devices = devices.to_vec();
-                ModelParams::CrossDevice(p)
+        let mut wrapped = CrossDeviceParams::wrap(params);
+        if let Some(p) = wrapped.downcast_mut::<CrossDeviceParams>() {
+            // A family that names its own fields (`util`) keeps them.
+            if !fields.is_empty() {
+                p.fields = fields.to_vec();
             }
-            other => other,
+            p.devices = devices.to_vec();
         }
+        wrapped
     }
 
     /// Family name: the inner one with `-xdev`, or `util` for the utilisation model.
@@ -286,10 +291,7 @@ impl CrossDeviceParams {
 
     /// Checks the inner parameters and the spec fields.
     pub fn validate(&self) -> Result<()> {
-        if matches!(
-            self.inner,
-            ModelParams::CrossDevice(_) | ModelParams::Roofline(_)
-        ) {
+        if !crate::registry::wraps(&self.inner) {
             return Err(Error::InvalidParams {
                 model: "xdev",
                 message: format!("`{}` cannot be wrapped", self.inner.name()),
@@ -323,7 +325,8 @@ impl CrossDeviceParams {
             BTreeMap::new()
         };
         let (seen, seen_devices) = if self.seen && self.scale == Scale::Utilisation {
-            let trees = CrossDeviceParams::wrap(ModelParams::Trees(Default::default()));
+            let trees =
+                CrossDeviceParams::wrap(ModelParams::new(crate::trees::TreeParams::default()));
             let cols = Cols::of(&data.schema)?;
             let keys = launch_floors_ms(data, &cols)
                 .into_iter()
@@ -355,6 +358,28 @@ impl CrossDeviceParams {
             tile: self.tile,
             floor_ms: self.floor_ms,
         }
+    }
+}
+
+impl crate::regressor::Fit for CrossDeviceParams {
+    type Fitted = FittedCrossDevice;
+
+    fn validate(&self) -> Result<()> {
+        CrossDeviceParams::validate(self)
+    }
+
+    fn fit(&self, data: &TrainSet) -> Result<FittedCrossDevice> {
+        CrossDeviceParams::fit(self, data)
+    }
+}
+
+impl crate::registry::FamilyParams for CrossDeviceParams {
+    fn name(&self) -> &'static str {
+        CrossDeviceParams::name(self)
+    }
+
+    fn set_observer(&mut self, observer: std::sync::Arc<dyn perfcast_core::progress::Observer>) {
+        self.inner.set_observer(observer);
     }
 }
 
@@ -619,7 +644,7 @@ mod tests {
             .iter()
             .map(|d| (d.name.clone(), set(d, 150)))
             .collect();
-        let trees = ModelParams::Trees(TreeParams::default());
+        let trees = ModelParams::new(TreeParams::default());
         let wrapped = CrossDeviceParams::wrap(trees.clone());
         let xdev = leave_one_device_out(&wrapped, &sets).unwrap();
         let plain = leave_one_device_out(&trees, &sets).unwrap();
@@ -662,7 +687,7 @@ mod tests {
             .iter()
             .map(|d| (d.name.clone(), set(d, 300)))
             .collect();
-        let util = ModelParams::CrossDevice(Box::new(CrossDeviceParams::utilisation(&devices)));
+        let util = ModelParams::new(CrossDeviceParams::utilisation(&devices));
         assert_eq!(util.name(), UTIL);
         let held = leave_one_device_out(&util, &sets).unwrap();
         let new = held.iter().find(|h| h.device == "new").unwrap();
@@ -672,8 +697,7 @@ mod tests {
             "util on the new GPU: {}",
             new.metrics.mape
         );
-        let plain =
-            leave_one_device_out(&ModelParams::Trees(TreeParams::default()), &sets).unwrap();
+        let plain = leave_one_device_out(&ModelParams::new(TreeParams::default()), &sets).unwrap();
         let plain_new = plain.iter().find(|h| h.device == "new").unwrap();
         assert!(
             new.metrics.mape < plain_new.metrics.mape,
@@ -714,9 +738,10 @@ mod tests {
         let floors = launch_floors_ms(&both, &cols);
         assert_eq!(floors.len(), 2);
         let model = CrossDeviceParams::utilisation(&devices).fit(&both).unwrap();
-        let SavedModel::CrossDevice(saved) = model.to_saved() else {
-            panic!("not a cross-device model");
-        };
+        let saved = model.to_saved();
+        let saved = saved
+            .downcast_ref::<SavedCrossDevice>()
+            .expect("a cross-device model");
         let least = floors.iter().map(|f| f.1).fold(f64::INFINITY, f64::min);
         assert_eq!(saved.floor_ms, least);
         assert!(saved.only_fields && saved.scale == Scale::Utilisation);
@@ -779,17 +804,19 @@ mod tests {
     fn wave_scaled_masked_models_round_trip_and_reject_unknown_columns() {
         let devices = [gpu("a", 10_000.0, 500.0), gpu("b", 6_000.0, 300.0)];
         let data = concat(&[&set(&devices[0], 60), &set(&devices[1], 60)]).unwrap();
-        let params = |mask: &[&str]| match CrossDeviceParams::wrap_with(
-            ModelParams::by_name("ridge").unwrap(),
-            &["tiles".to_string()],
-            &devices,
-        ) {
-            ModelParams::CrossDevice(mut p) => {
-                p.scale = Scale::Waves;
-                p.mask = mask.iter().map(|s| (*s).to_string()).collect();
-                p
-            }
-            _ => unreachable!("ridge is wrapped"),
+        let params = |mask: &[&str]| {
+            let wrapped = CrossDeviceParams::wrap_with(
+                ModelParams::by_name("ridge").unwrap(),
+                &["tiles".to_string()],
+                &devices,
+            );
+            let mut p = wrapped
+                .downcast_ref::<CrossDeviceParams>()
+                .expect("ridge is wrapped")
+                .clone();
+            p.scale = Scale::Waves;
+            p.mask = mask.iter().map(|s| (*s).to_string()).collect();
+            p
         };
         let err = params(&["no_such_column"]).fit(&data).unwrap_err();
         assert!(err.to_string().contains("no_such_column"), "{err}");

@@ -238,7 +238,7 @@ pub fn evaluate_devices(
         for name in &plan.models {
             observer.message(DEVICES_STAGE, &format!("{kind}: {name}"));
             let mut params = with_overrides(name, &plan.set, &plan.device_fields, &devices)?;
-            if let ModelParams::CrossDevice(p) = &mut params {
+            if let Some(p) = params.downcast_mut::<CrossDeviceParams>() {
                 // `util` fits its own floor and keeps its own target.
                 if p.scale != Scale::Utilisation {
                     p.floor_ms = plan.floor_us / 1e3;

@@ -40,9 +40,7 @@ pub enum Error {
     #[error(transparent)]
     Data(#[from] perfcast_data::Error),
     /// Unknown model name.
-    #[error(
-        "unknown model `{0}` (known: ridge, knn, trees, ridge-trees, roofline, medn, mlp, util, <family>-xdev)"
-    )]
+    #[error("unknown model `{0}` (known: {known})", known = crate::registry::known_names())]
     UnknownModel(String),
     /// From a fitted model's prediction path (perfcast-predict): a row of the wrong width, a
     /// phase the model was not trained on, a saved model whose parts do not fit together.

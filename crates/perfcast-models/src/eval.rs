@@ -13,13 +13,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::features::TrainSet;
-use crate::knn::KnnParams;
-use crate::medn::MednParams;
-use crate::regressor::{Fit, Regressor};
-use crate::ridge::RidgeParams;
-use crate::roofline::RooflineParams;
-use crate::split::{Split, kfold};
-use crate::trees::TreeParams;
+pub use crate::registry::ModelParams;
+use crate::regressor::Regressor;
+pub use crate::split::Split;
+use crate::split::kfold;
 
 /// Accuracy of a fitted model on a data set.
 pub fn score(model: &dyn Regressor, data: &TrainSet) -> Result<Metrics> {
@@ -74,134 +71,6 @@ pub fn prediction_cost(model: &dyn Regressor, data: &TrainSet) -> Result<Predict
         batch_row_us: best / 10_000.0 * 1e6,
         size_bytes: model.size_bytes(),
     })
-}
-
-/// A model family with its hyper-parameters: fits into a `Box<dyn Regressor>`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "model", rename_all = "lowercase")]
-pub enum ModelParams {
-    /// Ridge regression.
-    Ridge(RidgeParams),
-    /// k nearest neighbours.
-    Knn(KnnParams),
-    /// Gradient-boosted trees.
-    Trees(TreeParams),
-    /// Gradient-boosted trees on a degree-2 ridge's residuals.
-    #[serde(rename = "ridge-trees")]
-    RidgeTrees(crate::stack::RidgeTreesParams),
-    /// Roofline.
-    Roofline(RooflineParams),
-    /// Multi-task encoder-decoder network (or, with `multi_task = false`, the MLP baseline).
-    Medn(MednParams),
-    /// Any other family fitted across devices (`trees-xdev`, ...): see [`crate::device_features`].
-    #[serde(rename = "xdev")]
-    CrossDevice(Box<crate::device_features::CrossDeviceParams>),
-}
-
-impl ModelParams {
-    /// Defaults of a family by name.
-    pub fn by_name(name: &str) -> Result<ModelParams> {
-        match name.trim() {
-            "ridge" => Ok(ModelParams::Ridge(RidgeParams::default())),
-            "knn" => Ok(ModelParams::Knn(KnnParams::default())),
-            "trees" | "gbdt" => Ok(ModelParams::Trees(TreeParams::default())),
-            "ridge-trees" => Ok(ModelParams::RidgeTrees(Default::default())),
-            "roofline" => Ok(ModelParams::Roofline(RooflineParams::default())),
-            "medn" => Ok(ModelParams::Medn(MednParams::default())),
-            "mlp" => Ok(ModelParams::Medn(MednParams::mlp())),
-            crate::device_features::UTIL => Ok(ModelParams::CrossDevice(Box::new(
-                crate::device_features::CrossDeviceParams::utilisation(&[]),
-            ))),
-            other if other.ends_with("-xdev") => {
-                Ok(crate::device_features::CrossDeviceParams::wrap(
-                    ModelParams::by_name(other.trim_end_matches("-xdev"))?,
-                ))
-            }
-            other => Err(Error::UnknownModel(other.to_string())),
-        }
-    }
-
-    /// Family name.
-    pub fn name(&self) -> &'static str {
-        match self {
-            ModelParams::Ridge(_) => "ridge",
-            ModelParams::Knn(_) => "knn",
-            ModelParams::Trees(_) => "trees",
-            ModelParams::RidgeTrees(_) => "ridge-trees",
-            ModelParams::Roofline(_) => "roofline",
-            ModelParams::Medn(p) if !p.multi_task => "mlp",
-            ModelParams::Medn(_) => "medn",
-            ModelParams::CrossDevice(p) => p.name(),
-        }
-    }
-
-    /// Hands an observer to the families that train for long (MEDN and the MLP), which report
-    /// their epochs to it (stage [`crate::medn::EPOCHS`]).
-    pub fn set_observer(
-        &mut self,
-        observer: std::sync::Arc<dyn perfcast_core::progress::Observer>,
-    ) {
-        match self {
-            ModelParams::Medn(p) => p.progress = crate::medn::Progress(Some(observer)),
-            ModelParams::CrossDevice(p) => p.inner.set_observer(observer),
-            _ => {}
-        }
-    }
-
-    /// These parameters with the `model.field=value` settings addressed to this family applied
-    /// (`--set trees.n_trees=600`; settings for other families are skipped, after checking
-    /// that they name a family), through the serde form, so unknown fields and bad values are
-    /// refused by the same checks as a config file; a value is a JSON literal (number, bool)
-    /// when it parses as one, a string otherwise.
-    pub fn with_sets(&self, sets: &[String]) -> Result<ModelParams> {
-        let bad = |message: String| Error::InvalidParams {
-            model: "--set",
-            message,
-        };
-        let name = self.name();
-        let mut value = serde_json::to_value(self).map_err(|e| bad(e.to_string()))?;
-        for set in sets {
-            let shape = || bad(format!("`--set {set}` must look like `model.field=value`"));
-            let (key, raw) = set.split_once('=').ok_or_else(shape)?;
-            let (model, field) = key.split_once('.').ok_or_else(shape)?;
-            ModelParams::by_name(model)?;
-            if model != name {
-                continue;
-            }
-            value[field] = serde_json::from_str(raw)
-                .unwrap_or_else(|_| serde_json::Value::String(raw.to_string()));
-        }
-        let updated: ModelParams = serde_json::from_value(value)
-            .map_err(|e| bad(format!("invalid `--set` for `{name}`: {e}")))?;
-        updated.validate()?;
-        Ok(updated)
-    }
-
-    /// Checks the hyper-parameters.
-    pub fn validate(&self) -> Result<()> {
-        match self {
-            ModelParams::Ridge(p) => p.validate(),
-            ModelParams::Knn(p) => p.validate(),
-            ModelParams::Trees(p) => p.validate(),
-            ModelParams::RidgeTrees(p) => p.validate(),
-            ModelParams::Roofline(p) => p.validate(),
-            ModelParams::Medn(p) => p.validate(),
-            ModelParams::CrossDevice(p) => p.validate(),
-        }
-    }
-
-    /// Fits on `data`.
-    pub fn fit(&self, data: &TrainSet) -> Result<Box<dyn Regressor>> {
-        Ok(match self {
-            ModelParams::Ridge(p) => Box::new(p.fit(data)?),
-            ModelParams::Knn(p) => Box::new(p.fit(data)?),
-            ModelParams::Trees(p) => Box::new(p.fit(data)?),
-            ModelParams::RidgeTrees(p) => Box::new(p.fit(data)?),
-            ModelParams::Roofline(p) => Box::new(p.fit(data)?),
-            ModelParams::Medn(p) => Box::new(p.fit(data)?),
-            ModelParams::CrossDevice(p) => Box::new(p.fit(data)?),
-        })
-    }
 }
 
 /// Cross-validated accuracy: pooled over all held-out rows, and per fold.
@@ -277,7 +146,7 @@ mod tests {
     #[test]
     fn cross_validated_ridge_on_a_power_law_is_nearly_exact() {
         let d = data(50, 50);
-        let params = ModelParams::Ridge(RidgeParams {
+        let params = ModelParams::new(crate::ridge::RidgeParams {
             lambda: 0.0,
             degree: 1,
         });

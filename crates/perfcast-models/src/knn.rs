@@ -122,6 +122,12 @@ impl KnnParams {
     }
 }
 
+impl crate::registry::FamilyParams for KnnParams {
+    fn name(&self) -> &'static str {
+        MODEL
+    }
+}
+
 impl Fit for KnnParams {
     type Fitted = FittedKnn;
 

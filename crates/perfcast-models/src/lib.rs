@@ -5,10 +5,13 @@
 //! [`SavedModel`]) and predicts milliseconds from the same raw feature rows ([`features`]); the
 //! fitted models, their saved forms and prediction paths are the light predictor's
 //! (perfcast-predict, no burn), and this crate fits them: hyper-parameters validated before
-//! fitting and the [`Fit`] trait. [`eval`] scores any `&dyn Regressor` the same way: k-fold
-//! cross-validation, accuracy metrics and measured prediction time, on the splits of [`split`]
-//! (random, by configuration group, k-fold, early-stopping validation, leave-one-device-out),
-//! which every model and command splits data with.
+//! fitting and the [`Fit`] trait, one row per family in the [`registry`] (name, parameters,
+//! fit, saved form, cross-device form; everything that picks a family by name reads it, and
+//! [`registry::register`] adds one from outside the crate). [`eval`] scores any
+//! `&dyn Regressor` the same way: k-fold cross-validation, accuracy metrics and measured
+//! prediction time, on the splits of [`split`] (random, by configuration group, k-fold,
+//! early-stopping validation, leave-one-device-out), which every model and command splits
+//! data with.
 //!
 //! Models: [`ridge`] (ridge regression on log features, optional squares and pairwise products),
 //! [`knn`] (k nearest neighbours on standardised log features, k-d tree index), [`trees`]
@@ -26,6 +29,7 @@ pub mod eval;
 pub mod features;
 pub mod knn;
 pub mod medn;
+pub mod registry;
 pub mod regressor;
 pub mod ridge;
 pub mod roofline;
@@ -38,4 +42,5 @@ pub use error::{Error, Result};
 pub use features::{FeatureSchema, TrainSet};
 pub use perfcast_predict::matrix::Matrix;
 pub use perfcast_predict::{gpu_util, matrix};
+pub use registry::{FamilyParams, ModelParams};
 pub use regressor::{Fit, Regressor, SavedModel};

@@ -84,6 +84,12 @@ fn cholesky_solve(a: &mut [f64], b: &mut [f64], n: usize) -> Result<()> {
     Ok(())
 }
 
+impl crate::registry::FamilyParams for RidgeParams {
+    fn name(&self) -> &'static str {
+        "ridge"
+    }
+}
+
 impl Fit for RidgeParams {
     type Fitted = FittedRidge;
 

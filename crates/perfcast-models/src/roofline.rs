@@ -123,6 +123,12 @@ fn fit_phase(rows: &[(f64, f64, f64, f64, f64)], iterations: usize) -> Efficienc
     unpack(&best)
 }
 
+impl crate::registry::FamilyParams for RooflineParams {
+    fn name(&self) -> &'static str {
+        "roofline"
+    }
+}
+
 impl Fit for RooflineParams {
     type Fitted = FittedRoofline;
 

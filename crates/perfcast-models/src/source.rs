@@ -182,11 +182,13 @@ impl TrainSource {
     pub fn params(&self, params: Vec<ModelParams>) -> Vec<ModelParams> {
         params
             .into_iter()
-            .map(|p| match p {
+            .map(|p| {
                 // `util` reads the device's spec even on one device.
-                ModelParams::CrossDevice(_) => CrossDeviceParams::wrap_with(p, &[], &self.devices),
-                p if self.cross_device() => CrossDeviceParams::wrap_with(p, &[], &self.devices),
-                p => p,
+                if p.is::<CrossDeviceParams>() || self.cross_device() {
+                    CrossDeviceParams::wrap_with(p, &[], &self.devices)
+                } else {
+                    p
+                }
             })
             .collect()
     }
@@ -292,7 +294,7 @@ mod tests {
         );
         // Two devices: every family is fitted across them.
         let params = source.params(vec![ModelParams::by_name("ridge").expect("ridge")]);
-        assert!(matches!(params[0], ModelParams::CrossDevice(_)));
+        assert!(params[0].is::<CrossDeviceParams>());
 
         let err = TrainSource::new(Vec::new())
             .err()

@@ -30,9 +30,10 @@ use crate::matrix::Matrix;
 use crate::regressor::{Fit, Regressor};
 use crate::ridge::RidgeParams;
 use crate::trees::{FittedTrees, TreeParams};
+use perfcast_predict::residual::ratios;
 pub use perfcast_predict::stack::{
     CONV_CALL, CallColumns, FittedRidgeTrees, MAX_BAGS, MAX_EXTENDED, PATHS, extend_into,
-    extended_schema, path_factor, path_of,
+    extend_rows, extended_schema, path_factor, path_of,
 };
 
 const MODEL: &str = "ridge-trees";
@@ -151,6 +152,12 @@ fn renamed(e: Error) -> Error {
     }
 }
 
+impl crate::registry::FamilyParams for RidgeTreesParams {
+    fn name(&self) -> &'static str {
+        MODEL
+    }
+}
+
 impl Fit for RidgeTreesParams {
     type Fitted = FittedRidgeTrees;
 
@@ -203,15 +210,9 @@ impl Fit for RidgeTreesParams {
                 "{width} features with the call features, `{MODEL}` handles at most {MAX_EXTENDED}"
             )));
         }
-        let mut x = Matrix::with_cols(width);
-        let mut buf = vec![0.0; width];
-        for r in data.x.iter_rows() {
-            extend_into(r, calls.as_ref(), &mut buf);
-            x.push_row(&buf);
-        }
         let mut extended = TrainSet {
             schema,
-            x,
+            x: extend_rows(&data.x, calls.as_ref(), width),
             y: data.y.clone(),
             groups: data.groups.clone(),
         };
@@ -233,10 +234,8 @@ impl Fit for RidgeTreesParams {
         // The trees boost from the shared ridge on targets divided by the path correction,
         // so that ridge, correction and trees multiply back to the latency.
         let correction = path_factors(&paths, calls.as_ref(), &extended.x)?;
-        let measured: Vec<f64> = data.y.iter().zip(&correction).map(|(y, c)| y / c).collect();
-        for (y, c) in extended.y.iter_mut().zip(&correction) {
-            *y /= c;
-        }
+        let measured = ratios(&data.y, &correction);
+        extended.y = ratios(&extended.y, &correction);
         let fit_bags = |set: &TrainSet| -> Result<Vec<FittedTrees>> {
             (0..self.bags as u64)
                 .map(|b| {
@@ -286,9 +285,8 @@ fn fit_paths(
                 return Ok(None);
             }
             let mut sub = set.select(&rows);
-            for (y, &i) in sub.y.iter_mut().zip(&rows) {
-                *y /= base[i];
-            }
+            let base: Vec<f64> = rows.iter().map(|&i| base[i]).collect();
+            sub.y = ratios(&sub.y, &base);
             RidgeParams { lambda, degree: 2 }.fit(&sub).map(Some)
         })
         .collect()

@@ -136,6 +136,12 @@ fn at_least(name: &str, v: usize, min: usize) -> Result<()> {
     }
 }
 
+impl crate::registry::FamilyParams for TreeParams {
+    fn name(&self) -> &'static str {
+        MODEL
+    }
+}
+
 impl Fit for TreeParams {
     type Fitted = FittedTrees;
 
@@ -628,7 +634,7 @@ fn boost(params: &TreeParams, data: &TrainSet, baseline: Option<FittedRidge>) ->
         baseline
             .as_ref()
             .and_then(|b| b.predict_row(data.x.row(i)).ok())
-            .map_or(base, f64::ln)
+            .map_or(base, perfcast_predict::residual::log_start)
     };
     let mut pred: Vec<f64> = train.iter().map(|&i| start(i)).collect();
     let mut resid = vec![0.0; train.len()];

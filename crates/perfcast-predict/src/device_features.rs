@@ -366,6 +366,24 @@ pub fn fill(
     width
 }
 
+/// The extended row of `x` into `out` ([`fill`]), its device looked up in `devices` when
+/// the spec fields or the wave scale need one: the one row builder of fitting and prediction.
+/// Returns the row's width and its device.
+pub fn extend<'d>(
+    cols: &Cols,
+    fields: &[String],
+    mask: &[usize],
+    scale: Scale,
+    devices: &'d [DeviceSpec],
+    x: &[f64],
+    out: &mut [f64],
+) -> Result<(usize, Option<&'d DeviceSpec>)> {
+    let device = needs_device(fields, scale)
+        .then(|| lookup(devices, cols, x))
+        .transpose()?;
+    Ok((fill(cols, fields, mask, x, device, out), device))
+}
+
 /// Positions of the `mask` column names in the extended `schema`; the error names an unknown
 /// one. With `only_fields`, every column before the spec fields (the single-device row and the
 /// device block) is masked too.
@@ -400,15 +418,19 @@ pub fn family_name(scale: Scale, inner: &str) -> &'static str {
 /// Name of the utilisation family ([`Scale::Utilisation`]).
 pub const UTIL: &str = "util";
 
+/// `<inner>-xdev`, kept for the life of the program: family names are `&'static str`, and
+/// any family (those registered at run time too) can be wrapped. One allocation per family
+/// name, on the first cross-device model of that family.
 fn xdev_name(inner: &str) -> &'static str {
-    match inner {
-        "ridge" => "ridge-xdev",
-        "knn" => "knn-xdev",
-        "trees" => "trees-xdev",
-        "medn" => "medn-xdev",
-        "mlp" => "mlp-xdev",
-        _ => "xdev",
+    static NAMES: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    let want = format!("{inner}-xdev");
+    if let Some(name) = names.iter().find(|n| **n == want) {
+        return name;
     }
+    let name: &'static str = Box::leak(want.into_boxed_str());
+    names.push(name);
+    name
 }
 
 fn default_tile() -> f64 {
@@ -538,19 +560,18 @@ impl SavedModel {
     /// carry only its peak and bandwidth) find its other spec fields; other models are returned
     /// unchanged.
     pub fn with_device(self, device: &DeviceSpec) -> SavedModel {
-        match self {
-            SavedModel::CrossDevice(mut s) => {
-                s.devices.push(device.clone());
-                SavedModel::CrossDevice(s)
-            }
-            other => other,
+        let mut saved = self;
+        if let Some(s) = saved.downcast_mut::<SavedCrossDevice>() {
+            s.devices.push(device.clone());
         }
+        saved
     }
 }
 
 /// A fitted cross-device model: predicts `inner(row + device block) * roofline_ms`.
 #[derive(Debug)]
 pub struct FittedCrossDevice {
+    name: &'static str,
     schema: FeatureSchema,
     cols: Cols,
     inner: Box<dyn Regressor>,
@@ -580,6 +601,7 @@ impl FittedCrossDevice {
         inner: Box<dyn Regressor>,
     ) -> FittedCrossDevice {
         FittedCrossDevice {
+            name: family_name(saved.scale, inner.name()),
             schema: saved.schema,
             cols,
             inner,
@@ -633,7 +655,7 @@ impl FittedCrossDevice {
 
 impl Regressor for FittedCrossDevice {
     fn name(&self) -> &'static str {
-        family_name(self.how.scale, self.inner.name())
+        self.name
     }
 
     fn schema(&self) -> &FeatureSchema {
@@ -655,10 +677,15 @@ impl Regressor for FittedCrossDevice {
                 return Ok(seen.predict_row(x)?.max(self.cols.least_ms(x)));
             }
         }
-        let device = needs_device(&self.fields, self.how.scale)
-            .then(|| lookup(&self.devices, &self.cols, x))
-            .transpose()?;
-        let width = fill(&self.cols, &self.fields, &self.mask, x, device, &mut buf);
+        let (width, device) = extend(
+            &self.cols,
+            &self.fields,
+            &self.mask,
+            self.how.scale,
+            &self.devices,
+            x,
+            &mut buf,
+        )?;
         let inner = self.inner.predict_row(&buf[..width])?;
         Ok(match self.how.scale {
             // Utilisation at most 1: never below the spec roofline.
@@ -669,7 +696,7 @@ impl Regressor for FittedCrossDevice {
                     .unwrap_or(self.how.floor_ms);
                 floor + self.cols.least_ms(x) * inner.max(1.0)
             }
-            _ => inner * self.cols.scale(x, &self.how, device),
+            _ => crate::residual::compose(self.cols.scale(x, &self.how, device), inner),
         })
     }
 
@@ -678,20 +705,29 @@ impl Regressor for FittedCrossDevice {
     }
 
     fn to_saved(&self) -> SavedModel {
-        SavedModel::CrossDevice(SavedCrossDevice {
-            schema: self.schema.clone(),
-            inner: Box::new(self.inner.to_saved()),
-            fields: self.fields.clone(),
-            devices: self.devices.clone(),
-            floor_ms: self.how.floor_ms,
-            scale: self.how.scale,
-            tile: self.how.tile,
-            mask: self.mask_names.clone(),
-            only_fields: self.only_fields,
-            seen: self.seen.as_ref().map(|s| Box::new(s.to_saved())),
-            seen_devices: self.seen_devices.clone(),
-            vendor_floors_ms: self.vendor_floors_ms.clone(),
-        })
+        SavedModel::new(
+            "crossdevice",
+            SavedCrossDevice {
+                schema: self.schema.clone(),
+                inner: Box::new(self.inner.to_saved()),
+                fields: self.fields.clone(),
+                devices: self.devices.clone(),
+                floor_ms: self.how.floor_ms,
+                scale: self.how.scale,
+                tile: self.how.tile,
+                mask: self.mask_names.clone(),
+                only_fields: self.only_fields,
+                seen: self.seen.as_ref().map(|s| Box::new(s.to_saved())),
+                seen_devices: self.seen_devices.clone(),
+                vendor_floors_ms: self.vendor_floors_ms.clone(),
+            },
+        )
+    }
+}
+
+impl crate::regressor::SavedForm for SavedCrossDevice {
+    fn into_regressor(self) -> Box<dyn Regressor> {
+        Box::new(FittedCrossDevice::from_saved(self))
     }
 }
 

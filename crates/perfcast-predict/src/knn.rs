@@ -169,7 +169,7 @@ impl Regressor for FittedKnn {
     }
 
     fn to_saved(&self) -> SavedModel {
-        SavedModel::Knn(self.clone())
+        SavedModel::new(MODEL, self.clone())
     }
 }
 
@@ -469,6 +469,12 @@ impl Neighbours {
         self.d2[p] = d2;
         self.idx[p] = i;
         self.len = (self.len + 1).min(self.k);
+    }
+}
+
+impl crate::regressor::SavedForm for FittedKnn {
+    fn into_regressor(self) -> Box<dyn Regressor> {
+        Box::new(self)
     }
 }
 

@@ -10,10 +10,12 @@
 //! GPU queries in their canonical form and never below the device's roofline, training steps of
 //! forward-only kinds composed from forward kernels, warnings outside the trained ranges, and a
 //! calibrated bundle's host costs composed into the network total ([`compose`]). Every model
-//! family's saved form and prediction path lives here ([`regressor::SavedModel`]: [`ridge`],
+//! family's saved form and prediction path lives here ([`regressor::SavedModel`], read through
+//! the table of saved forms [`registry`]: [`ridge`],
 //! [`knn`], [`trees`], [`stack`], [`roofline`], [`medn`], the cross-device wrapper
 //! [`device_features`] and the GPU utilisation model's features [`gpu_util`]), built from the
-//! same feature rows training used ([`features`]); perfcast-models fits them.
+//! same feature rows training used ([`features`]); the base-times-residual stacking three of
+//! them share is [`residual`]; perfcast-models fits them.
 //!
 //! ```
 //! use perfcast_core::{Context, Phase, zoo};
@@ -40,7 +42,9 @@ pub mod knn;
 pub mod matrix;
 pub mod medn;
 pub mod predictor;
+pub mod registry;
 pub mod regressor;
+pub mod residual;
 pub mod ridge;
 pub mod roofline;
 pub mod stack;

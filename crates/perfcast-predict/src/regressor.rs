@@ -8,6 +8,8 @@
 use perfcast_core::Phase;
 use serde::{Deserialize, Serialize};
 
+pub use crate::registry::{SavedForm, SavedModel};
+
 use crate::error::{Error, Result};
 use crate::features::{FeatureSchema, row_in_phase};
 use crate::matrix::Matrix;
@@ -113,58 +115,6 @@ pub fn check_rows(width: usize, rows: &[f64], out: &[f64]) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// Every fitted model in saved form; `serde` gives the file format (JSON).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(tag = "model", rename_all = "lowercase")]
-pub enum SavedModel {
-    /// Ridge regression on log features.
-    Ridge(crate::ridge::FittedRidge),
-    /// k nearest neighbours.
-    Knn(crate::knn::FittedKnn),
-    /// Gradient-boosted trees.
-    Trees(crate::trees::FittedTrees),
-    /// Gradient-boosted trees on a degree-2 ridge's residuals.
-    #[serde(rename = "ridge-trees")]
-    RidgeTrees(Box<crate::stack::FittedRidgeTrees>),
-    /// Roofline with fitted efficiencies.
-    Roofline(crate::roofline::FittedRoofline),
-    /// Multi-task encoder-decoder network.
-    Medn(crate::medn::FittedMedn),
-    /// Single-task MLP per target (PerfNet-style baseline).
-    Mlp(crate::medn::FittedMedn),
-    /// A model of any family fitted across devices (device block, roofline-normalised).
-    #[serde(rename = "crossdevice")]
-    CrossDevice(crate::device_features::SavedCrossDevice),
-}
-
-impl SavedModel {
-    /// Consistency of the parts deserialisation alone cannot check, so a corrupt file is
-    /// refused at load instead of failing (or panicking) at prediction time. Ridge, trees,
-    /// ridge-trees and cross-device models check themselves while deserialising.
-    pub fn check(&self) -> Result<()> {
-        match self {
-            SavedModel::Medn(m) | SavedModel::Mlp(m) => m.check(),
-            SavedModel::Roofline(r) => r.check(),
-            _ => Ok(()),
-        }
-    }
-
-    /// The model behind the interface.
-    pub fn into_regressor(self) -> Box<dyn Regressor> {
-        match self {
-            SavedModel::Ridge(m) => Box::new(m),
-            SavedModel::Knn(m) => Box::new(m),
-            SavedModel::Trees(m) => Box::new(m),
-            SavedModel::RidgeTrees(m) => m,
-            SavedModel::Roofline(m) => Box::new(m),
-            SavedModel::Medn(m) | SavedModel::Mlp(m) => Box::new(m),
-            SavedModel::CrossDevice(m) => {
-                Box::new(crate::device_features::FittedCrossDevice::from_saved(m))
-            }
-        }
-    }
 }
 
 /// Per-feature standardisation of `ln(1 + x)`, fitted on the training rows.

@@ -361,7 +361,13 @@ impl Regressor for FittedRidge {
     }
 
     fn to_saved(&self) -> SavedModel {
-        SavedModel::Ridge(self.clone())
+        SavedModel::new("ridge", self.clone())
+    }
+}
+
+impl crate::regressor::SavedForm for FittedRidge {
+    fn into_regressor(self) -> Box<dyn Regressor> {
+        Box::new(self)
     }
 }
 

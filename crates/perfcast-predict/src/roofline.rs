@@ -127,6 +127,16 @@ impl Regressor for FittedRoofline {
     }
 
     fn to_saved(&self) -> SavedModel {
-        SavedModel::Roofline(self.clone())
+        SavedModel::new("roofline", self.clone())
+    }
+}
+
+impl crate::regressor::SavedForm for FittedRoofline {
+    fn check_form(&self) -> Result<()> {
+        FittedRoofline::check(self)
+    }
+
+    fn into_regressor(self) -> Box<dyn Regressor> {
+        Box::new(self)
     }
 }

@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::features::FeatureSchema;
+use crate::matrix::Matrix;
 use crate::regressor::{Regressor, SavedModel, check_width};
 use crate::ridge::FittedRidge;
 use crate::trees::FittedTrees;
@@ -247,6 +248,18 @@ pub fn extend_into(row: &[f64], calls: Option<&CallColumns>, out: &mut [f64]) {
     }
 }
 
+/// Every row of `x` extended ([`extend_into`]) to `width` columns: the rows the inner models
+/// of a fit read, built as prediction builds each one.
+pub fn extend_rows(x: &Matrix, calls: Option<&CallColumns>, width: usize) -> Matrix {
+    let mut out = Matrix::with_cols(width);
+    let mut buf = vec![0.0; width];
+    for r in x.iter_rows() {
+        extend_into(r, calls, &mut buf);
+        out.push_row(&buf);
+    }
+    out
+}
+
 /// A fitted ridge-then-trees stack.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(try_from = "UncheckedRidgeTrees")]
@@ -397,13 +410,14 @@ impl Regressor for FittedRidgeTrees {
         let first = self.trees.predict_row(ext)?;
         let factor = path_factor(&self.paths, self.calls.as_ref(), ext)?;
         if self.bags.is_empty() {
-            return Ok(first * factor);
+            return Ok(crate::residual::compose(first, factor));
         }
         let mut log_sum = first.ln();
         for b in &self.bags {
             log_sum += b.predict_row(ext)?.ln();
         }
-        Ok((log_sum / (1 + self.bags.len()) as f64).exp() * factor)
+        let mean = (log_sum / (1 + self.bags.len()) as f64).exp();
+        Ok(crate::residual::compose(mean, factor))
     }
 
     fn size_bytes(&self) -> usize {
@@ -418,7 +432,13 @@ impl Regressor for FittedRidgeTrees {
     }
 
     fn to_saved(&self) -> SavedModel {
-        SavedModel::RidgeTrees(Box::new(self.clone()))
+        SavedModel::new(MODEL, self.clone())
+    }
+}
+
+impl crate::regressor::SavedForm for FittedRidgeTrees {
+    fn into_regressor(self) -> Box<dyn Regressor> {
+        Box::new(self)
     }
 }
 

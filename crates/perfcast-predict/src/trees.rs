@@ -573,7 +573,7 @@ impl Regressor for FittedTrees {
     fn predict_row(&self, x: &[f64]) -> Result<f64> {
         regressor::check_width(&self.schema, x.len())?;
         let mut log_ms = match &self.baseline {
-            Some(b) => b.predict_row(x)?.ln(),
+            Some(b) => crate::residual::log_start(b.predict_row(x)?),
             None => self.base,
         };
         for &root in &self.roots {
@@ -592,7 +592,7 @@ impl Regressor for FittedTrees {
         crate::regressor::check_rows(width, rows, out)?;
         for (x, o) in rows.chunks_exact(width).zip(out.iter_mut()) {
             *o = match &self.baseline {
-                Some(b) => b.predict_row(x)?.ln(),
+                Some(b) => crate::residual::log_start(b.predict_row(x)?),
                 None => self.base,
             };
         }
@@ -619,7 +619,13 @@ impl Regressor for FittedTrees {
     }
 
     fn to_saved(&self) -> SavedModel {
-        SavedModel::Trees(self.clone())
+        SavedModel::new(MODEL, self.clone())
+    }
+}
+
+impl crate::regressor::SavedForm for FittedTrees {
+    fn into_regressor(self) -> Box<dyn Regressor> {
+        Box::new(self)
     }
 }
 
@@ -764,9 +770,7 @@ mod tests {
             // Saved and loaded: the batched form is rebuilt on load.
             let json = serde_json::to_string(&fitted.to_saved()).unwrap();
             let loaded: SavedModel = serde_json::from_str(&json).unwrap();
-            let SavedModel::Trees(loaded_trees) = loaded.clone() else {
-                panic!("trees");
-            };
+            let loaded_trees = loaded.downcast_ref::<FittedTrees>().expect("trees").clone();
             for m in [&fitted, &loaded_trees] {
                 for (path, sums) in every_batched_path(m, &rows) {
                     for (x, sum) in rows.chunks_exact(width).zip(&sums) {

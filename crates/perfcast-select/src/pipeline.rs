@@ -535,7 +535,9 @@ fn fit_shared(
         return Ok(shared);
     }
     for p in params {
-        let ModelParams::Medn(medn) = p else { continue };
+        let Some(medn) = p.downcast_ref::<perfcast_models::medn::MednParams>() else {
+            continue;
+        };
         let family = format!("{}-shared", p.name());
         observer.message(STAGE, &format!("{family}: one network for every kind"));
         let folds: Vec<_> = kinds
@@ -794,8 +796,8 @@ impl Trained {
             create(&root.join(k.kind.name()))?;
         }
         for f in &self.files {
-            if let (Some(dir), SavedModel::Medn(m) | SavedModel::Mlp(m)) = (&f.checkpoint, &f.saved)
-            {
+            let medn = f.saved.downcast_ref::<perfcast_models::medn::FittedMedn>();
+            if let (Some(dir), Some(m)) = (&f.checkpoint, medn) {
                 use perfcast_models::medn::MednCheckpoint;
                 // The burn checkpoint (config, normalisers, records) beside the fast-path JSON.
                 m.save_checkpoint(&root.join(dir))?;

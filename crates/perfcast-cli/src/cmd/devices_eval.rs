@@ -48,11 +48,17 @@ pub struct EvalDevicesArgs {
     /// Dataset directories, one per device, or folders of them (`datasets/neusight`)
     #[arg(long, required = true, num_args = 1..)]
     pub data: Vec<PathBuf>,
-    /// Model families, comma-separated: ridge, knn, trees, medn, mlp (each fitted across
-    /// devices with the device block and a roofline-normalised target), roofline, util (the
-    /// GPU utilisation model: spec roofline / learned utilisation, never below the roofline);
+    /// Model families, comma-separated, each fitted across devices (`--help` lists them);
     /// `<family>-raw` fits a family on the plain rows, for comparison
-    #[arg(long, value_delimiter = ',', default_value = "ridge,knn,trees")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "ridge,knn,trees",
+        long_help = format!(
+            "{}\n  <family>-raw: a family on the plain rows, for comparison",
+            perfcast_models::registry::help()
+        )
+    )]
     pub models: Vec<String>,
     /// Module kinds (default: every kind two devices or more have)
     #[arg(long, value_delimiter = ',')]

@@ -22,13 +22,12 @@ pub struct TrainArgs {
     /// device's spec and learns the roofline-normalised latency (`<family>-xdev`)
     #[arg(long, required = true, num_args = 1..)]
     data: Vec<PathBuf>,
-    /// Model families, comma-separated: ridge, knn, trees, roofline, ridge-trees (trees on
-    /// ridge's residuals), medn (multi-task encoder-decoder network), mlp (single-task MLP of
-    /// the same size)
+    /// Model families, comma-separated (`--help` lists them)
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "ridge,knn,trees,roofline"
+        default_value = "ridge,knn,trees,roofline",
+        long_help = perfcast_models::registry::help()
     )]
     models: Vec<String>,
     /// Output directory for the fitted models and the report

@@ -319,6 +319,16 @@ fn to_samples(
     s
 }
 
+impl crate::registry::FamilyParams for MednParams {
+    fn name(&self) -> &'static str {
+        self.family()
+    }
+
+    fn set_observer(&mut self, observer: std::sync::Arc<dyn perfcast_core::progress::Observer>) {
+        self.progress = Progress(Some(observer));
+    }
+}
+
 impl Fit for MednParams {
     type Fitted = FittedMedn;
 

@@ -477,11 +477,18 @@ impl Regressor for FittedMedn {
     }
 
     fn to_saved(&self) -> SavedModel {
-        if self.family == "mlp" {
-            SavedModel::Mlp(self.clone())
-        } else {
-            SavedModel::Medn(self.clone())
-        }
+        let tag = if self.family == "mlp" { "mlp" } else { "medn" };
+        SavedModel::new(tag, self.clone())
+    }
+}
+
+impl crate::regressor::SavedForm for FittedMedn {
+    fn check_form(&self) -> Result<()> {
+        FittedMedn::check(self)
+    }
+
+    fn into_regressor(self) -> Box<dyn Regressor> {
+        Box::new(self)
     }
 }
 

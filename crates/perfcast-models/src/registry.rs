@@ -1,0 +1,428 @@
+//! The table of model families: each one's name, parameters (defaults, parsed and validated
+//! through their serde form), fit, saved form and cross-device form, in one row.
+//!
+//! Everything that picks a family by name goes through it: [`ModelParams::by_name`] (the
+//! `--models` of `perfcast train` and `perfcast eval devices`), `--set model.field=value`
+//! ([`ModelParams::with_sets`]), the `<family>-xdev` cross-device forms
+//! ([`crate::device_features::CrossDeviceParams::wrap`]) and the list of known names in
+//! errors. Adding a family is its own file (parameters implementing [`FamilyParams`], a
+//! fitted model implementing [`Regressor`] and perfcast-predict's `SavedForm`) plus one row
+//! here and one in `perfcast_predict::registry::FAMILIES` (the light predictor reads saved
+//! forms without this crate). A family defined outside perfcast-models (a plug-in, a test)
+//! is added with [`register`] and perfcast-predict's `register` instead of the rows.
+
+use std::any::Any;
+use std::sync::{Arc, RwLock};
+
+use perfcast_core::progress::Observer;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::device_features::CrossDeviceParams;
+use crate::error::{Error, Result};
+use crate::features::TrainSet;
+use crate::knn::KnnParams;
+use crate::medn::MednParams;
+use crate::regressor::{Fit, Regressor};
+use crate::ridge::RidgeParams;
+use crate::roofline::RooflineParams;
+use crate::stack::RidgeTreesParams;
+use crate::trees::TreeParams;
+
+/// The rows: every family perfcast fits.
+pub static FAMILIES: &[Family] = &[
+    Family::of::<RidgeParams>("ridge", || ModelParams::new(RidgeParams::default()))
+        .about("ridge regression on log features")
+        .saved(&["ridge"]),
+    Family::of::<KnnParams>("knn", || ModelParams::new(KnnParams::default()))
+        .about("k nearest neighbours")
+        .saved(&["knn"]),
+    Family::of::<TreeParams>("trees", || ModelParams::new(TreeParams::default()))
+        .about("gradient-boosted trees")
+        .aliases(&["gbdt"])
+        .saved(&["trees"]),
+    Family::of::<RidgeTreesParams>("ridge-trees", || {
+        ModelParams::new(RidgeTreesParams::default())
+    })
+    .about("trees on a degree-2 ridge's residuals")
+    .saved(&["ridge-trees"]),
+    Family::of::<RooflineParams>("roofline", || ModelParams::new(RooflineParams::default()))
+        .about("roofline with fitted efficiencies")
+        .cross_device(CrossDevice::Itself)
+        .saved(&["roofline"]),
+    Family::of::<MednParams>("medn", || ModelParams::new(MednParams::default()))
+        .about("multi-task encoder-decoder network")
+        .saved(&["medn"]),
+    Family::of::<MednParams>("mlp", || ModelParams::new(MednParams::mlp()))
+        .about("single-task MLP of the same size")
+        .saved(&["mlp"]),
+    Family::of::<CrossDeviceParams>(crate::device_features::UTIL, || {
+        ModelParams::new(CrossDeviceParams::utilisation(&[]))
+    })
+    .about("GPU utilisation: spec roofline over a learned utilisation")
+    .cross_device(CrossDevice::Itself)
+    .saved(&["crossdevice"]),
+];
+
+/// Hyper-parameters of a family: validated and fitted ([`Fit`]), read and written through
+/// their serde form (`--set` edits it), compared, and named.
+pub trait FamilyParams:
+    Fit + Serialize + DeserializeOwned + Clone + PartialEq + std::fmt::Debug + Send + Sync + 'static
+{
+    /// The family these parameters fit (`trees`; `mlp` for MEDN parameters without
+    /// multi-task; `trees-xdev` for a cross-device wrapper).
+    fn name(&self) -> &'static str;
+
+    /// Hands an observer to a family that trains for long and reports its epochs (MEDN and
+    /// the MLP, stage [`crate::medn::EPOCHS`]). Default: ignored.
+    fn set_observer(&mut self, _observer: Arc<dyn Observer>) {}
+}
+
+/// How a family predicts devices it never measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrossDevice {
+    /// `<family>-xdev`: wrapped by [`CrossDeviceParams`] (device block, roofline-normalised
+    /// targets), and wrapped whenever the training rows come from several devices.
+    Wrap,
+    /// Reads the device columns itself (roofline, `util`): never wrapped, and
+    /// `<family>-xdev` names the family itself.
+    Itself,
+}
+
+/// One row of the table.
+#[derive(Clone, Copy)]
+pub struct Family {
+    /// The name `--models` takes.
+    pub name: &'static str,
+    /// Other names for it (`gbdt` for `trees`).
+    pub aliases: &'static [&'static str],
+    /// What it is, in a few words (for `--help`).
+    pub about: &'static str,
+    /// Its default parameters.
+    pub defaults: fn() -> ModelParams,
+    /// How it predicts other devices.
+    pub cross_device: CrossDevice,
+    /// The `model` tags of its saved forms (rows of `perfcast_predict::registry::FAMILIES`).
+    pub saved: &'static [&'static str],
+    parse: fn(serde_json::Value) -> serde_json::Result<ModelParams>,
+}
+
+impl Family {
+    /// A family named `name` whose parameters are a `P`, defaults from `defaults`; wrapped
+    /// across devices, no aliases, saved under its name.
+    pub const fn of<P: FamilyParams>(name: &'static str, defaults: fn() -> ModelParams) -> Family {
+        Family {
+            name,
+            aliases: &[],
+            about: "",
+            defaults,
+            cross_device: CrossDevice::Wrap,
+            saved: &[],
+            parse: parse::<P>,
+        }
+    }
+
+    /// With other names.
+    pub const fn aliases(mut self, aliases: &'static [&'static str]) -> Family {
+        self.aliases = aliases;
+        self
+    }
+
+    /// With a description for `--help`.
+    pub const fn about(mut self, about: &'static str) -> Family {
+        self.about = about;
+        self
+    }
+
+    /// With a cross-device form other than [`CrossDevice::Wrap`].
+    pub const fn cross_device(mut self, cross_device: CrossDevice) -> Family {
+        self.cross_device = cross_device;
+        self
+    }
+
+    /// With the tags of its saved forms.
+    pub const fn saved(mut self, tags: &'static [&'static str]) -> Family {
+        self.saved = tags;
+        self
+    }
+
+    /// Whether `name` names this family.
+    pub fn is(&self, name: &str) -> bool {
+        self.name == name || self.aliases.contains(&name)
+    }
+}
+
+impl std::fmt::Debug for Family {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Family")
+            .field("name", &self.name)
+            .field("aliases", &self.aliases)
+            .field("cross_device", &self.cross_device)
+            .field("saved", &self.saved)
+            .finish()
+    }
+}
+
+fn parse<P: FamilyParams>(value: serde_json::Value) -> serde_json::Result<ModelParams> {
+    Ok(ModelParams::new(P::deserialize(value)?))
+}
+
+/// Families registered at run time ([`register`]).
+static REGISTERED: RwLock<Vec<Family>> = RwLock::new(Vec::new());
+
+/// Adds a family defined outside this crate (a plug-in, a test), after the built-in ones:
+/// `by_name`, `--set` and the cross-device forms then know it. Its saved forms are registered
+/// with `perfcast_predict::registry::register`. Registering a family of the same name and
+/// name again is a no-op; a name another family takes is refused, naming it.
+pub fn register(family: Family) -> Result<()> {
+    let mut registered = REGISTERED.write().unwrap_or_else(|e| e.into_inner());
+    for name in std::iter::once(family.name).chain(family.aliases.iter().copied()) {
+        let taken = FAMILIES
+            .iter()
+            .chain(registered.iter())
+            .find(|f| f.is(name));
+        match taken {
+            Some(f) if f.name == family.name && registered.iter().any(|r| r.name == f.name) => {
+                return Ok(());
+            }
+            Some(_) => {
+                return Err(Error::InvalidParams {
+                    model: "registry",
+                    message: format!("family name `{name}` is taken"),
+                });
+            }
+            None => {}
+        }
+    }
+    registered.push(family);
+    Ok(())
+}
+
+/// Every family, built-in ones first.
+pub fn families() -> Vec<Family> {
+    let registered = REGISTERED.read().unwrap_or_else(|e| e.into_inner());
+    FAMILIES.iter().chain(registered.iter()).copied().collect()
+}
+
+/// The family `name` names (or one of its aliases), if any.
+pub fn family(name: &str) -> Option<Family> {
+    families().into_iter().find(|f| f.is(name.trim()))
+}
+
+/// The names `--models` takes, for help and errors: every family, then `<family>-xdev`.
+pub fn known_names() -> String {
+    let mut names: Vec<&str> = families().iter().map(|f| f.name).collect();
+    names.push("<family>-xdev");
+    names.join(", ")
+}
+
+/// One line per family for `--help`: `name: about` (`name (alias)` where it has aliases).
+pub fn help() -> String {
+    let mut out = String::from("Model families, comma-separated:");
+    for f in families() {
+        out.push_str(&format!("\n  {}", f.name));
+        for a in f.aliases {
+            out.push_str(&format!(" ({a})"));
+        }
+        if !f.about.is_empty() {
+            out.push_str(&format!(": {}", f.about));
+        }
+    }
+    out.push_str(
+        "\n  <family>-xdev: a family fitted across devices (device block, roofline-normalised \
+         target); data of several devices wraps every family",
+    );
+    out
+}
+
+/// Whether `params` can be wrapped for cross-device fitting: its family is
+/// [`CrossDevice::Wrap`] and it is not wrapped already.
+pub fn wraps(params: &ModelParams) -> bool {
+    !params.is::<CrossDeviceParams>()
+        && family(params.name()).is_none_or(|f| f.cross_device == CrossDevice::Wrap)
+}
+
+/// A family with its hyper-parameters: fits into a `Box<dyn Regressor>`. Built from the
+/// registry ([`ModelParams::by_name`]) or from any [`FamilyParams`] ([`ModelParams::new`]).
+///
+/// The serde form is the parameters' own, with the family's name as `model`.
+pub struct ModelParams(Box<dyn DynParams>);
+
+impl ModelParams {
+    /// These parameters behind the common interface.
+    pub fn new<P: FamilyParams>(params: P) -> ModelParams {
+        ModelParams(Box::new(params))
+    }
+
+    /// Defaults of a family by name (`trees`, an alias such as `gbdt`, or `<family>-xdev`).
+    pub fn by_name(name: &str) -> Result<ModelParams> {
+        let name = name.trim();
+        if let Some(f) = family(name) {
+            return Ok((f.defaults)());
+        }
+        if let Some(inner) = name.strip_suffix("-xdev") {
+            return Ok(CrossDeviceParams::wrap(ModelParams::by_name(inner)?));
+        }
+        Err(Error::UnknownModel(name.to_string()))
+    }
+
+    /// Family name.
+    pub fn name(&self) -> &'static str {
+        self.0.name()
+    }
+
+    /// Checks the hyper-parameters; errors carry the bad value.
+    pub fn validate(&self) -> Result<()> {
+        self.0.validate()
+    }
+
+    /// Fits on `data` (validating first).
+    pub fn fit(&self, data: &TrainSet) -> Result<Box<dyn Regressor>> {
+        self.0.fit(data)
+    }
+
+    /// Hands an observer to the families that train for long ([`FamilyParams::set_observer`]).
+    pub fn set_observer(&mut self, observer: Arc<dyn Observer>) {
+        self.0.set_observer(observer);
+    }
+
+    /// Whether the parameters are a `P`.
+    pub fn is<P: FamilyParams>(&self) -> bool {
+        self.0.as_any().is::<P>()
+    }
+
+    /// The parameters, when they are a `P`.
+    pub fn downcast_ref<P: FamilyParams>(&self) -> Option<&P> {
+        self.0.as_any().downcast_ref()
+    }
+
+    /// The parameters, mutably, when they are a `P`.
+    pub fn downcast_mut<P: FamilyParams>(&mut self) -> Option<&mut P> {
+        self.0.as_any_mut().downcast_mut()
+    }
+
+    /// These parameters with the `model.field=value` settings addressed to this family applied
+    /// (`--set trees.n_trees=600`; settings for other families are skipped, after checking
+    /// that they name a family), through the serde form, so unknown fields and bad values are
+    /// refused by the same checks as a config file; a value is a JSON literal (number, bool)
+    /// when it parses as one, a string otherwise.
+    pub fn with_sets(&self, sets: &[String]) -> Result<ModelParams> {
+        let bad = |message: String| Error::InvalidParams {
+            model: "--set",
+            message,
+        };
+        let name = self.name();
+        let mut value = self.0.to_value().map_err(|e| bad(e.to_string()))?;
+        for set in sets {
+            let shape = || bad(format!("`--set {set}` must look like `model.field=value`"));
+            let (key, raw) = set.split_once('=').ok_or_else(shape)?;
+            let (model, field) = key.split_once('.').ok_or_else(shape)?;
+            ModelParams::by_name(model)?;
+            if model != name {
+                continue;
+            }
+            value[field] = serde_json::from_str(raw)
+                .unwrap_or_else(|_| serde_json::Value::String(raw.to_string()));
+        }
+        let updated = self
+            .0
+            .reparse(value)
+            .map_err(|e| bad(format!("invalid `--set` for `{name}`: {e}")))?;
+        updated.validate()?;
+        Ok(updated)
+    }
+}
+
+impl Clone for ModelParams {
+    fn clone(&self) -> ModelParams {
+        ModelParams(self.0.clone_box())
+    }
+}
+
+impl std::fmt::Debug for ModelParams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl PartialEq for ModelParams {
+    fn eq(&self, other: &ModelParams) -> bool {
+        self.0.eq_any(other.0.as_any())
+    }
+}
+
+impl Serialize for ModelParams {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::Error as _;
+        let mut value = self.0.to_value().map_err(S::Error::custom)?;
+        if let Some(fields) = value.as_object_mut() {
+            fields.insert("model".into(), self.name().into());
+        }
+        value.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for ModelParams {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<ModelParams, D::Error> {
+        use serde::de::Error as _;
+        let mut value = serde_json::Value::deserialize(d)?;
+        let name = match value.as_object_mut().and_then(|o| o.remove("model")) {
+            Some(serde_json::Value::String(name)) => name,
+            _ => return Err(D::Error::missing_field("model")),
+        };
+        let parse = match family(&name) {
+            Some(f) => f.parse,
+            None if name.ends_with("-xdev") => parse::<CrossDeviceParams>,
+            None => return Err(D::Error::custom(Error::UnknownModel(name))),
+        };
+        parse(value).map_err(D::Error::custom)
+    }
+}
+
+/// The object-safe face of [`FamilyParams`].
+trait DynParams: std::fmt::Debug + Send + Sync {
+    fn name(&self) -> &'static str;
+    fn validate(&self) -> Result<()>;
+    fn fit(&self, data: &TrainSet) -> Result<Box<dyn Regressor>>;
+    fn set_observer(&mut self, observer: Arc<dyn Observer>);
+    fn to_value(&self) -> serde_json::Result<serde_json::Value>;
+    /// Parameters of the same type from a serde form.
+    fn reparse(&self, value: serde_json::Value) -> serde_json::Result<ModelParams>;
+    fn clone_box(&self) -> Box<dyn DynParams>;
+    fn eq_any(&self, other: &dyn Any) -> bool;
+    fn as_any(&self) -> &dyn Any;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+impl<P: FamilyParams> DynParams for P {
+    fn name(&self) -> &'static str {
+        FamilyParams::name(self)
+    }
+    fn validate(&self) -> Result<()> {
+        Fit::validate(self)
+    }
+    fn fit(&self, data: &TrainSet) -> Result<Box<dyn Regressor>> {
+        Ok(Box::new(Fit::fit(self, data)?))
+    }
+    fn set_observer(&mut self, observer: Arc<dyn Observer>) {
+        FamilyParams::set_observer(self, observer);
+    }
+    fn to_value(&self) -> serde_json::Result<serde_json::Value> {
+        serde_json::to_value(self)
+    }
+    fn reparse(&self, value: serde_json::Value) -> serde_json::Result<ModelParams> {
+        parse::<P>(value)
+    }
+    fn clone_box(&self) -> Box<dyn DynParams> {
+        Box::new(self.clone())
+    }
+    fn eq_any(&self, other: &dyn Any) -> bool {
+        other.downcast_ref::<P>() == Some(self)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
