@@ -235,6 +235,12 @@ pub fn help() -> String {
     out
 }
 
+/// [`help`] for `eval devices`, whose families are all fitted across devices, plus its
+/// `<family>-raw` form.
+pub fn help_cross_device() -> String {
+    help() + "\n  <family>-raw: a family on the plain rows, for comparison"
+}
+
 /// Whether `params` can be wrapped for cross-device fitting: its family is
 /// [`CrossDevice::Wrap`] and it is not wrapped already.
 pub fn wraps(params: &ModelParams) -> bool {

@@ -50,15 +50,8 @@ pub struct EvalDevicesArgs {
     pub data: Vec<PathBuf>,
     /// Model families, comma-separated, each fitted across devices (`--help` lists them);
     /// `<family>-raw` fits a family on the plain rows, for comparison
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "ridge,knn,trees",
-        long_help = format!(
-            "{}\n  <family>-raw: a family on the plain rows, for comparison",
-            perfcast_models::registry::help()
-        )
-    )]
+    #[arg(long, value_delimiter = ',', default_value = "ridge,knn,trees",
+          long_help = perfcast_models::registry::help_cross_device())]
     pub models: Vec<String>,
     /// Module kinds (default: every kind two devices or more have)
     #[arg(long, value_delimiter = ',')]
