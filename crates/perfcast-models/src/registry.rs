@@ -29,6 +29,10 @@ use crate::roofline::RooflineParams;
 use crate::stack::RidgeTreesParams;
 use crate::trees::TreeParams;
 
+/// Fewest training rows MEDN and the MLP are fitted on. A quickstart's smallest kinds (10
+/// configurations, 16 training rows) are below it, its elementwise kinds (67 and more) above.
+pub const NETWORK_MIN_ROWS: usize = 50;
+
 /// The rows: every family perfcast fits.
 pub static FAMILIES: &[Family] = &[
     Family::of::<RidgeParams>("ridge", || ModelParams::new(RidgeParams::default()))
@@ -52,9 +56,11 @@ pub static FAMILIES: &[Family] = &[
         .saved(&["roofline"]),
     Family::of::<MednParams>("medn", || ModelParams::new(MednParams::default()))
         .about("multi-task encoder-decoder network")
+        .min_rows(NETWORK_MIN_ROWS)
         .saved(&["medn"]),
     Family::of::<MednParams>("mlp", || ModelParams::new(MednParams::mlp()))
         .about("single-task MLP of the same size")
+        .min_rows(NETWORK_MIN_ROWS)
         .saved(&["mlp"]),
     Family::of::<CrossDeviceParams>(crate::device_features::UTIL, || {
         ModelParams::new(CrossDeviceParams::utilisation(&[]))
@@ -104,6 +110,10 @@ pub struct Family {
     pub cross_device: CrossDevice,
     /// The `model` tags of its saved forms (rows of `perfcast_predict::registry::FAMILIES`).
     pub saved: &'static [&'static str],
+    /// Fewest training rows it is worth fitting on: the train pipeline skips it, with a note,
+    /// for a module kind with fewer (a network of thousands of weights on a few dozen rows
+    /// cannot win and costs the most time); 0 for any.
+    pub min_rows: usize,
     parse: fn(serde_json::Value) -> serde_json::Result<ModelParams>,
 }
 
@@ -118,6 +128,7 @@ impl Family {
             defaults,
             cross_device: CrossDevice::Wrap,
             saved: &[],
+            min_rows: 0,
             parse: parse::<P>,
         }
     }
@@ -143,6 +154,12 @@ impl Family {
     /// With the tags of its saved forms.
     pub const fn saved(mut self, tags: &'static [&'static str]) -> Family {
         self.saved = tags;
+        self
+    }
+
+    /// With a fewest number of training rows ([`Family::min_rows`]).
+    pub const fn min_rows(mut self, rows: usize) -> Family {
+        self.min_rows = rows;
         self
     }
 
@@ -207,6 +224,13 @@ pub fn families() -> Vec<Family> {
 /// The family `name` names (or one of its aliases), if any.
 pub fn family(name: &str) -> Option<Family> {
     families().into_iter().find(|f| f.is(name.trim()))
+}
+
+/// The fewest training rows the family of `name` (a family, an alias, or its `-xdev` form)
+/// is fitted on; 0 for names the table does not hold.
+pub fn min_rows(name: &str) -> usize {
+    let name = name.trim();
+    family(name.strip_suffix("-xdev").unwrap_or(name)).map_or(0, |f| f.min_rows)
 }
 
 /// The names `--models` takes, for help and errors: every family, then `<family>-xdev`.
@@ -430,5 +454,20 @@ impl<P: FamilyParams> DynParams for P {
     }
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn networks_need_rows_that_other_families_do_not() {
+        for name in ["medn", "mlp", "medn-xdev", " mlp "] {
+            assert_eq!(min_rows(name), NETWORK_MIN_ROWS, "{name}");
+        }
+        for name in ["ridge", "trees", "gbdt", "roofline", "util", "trees-xdev", "nope"] {
+            assert_eq!(min_rows(name), 0, "{name}");
+        }
     }
 }

@@ -414,6 +414,17 @@ pub fn train_and_select(plan: &TrainPlan, observer: Arc<dyn Observer>) -> Result
         let mut models = Vec::new();
         let mut per_kind = Vec::new();
         for p in &params {
+            let least = perfcast_models::registry::min_rows(p.name());
+            if train_set.len() < least {
+                observer.note(&format!(
+                    "note: `{kind}`: {} training rows, too few for {} (it needs {least}); \
+                     the other families are compared",
+                    train_set.len(),
+                    p.name()
+                ));
+                observer.advance(STAGE, 1);
+                continue;
+            }
             observer.message(STAGE, &format!("{kind}: {}", p.name()));
             let cv =
                 cross_validate(p, &train_set, plan.folds, plan.split, plan.seed).map_err(|e| {
