@@ -91,6 +91,10 @@ pub struct EvalDevicesArgs {
     /// device, the row's GEMM dimensions and roofline time), for error analysis
     #[arg(long, value_name = "CSV")]
     pub predictions: Option<PathBuf>,
+    /// Ignore the held-out devices' `launch_us` (their measured launch floor, a spec field):
+    /// `util` then takes their floor from the training devices alone
+    #[arg(long)]
+    pub no_launch_us: bool,
     /// Output format
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
@@ -138,6 +142,7 @@ pub fn eval_devices(a: EvalDevicesArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         tile: a.tile,
         mask: a.mask,
         keep_predictions: a.predictions.is_some(),
+        no_launch_us: a.no_launch_us,
     };
     run_devices(&a.data, &plan, a.predictions.as_deref(), a.format, ui)
 }
