@@ -824,7 +824,11 @@ mod tests {
                 let t = combine_floor(floor, busy, p);
                 assert!(t >= floor.max(busy) && t <= floor + busy + 1e-15, "{p} {t}");
                 let back = busy_behind_floor(floor, t, p);
-                assert!((back - busy).abs() <= 1e-12, "{p}: {back} vs {busy}");
+                // A kernel far under the floor survives the p-th powers only to ~1e-6.
+                assert!(
+                    (back - busy).abs() <= 1e-6 * (floor + busy),
+                    "{p}: {back} vs {busy}"
+                );
             }
         }
         assert_eq!(combine_floor(0.02, 0.01, 1.0), 0.02 + 0.01);
