@@ -33,6 +33,8 @@ pub const DEVICE_BLOCK: &[&str] = &[
 /// each appended as one feature after [`DEVICE_BLOCK`]. `waves` adds how many waves of
 /// 128x128 GEMM tiles the module runs on the device's SMs, and the last wave's occupancy.
 /// `util` adds the spec-normalised features of the GPU utilisation model ([`crate::gpu_util`]).
+/// `power` adds log2 of the board power per peak TFLOP/s (`tdp_w`; 0 without it): tried for
+/// the util model and dropped, it made leaving one GPU out worse (docs/accuracy.md).
 pub const SPEC_FIELDS: &[&str] = &[
     "sms", "shaders", "clock", "memory", "cache", "waves", "tiles", "per_sm", "util", "power",
 ];
