@@ -71,6 +71,17 @@ pub struct DeviceSpec {
     /// assumes anchor and target run the same stack, so it prefers anchors whose stack is equal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub software: Option<String>,
+    /// The end-to-end time of a trivial op on the platform (framework dispatch and kernel
+    /// launch: NeuSight's smallest element-wise `add`), microseconds; `None` (the default,
+    /// omitted from JSON) when not measured. A number the user measures on their own host, not
+    /// a chip spec: the same GPU under another framework build or host CPU pays another floor
+    /// (NeuSight's AMD hosts 14-17 us, its NVIDIA hosts 26-43 us). The GPU utilisation model
+    /// uses it as the launch floor of a device it never measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_us: Option<f64>,
+    /// Board power (TDP), W; `None` (the default, omitted from JSON) when not known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tdp_w: Option<f64>,
 }
 
 impl DeviceSpec {
@@ -127,6 +138,16 @@ impl DeviceSpec {
                 "`threads` {} is fewer than `cores` {}",
                 self.threads, self.cores
             )));
+        }
+        for (field, value, high) in [
+            ("launch_us", self.launch_us, 1e6),
+            ("tdp_w", self.tdp_w, 1e5),
+        ] {
+            if let Some(v) = value
+                && !(v.is_finite() && v > 0.0 && v <= high)
+            {
+                return Err(bad(format!("`{field}` must be in (0, {high}], got {v:?}")));
+            }
         }
         if self.software.as_ref().is_some_and(|s| s.trim().is_empty()) {
             return Err(bad(
@@ -303,6 +324,8 @@ mod tests {
             caches: Caches::default(),
             source: SpecSource::Measured,
             software: None,
+            launch_us: None,
+            tdp_w: None,
         }
     }
 
@@ -379,6 +402,28 @@ mod tests {
         let blank = json.replace("CUDA 8.0.88, cuDNN 6.0.21", " ");
         let err = DeviceSpec::from_json(&blank).unwrap_err().to_string();
         assert!(err.contains("`software` is empty"), "{err}");
+    }
+
+    #[test]
+    fn launch_and_power_round_trip_and_are_optional() {
+        // Without them no key is written, so device files written before them read and write
+        // the same bytes.
+        let json = serde_json::to_string(&spec()).unwrap();
+        assert!(
+            !json.contains("launch_us") && !json.contains("tdp_w"),
+            "{json}"
+        );
+        let mut with = spec();
+        (with.launch_us, with.tdp_w) = (Some(16.7), Some(300.0));
+        let json = serde_json::to_string(&with).unwrap();
+        assert!(json.contains(r#""launch_us":16.7"#), "{json}");
+        assert_eq!(DeviceSpec::from_json(&json).unwrap(), with);
+        for bad in ["-1.0", "0.0", "1e300"] {
+            let err = DeviceSpec::from_json(&json.replace("16.7", bad))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("`launch_us` must be in"), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -72,8 +72,9 @@ fn count(obj: &Map<String, Value>, field: &str, path: &Path) -> Result<u32> {
 ///
 /// perfcast format: `name`, `peak_gflops`, `mem_bandwidth_gbs`, `cores`, `clock_mhz`,
 /// `memory_gb` required; `kind` (default gpu), `threads` (default `cores`), `cache_mb`
-/// (default 0), `caches`, `source`, `software` (the library stack, e.g. `CUDA 12.4, cuDNN 9.1`)
-/// optional.
+/// (default 0), `caches`, `source`, `software` (the library stack, e.g. `CUDA 12.4, cuDNN 9.1`),
+/// `launch_us` (a trivial op's end-to-end time on the platform, microseconds) and `tdp_w`
+/// (board power, W) optional. A NeuSight config may carry `launch_us` and `tdp_w` too.
 pub(crate) fn read_file(path: &Path) -> Result<DeviceSpec> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| fail!("reading the device spec `{}`: {e}", path.display()))?;
@@ -147,6 +148,8 @@ fn perfcast(obj: &Map<String, Value>, path: &Path) -> Result<DeviceSpec> {
                 path.display()
             ),
         },
+        launch_us: optional(obj, "launch_us", path)?,
+        tdp_w: optional(obj, "tdp_w", path)?,
     })
 }
 
@@ -183,7 +186,17 @@ fn neusight(obj: &Map<String, Value>, path: &Path) -> Result<DeviceSpec> {
         },
         source: SpecSource::Published,
         software: None,
+        launch_us: optional(obj, "launch_us", path)?,
+        tdp_w: optional(obj, "tdp_w", path)?,
     })
+}
+
+/// An optional positive number (absent or null: `None`).
+fn optional(obj: &Map<String, Value>, field: &str, path: &Path) -> Result<Option<f64>> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(_) => number(obj, field, path, 0.0, false).map(Some),
+    }
 }
 
 #[cfg(test)]
@@ -210,7 +223,18 @@ mod tests {
         let with = ok.replace("\"name\"", r#""software": "CUDA 12.4, cuDNN 9.1", "name""#);
         let spec = read_file(&write(tmp.path(), &with)).unwrap();
         assert_eq!(spec.software.as_deref(), Some("CUDA 12.4, cuDNN 9.1"));
+        let with = ok.replace("\"name\"", r#""launch_us": 16.5, "tdp_w": 300, "name""#);
+        let spec = read_file(&write(tmp.path(), &with)).unwrap();
+        assert_eq!((spec.launch_us, spec.tdp_w), (Some(16.5), Some(300.0)));
         for (text, expect) in [
+            (
+                ok.replace("\"name\"", r#""launch_us": 0, "name""#),
+                "`launch_us` must be greater than 0",
+            ),
+            (
+                ok.replace("\"name\"", r#""tdp_w": "70 W", "name""#),
+                "`tdp_w` must be a number",
+            ),
             (
                 ok.replace("\"name\"", r#""software": " ", "name""#),
                 "`software` is empty",

@@ -63,6 +63,8 @@ impl Published {
             },
             source: SpecSource::Published,
             software: None,
+            launch_us: None,
+            tdp_w: None,
         }
     }
 }

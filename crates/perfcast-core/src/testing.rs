@@ -97,5 +97,7 @@ pub fn cpu_device() -> crate::DeviceSpec {
         caches: crate::Caches::default(),
         source: crate::SpecSource::Measured,
         software: None,
+        launch_us: None,
+        tdp_w: None,
     }
 }

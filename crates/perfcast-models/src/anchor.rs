@@ -733,6 +733,8 @@ mod tests {
             caches: Default::default(),
             source: SpecSource::Published,
             software: None,
+            launch_us: None,
+            tdp_w: None,
         }
     }
 

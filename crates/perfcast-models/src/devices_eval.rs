@@ -47,6 +47,9 @@ pub struct DevicesPlan {
     pub mask: Vec<String>,
     /// Keep every held-out row's prediction ([`DevicesEval::predictions`]).
     pub keep_predictions: bool,
+    /// Drop the held-out devices' `launch_us` from their specs, so the util model's launch
+    /// floor for them comes from the training devices alone.
+    pub no_launch_us: bool,
 }
 
 impl Default for DevicesPlan {
@@ -64,6 +67,7 @@ impl Default for DevicesPlan {
             tile: DEFAULT_TILE,
             mask: Vec::new(),
             keep_predictions: false,
+            no_launch_us: false,
         }
     }
 }
@@ -189,10 +193,17 @@ pub fn evaluate_devices(
     for name in &plan.models {
         cross_device_params(name)?;
     }
-    let devices: Vec<DeviceSpec> = dirs
+    let mut devices: Vec<DeviceSpec> = dirs
         .iter()
         .map(DatasetDir::device)
         .collect::<std::result::Result<_, _>>()?;
+    if plan.no_launch_us {
+        for (dir, device) in dirs.iter().zip(devices.iter_mut()) {
+            if plan.holdout.is_empty() || names_device(dir.root(), device, &plan.holdout) {
+                device.launch_us = None;
+            }
+        }
+    }
     for w in &plan.holdout {
         if !dirs
             .iter()

@@ -716,6 +716,8 @@ mod tests {
             caches: Caches::default(),
             source: SpecSource::Measured,
             software: None,
+            launch_us: None,
+            tdp_w: None,
         };
         let schema = FeatureSchema::for_kind(ModuleKind::Conv2d);
         let mut x = Matrix::with_cols(schema.len());

@@ -466,7 +466,15 @@ mod tests {
         for name in ["medn", "mlp", "medn-xdev", " mlp "] {
             assert_eq!(min_rows(name), NETWORK_MIN_ROWS, "{name}");
         }
-        for name in ["ridge", "trees", "gbdt", "roofline", "util", "trees-xdev", "nope"] {
+        for name in [
+            "ridge",
+            "trees",
+            "gbdt",
+            "roofline",
+            "util",
+            "trees-xdev",
+            "nope",
+        ] {
             assert_eq!(min_rows(name), 0, "{name}");
         }
     }

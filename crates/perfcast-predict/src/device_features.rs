@@ -33,8 +33,10 @@ pub const DEVICE_BLOCK: &[&str] = &[
 /// each appended as one feature after [`DEVICE_BLOCK`]. `waves` adds how many waves of
 /// 128x128 GEMM tiles the module runs on the device's SMs, and the last wave's occupancy.
 /// `util` adds the spec-normalised features of the GPU utilisation model ([`crate::gpu_util`]).
+/// `power` adds log2 of the board power per peak TFLOP/s (`tdp_w`; 0 without it): tried for
+/// the util model and dropped, it made leaving one GPU out worse (docs/accuracy.md).
 pub const SPEC_FIELDS: &[&str] = &[
-    "sms", "shaders", "clock", "memory", "cache", "waves", "tiles", "per_sm", "util",
+    "sms", "shaders", "clock", "memory", "cache", "waves", "tiles", "per_sm", "util", "power",
 ];
 
 /// Tile sizes (square) the `tiles` field counts waves of.
@@ -243,6 +245,13 @@ impl Cols {
                     out[n + 1] = device.mem_bandwidth_gbs / sms;
                     out[n + 2] = device.cache_mb / sms;
                     n += 2;
+                }
+                // Board power per peak TFLOP/s (0 when the spec has no `tdp_w`): how far a
+                // card's sustained clock may fall below the boost clock its peak assumes.
+                "power" => {
+                    out[n] = device
+                        .tdp_w
+                        .map_or(0.0, |w| (w / (device.peak_gflops / 1e3)).max(1e-9).log2());
                 }
                 "util" => match self.util {
                     Some(u) => n += u.fill(x, device, &mut out[n..]) - 1,
@@ -482,6 +491,56 @@ pub struct SavedCrossDevice {
     /// vendor, ms; an unseen device of a vendor listed gets its vendor's, others `floor_ms`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub vendor_floors_ms: BTreeMap<String, f64>,
+    /// [`Scale::Utilisation`]: how the launch floor and the kernel's own time combine, the
+    /// `p` of `latency = (floor^p + kernel^p)^(1/p)`: 1 adds them (the default, and what models
+    /// saved before it do), larger `p` lets the floor overlap the kernel (`max(floor, kernel)`
+    /// as `p` grows), what NeuSight's timings show: a 4M-element add on an A100 takes its
+    /// 27 us floor, not floor + kernel.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub floor_norm: f64,
+    /// [`Scale::Utilisation`] with a target whose spec gives `launch_us`: the kind's floor
+    /// in units of a device's `launch_us` (the median over the training devices whose specs
+    /// give it), so the target's floor is `launch_us x launch_ratio`; absent when no training
+    /// device gave `launch_us`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_ratio: Option<f64>,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn is_one(v: &f64) -> bool {
+    *v == 1.0
+}
+
+/// `(floor^p + busy^p)^(1/p)`: the latency of a kernel of `busy` ms behind a launch floor of
+/// `floor` ms ([`SavedCrossDevice::floor_norm`]); at least each of them.
+pub fn combine_floor(floor: f64, busy: f64, p: f64) -> f64 {
+    if p == 1.0 {
+        return floor + busy;
+    }
+    let (hi, lo) = if floor >= busy {
+        (floor, busy)
+    } else {
+        (busy, floor)
+    };
+    if hi <= 0.0 {
+        return 0.0;
+    }
+    (hi * (1.0 + (lo / hi).powf(p)).powf(1.0 / p)).max(hi)
+}
+
+/// The busy time that [`combine_floor`] turns into `latency` behind `floor`: `(latency^p -
+/// floor^p)^(1/p)`, 0 where the latency is under the floor.
+pub fn busy_behind_floor(floor: f64, latency: f64, p: f64) -> f64 {
+    if latency <= floor {
+        return 0.0;
+    }
+    if p == 1.0 {
+        return latency - floor;
+    }
+    latency * (1.0 - (floor / latency).powf(p)).powf(1.0 / p)
 }
 
 #[derive(Deserialize)]
@@ -508,6 +567,10 @@ struct UncheckedCrossDevice {
     seen_devices: Vec<[f64; 2]>,
     #[serde(default)]
     vendor_floors_ms: BTreeMap<String, f64>,
+    #[serde(default = "one")]
+    floor_norm: f64,
+    #[serde(default)]
+    launch_ratio: Option<f64>,
 }
 
 impl TryFrom<UncheckedCrossDevice> for SavedCrossDevice {
@@ -526,6 +589,8 @@ impl TryFrom<UncheckedCrossDevice> for SavedCrossDevice {
             seen: u.seen,
             seen_devices: u.seen_devices,
             vendor_floors_ms: u.vendor_floors_ms,
+            floor_norm: u.floor_norm,
+            launch_ratio: u.launch_ratio,
         };
         check(&saved, saved.inner.clone().into_regressor().schema())?;
         Ok(saved)
@@ -540,6 +605,20 @@ fn check(saved: &SavedCrossDevice, inner: &FeatureSchema) -> Result<(Cols, Vec<u
     {
         return Err(Error::InvalidData(format!(
             "cross-device `{}` model: its feature schemas are not this perfcast's",
+            outer.kind
+        )));
+    }
+    if !(saved.floor_norm.is_finite() && saved.floor_norm >= 1.0) {
+        return Err(Error::InvalidData(format!(
+            "cross-device `{}` model: floor_norm {} is not >= 1",
+            outer.kind, saved.floor_norm
+        )));
+    }
+    if let Some(r) = saved.launch_ratio
+        && !(r.is_finite() && r > 0.0)
+    {
+        return Err(Error::InvalidData(format!(
+            "cross-device `{}` model: launch_ratio {r} is not positive",
             outer.kind
         )));
     }
@@ -584,6 +663,8 @@ pub struct FittedCrossDevice {
     seen: Option<Box<dyn Regressor>>,
     seen_devices: Vec<[f64; 2]>,
     vendor_floors_ms: BTreeMap<String, f64>,
+    floor_norm: f64,
+    launch_ratio: Option<f64>,
 }
 
 impl FittedCrossDevice {
@@ -618,6 +699,8 @@ impl FittedCrossDevice {
             seen: saved.seen.map(|s| s.into_regressor()),
             seen_devices: saved.seen_devices,
             vendor_floors_ms: saved.vendor_floors_ms,
+            floor_norm: saved.floor_norm,
+            launch_ratio: saved.launch_ratio,
         }
     }
 
@@ -650,6 +733,19 @@ impl FittedCrossDevice {
     /// Spec fields read besides peak and bandwidth.
     pub fn fields(&self) -> &[String] {
         &self.fields
+    }
+
+    /// [`Scale::Utilisation`]: the launch floor on `device`, ms: its `launch_us` times the
+    /// kind's [`SavedCrossDevice::launch_ratio`] where both are known, else the smallest
+    /// floor of the training devices of its vendor, else of all.
+    pub fn floor_ms(&self, device: Option<&DeviceSpec>) -> f64 {
+        if let (Some(ratio), Some(launch)) = (self.launch_ratio, device.and_then(|d| d.launch_us)) {
+            return launch / 1e3 * ratio;
+        }
+        device
+            .and_then(|d| self.vendor_floors_ms.get(crate::gpu_util::vendor(&d.name)))
+            .copied()
+            .unwrap_or(self.how.floor_ms)
     }
 }
 
@@ -690,11 +786,9 @@ impl Regressor for FittedCrossDevice {
         Ok(match self.how.scale {
             // Utilisation at most 1: never below the spec roofline.
             Scale::Utilisation => {
-                let floor = device
-                    .and_then(|d| self.vendor_floors_ms.get(crate::gpu_util::vendor(&d.name)))
-                    .copied()
-                    .unwrap_or(self.how.floor_ms);
-                floor + self.cols.least_ms(x) * inner.max(1.0)
+                let floor = self.floor_ms(device);
+                let busy = self.cols.least_ms(x) * inner.max(1.0);
+                combine_floor(floor, busy, self.floor_norm)
             }
             _ => crate::residual::compose(self.cols.scale(x, &self.how, device), inner),
         })
@@ -720,6 +814,8 @@ impl Regressor for FittedCrossDevice {
                 seen: self.seen.as_ref().map(|s| Box::new(s.to_saved())),
                 seen_devices: self.seen_devices.clone(),
                 vendor_floors_ms: self.vendor_floors_ms.clone(),
+                floor_norm: self.floor_norm,
+                launch_ratio: self.launch_ratio,
             },
         )
     }
@@ -757,5 +853,25 @@ mod tests {
         let (waves, occupancy) = cols.waves(&x, 64.0, 40.0);
         assert!((waves - 1.2).abs() < 1e-12, "{waves}");
         assert!((occupancy - 0.6).abs() < 1e-12, "{occupancy}");
+    }
+
+    #[test]
+    fn a_floor_combines_with_the_kernel_between_sum_and_max_and_inverts() {
+        for p in [1.0, 2.0, 3.0, 8.0] {
+            for (floor, busy) in [(0.026, 0.001), (0.026, 0.026), (0.026, 0.5), (0.0, 0.3)] {
+                let t = combine_floor(floor, busy, p);
+                assert!(t >= floor.max(busy) && t <= floor + busy + 1e-15, "{p} {t}");
+                let back = busy_behind_floor(floor, t, p);
+                // A kernel far under the floor survives the p-th powers only to ~1e-6.
+                assert!(
+                    (back - busy).abs() <= 1e-6 * (floor + busy),
+                    "{p}: {back} vs {busy}"
+                );
+            }
+        }
+        assert_eq!(combine_floor(0.02, 0.01, 1.0), 0.02 + 0.01);
+        // p = 2: a kernel as long as the floor adds 41%, not 100%.
+        assert!((combine_floor(1.0, 1.0, 2.0) - 2f64.sqrt()).abs() < 1e-15);
+        assert_eq!(busy_behind_floor(0.03, 0.02, 2.0), 0.0);
     }
 }

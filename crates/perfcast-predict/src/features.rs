@@ -343,6 +343,8 @@ pub fn row_in_phase(schema: &FeatureSchema, x: &[f64], phase: Phase) -> Result<V
         caches: Default::default(),
         source: perfcast_core::SpecSource::Published,
         software: None,
+        launch_us: None,
+        tdp_w: None,
     };
     Ok(row(&spec, &context, &device))
 }

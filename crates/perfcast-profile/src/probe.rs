@@ -125,6 +125,8 @@ pub fn local_cpu(backend: Backend) -> Result<(DeviceSpec, Peaks)> {
         caches: topo.caches,
         source: SpecSource::Measured,
         software: None,
+        launch_us: None,
+        tdp_w: None,
     };
     Ok((spec, peaks))
 }

@@ -102,6 +102,9 @@ pub struct ScalingReport {
 }
 
 /// Where the compute time comes from.
+// One value per command: the size difference between the variants (the device spec) costs
+// nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 pub enum Compute<'a> {
     /// A measured step of the whole global batch on one device, ms, scaled per sample to the
     /// per-device batch and spread over the layers by FLOPs; `backward_share` of it is the

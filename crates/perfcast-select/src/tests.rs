@@ -266,6 +266,8 @@ fn gpu(peak: f64, bandwidth: f64, sms: u32) -> DeviceSpec {
         caches: perfcast_core::Caches::default(),
         source: perfcast_core::SpecSource::Published,
         software: None,
+        launch_us: None,
+        tdp_w: None,
     }
 }
 

@@ -24,6 +24,8 @@ fn gpu(name: &str, peak: f64, bw: f64, sms: u32) -> DeviceSpec {
         caches: Default::default(),
         source: SpecSource::Published,
         software: None,
+        launch_us: None,
+        tdp_w: None,
     }
 }
 

@@ -86,10 +86,12 @@ pub struct EvalDevicesArgs {
     /// Extended-row columns the cross-device models see as zero (e.g. dev_peak_gflops)
     #[arg(long, value_delimiter = ',')]
     pub mask: Vec<String>,
-    /// Also write every held-out row's measured and predicted latency to this CSV (kind, model,
-    /// device, the row's GEMM dimensions and roofline time), for error analysis
+    /// Also write each held-out row's measured and predicted latency to this CSV, for analysis
     #[arg(long, value_name = "CSV")]
     pub predictions: Option<PathBuf>,
+    /// Drop held-out devices' `launch_us` (measured launch floor): `util` uses training floors
+    #[arg(long)]
+    pub no_launch_us: bool,
     /// Output format
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
@@ -137,6 +139,7 @@ pub fn eval_devices(a: EvalDevicesArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         tile: a.tile,
         mask: a.mask,
         keep_predictions: a.predictions.is_some(),
+        no_launch_us: a.no_launch_us,
     };
     run_devices(&a.data, &plan, a.predictions.as_deref(), a.format, ui)
 }

@@ -103,6 +103,8 @@ pub fn device_spec(path: &Path) -> Result<DeviceSpec> {
         },
         source: SpecSource::Published,
         software: None,
+        launch_us: None,
+        tdp_w: None,
     };
     spec.validate()
         .map_err(|e| Error::schema(path, e.to_string()))?;
@@ -199,7 +201,10 @@ pub fn import(dir: &Path) -> Result<Import> {
                     format!("no device spec `{}` for it", config.display()),
                 ));
             }
-            let spec = device_spec(&config)?;
+            let mut spec = device_spec(&config)?;
+            if spec.launch_us.is_none() {
+                spec.launch_us = launch_floor_us(dir, &stem)?;
+            }
             let rows = devices.get(&stem, || Some(spec.clone()));
             read_file(&path, kind, &spec, rows)?;
         }
@@ -207,6 +212,32 @@ pub fn import(dir: &Path) -> Result<Import> {
     let mut out = Import::new("neusight", dir);
     out.devices = devices.into_vec();
     Ok(out)
+}
+
+/// Quantile of a device's `add` latencies taken as its launch floor.
+const LAUNCH_QUANTILE: f64 = 0.02;
+
+/// A device's launch floor, microseconds: the [`LAUNCH_QUANTILE`] quantile of its `add/`
+/// latencies (NeuSight's smallest element-wise ops, which on every GPU it measured take the
+/// host's dispatch-and-launch time, not the kernel's); `None` without an `add/` file. This is
+/// a measurement of the platform, recorded as the spec's `launch_us`.
+fn launch_floor_us(dir: &Path, stem: &str) -> Result<Option<f64>> {
+    let path = dir.join("add").join(format!("{stem}.csv"));
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let csv = CsvFile::read(&path)?;
+    let latency = csv.column("Latency")?;
+    let mut ms = (0..csv.rows())
+        .map(|row| latency.time_ms(row, 1.0))
+        .collect::<Result<Vec<f64>>>()?;
+    if ms.is_empty() {
+        return Ok(None);
+    }
+    ms.sort_by(f64::total_cmp);
+    let at = ((ms.len() - 1) as f64 * LAUNCH_QUANTILE).round() as usize;
+    // Rounded to 0.1 us: a spec figure, not a timing.
+    Ok(Some((ms[at] * 1e4).round() / 10.0))
 }
 
 fn read_file(

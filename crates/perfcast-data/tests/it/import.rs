@@ -170,6 +170,17 @@ fn neusight_sample_maps_every_kind() {
 }
 
 #[test]
+fn neusight_records_each_gpus_launch_floor_from_its_adds() {
+    // The smallest adds' 2% quantile (with 3-5 rows: the fastest), rounded to 0.1 us; a GPU
+    // without `add/` rows gets none.
+    let import = import::neusight::import(&data("neusight")).unwrap();
+    let launch = |id: &str| device(&import, id).device.as_ref().unwrap().launch_us;
+    assert_eq!(launch("Tesla_V100-PCIE-32GB"), Some(32.1));
+    assert_eq!(launch("AMD_Instinct_MI100"), Some(16.1));
+    assert_eq!(launch("Tesla_T4"), None);
+}
+
+#[test]
 fn neusight_device_configs_load_as_a_table() {
     let specs = import::neusight::load_device_configs(&data("neusight")).unwrap();
     let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();

@@ -18,6 +18,8 @@ fn device(name: &str) -> DeviceSpec {
         caches: Caches::default(),
         source: SpecSource::Measured,
         software: None,
+        launch_us: None,
+        tdp_w: None,
     }
 }
 

@@ -45,6 +45,8 @@ pub fn gpu(name: &str, peak: f64, bw: f64) -> DeviceSpec {
         caches: Default::default(),
         source: perfcast_core::SpecSource::Published,
         software: None,
+        launch_us: None,
+        tdp_w: None,
     }
 }
 
