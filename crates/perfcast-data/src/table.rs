@@ -135,6 +135,24 @@ impl Columns<'_> {
             .map_err(|_| Error::schema(self.path, format!("missing column `{name}`")))
     }
 
+    /// `values` of column `name` when it has one per row: a corrupt file can decode to a
+    /// frame whose column is shorter than its height (a fuzzed byte did), which would index
+    /// past the end.
+    fn per_row<T>(&self, name: &str, values: Vec<T>) -> Result<Vec<T>> {
+        if values.len() == self.df.height() {
+            Ok(values)
+        } else {
+            Err(Error::schema(
+                self.path,
+                format!(
+                    "column `{name}` holds {} values for {} rows",
+                    values.len(),
+                    self.df.height()
+                ),
+            ))
+        }
+    }
+
     fn i64s(&self, name: &str) -> Result<Vec<Option<i64>>> {
         let col = self.get(name)?;
         let cast = col.cast(&DataType::Int64).map_err(|_| {
@@ -162,7 +180,7 @@ impl Columns<'_> {
         let ca = cast
             .i64()
             .map_err(|e| Error::schema(self.path, e.to_string()))?;
-        Ok(ca.iter().collect())
+        self.per_row(name, ca.iter().collect())
     }
 
     fn f64s(&self, name: &str) -> Result<Vec<Option<f64>>> {
@@ -179,7 +197,7 @@ impl Columns<'_> {
         let ca = cast
             .f64()
             .map_err(|e| Error::schema(self.path, e.to_string()))?;
-        Ok(ca.iter().collect())
+        self.per_row(name, ca.iter().collect())
     }
 
     fn strs(&self, name: &str) -> Result<Vec<Option<String>>> {
@@ -190,7 +208,7 @@ impl Columns<'_> {
                 format!("column `{name}` is {} (expected strings)", col.dtype()),
             )
         })?;
-        Ok(ca.iter().map(|s| s.map(str::to_string)).collect())
+        self.per_row(name, ca.iter().map(|s| s.map(str::to_string)).collect())
     }
 }
 
