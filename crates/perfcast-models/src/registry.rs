@@ -31,7 +31,7 @@ use crate::trees::TreeParams;
 
 /// Fewest training rows MEDN and the MLP are fitted on. A quickstart's smallest kinds (10
 /// configurations, 16 training rows) are below it, its elementwise kinds (67 and more) above.
-pub const NETWORK_MIN_ROWS: usize = 50;
+pub const NETWORK_MIN_ROWS: usize = 40;
 
 /// The rows: every family perfcast fits.
 pub static FAMILIES: &[Family] = &[

@@ -310,3 +310,41 @@ fn train_fits_medn_and_the_mlp_saves_checkpoints_and_compares_a_shared_network()
         stderr(&o)
     );
 }
+
+/// A kind with fewer training rows than MEDN needs (`registry::NETWORK_MIN_ROWS`) is trained
+/// with the other families and a note, not with a network that cannot win (issue 24).
+#[test]
+fn medn_is_skipped_on_a_kind_too_small_for_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = small_dataset(tmp.path(), "10");
+    let models = tmp.path().join("models");
+    let o = run(&[
+        "train",
+        "--data",
+        data.to_str().unwrap(),
+        "--out",
+        models.to_str().unwrap(),
+        "--models",
+        "ridge,medn",
+        "--folds",
+        "2",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("too few for medn"), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for k in report["kinds"].as_array().unwrap() {
+        let names: Vec<&str> = k["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["model"].as_str().unwrap())
+            .collect();
+        assert!(
+            names.contains(&"ridge") && !names.contains(&"medn"),
+            "{names:?}"
+        );
+        assert!(k["rows"][0].as_u64().unwrap() < 40, "{k}");
+    }
+}
