@@ -1,4 +1,5 @@
-//! Specimen specs for tests and examples in every crate: one small valid spec per kind.
+//! Specimens for tests and examples in every crate: one small valid spec per kind, a conv2d
+//! builder, and made-up CPU and GPU device specs.
 
 use crate::spec::*;
 
@@ -100,4 +101,58 @@ pub fn cpu_device() -> crate::DeviceSpec {
         launch_us: None,
         tdp_w: None,
     }
+}
+
+/// A made-up GPU for tests: `peak` GFLOP/s, `bw` GB/s, 40 SMs of 64 lanes at 1.5 GHz, 16 GB,
+/// 4 MB of cache, published specs, no launch cost.
+pub fn gpu(name: &str, peak: f64, bw: f64) -> crate::DeviceSpec {
+    crate::DeviceSpec {
+        name: name.into(),
+        kind: crate::DeviceKind::Gpu,
+        peak_gflops: peak,
+        mem_bandwidth_gbs: bw,
+        cores: 40,
+        threads: 2560,
+        clock_mhz: 1500.0,
+        memory_gb: 16.0,
+        cache_mb: 4.0,
+        caches: crate::Caches::default(),
+        source: crate::SpecSource::Published,
+        software: None,
+        launch_us: None,
+        tdp_w: None,
+    }
+}
+
+/// [`gpu`] with `sms` SMs of 64 lanes at 1.4 GHz.
+pub fn gpu_with_sms(name: &str, peak: f64, bw: f64, sms: u32) -> crate::DeviceSpec {
+    crate::DeviceSpec {
+        cores: sms,
+        threads: sms * 64,
+        clock_mhz: 1400.0,
+        ..gpu(name, peak, bw)
+    }
+}
+
+/// A square conv2d with bias and "same" padding (`k / 2`): `cin` -> `cout` channels on a
+/// `hw` x `hw` input, kernel `k`, `stride`, `groups`.
+pub fn conv(
+    cin: usize,
+    cout: usize,
+    hw: usize,
+    k: usize,
+    stride: usize,
+    groups: usize,
+) -> ModuleSpec {
+    ModuleSpec::Conv2d(Conv2d {
+        in_channels: cin,
+        out_channels: cout,
+        input_hw: [hw, hw],
+        kernel: [k, k],
+        stride: [stride, stride],
+        padding: [k / 2, k / 2],
+        dilation: [1, 1],
+        groups,
+        bias: true,
+    })
 }

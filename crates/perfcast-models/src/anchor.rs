@@ -716,27 +716,9 @@ pub fn is_gpu(device: &DeviceSpec) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use perfcast_core::{Linear, Phase, SpecSource};
+    use perfcast_core::testing::gpu_with_sms as gpu;
+    use perfcast_core::{Linear, Phase};
     use perfcast_data::{Outcome, Timing};
-
-    fn gpu(name: &str, peak: f64, bw: f64, sms: u32) -> DeviceSpec {
-        DeviceSpec {
-            name: name.into(),
-            kind: DeviceKind::Gpu,
-            peak_gflops: peak,
-            mem_bandwidth_gbs: bw,
-            cores: sms,
-            threads: sms * 64,
-            clock_mhz: 1400.0,
-            memory_gb: 16.0,
-            cache_mb: 4.0,
-            caches: Default::default(),
-            source: SpecSource::Published,
-            software: None,
-            launch_us: None,
-            tdp_w: None,
-        }
-    }
 
     fn specs() -> Vec<ModuleSpec> {
         (0..60)

@@ -42,7 +42,7 @@ pub use perfcast_predict::device_features::{
     Scale, UTIL, extend, extend_row, extended_schema, family_name, fill, is_extended, lookup,
     needs_device,
 };
-use perfcast_predict::residual::ratio;
+use perfcast_predict::residual::{FromFn, StackWith};
 
 /// Checks spec field names, naming an unknown one.
 pub fn check_fields(fields: &[String]) -> Result<()> {
@@ -105,11 +105,11 @@ fn extend_set(data: &TrainSet, params: &CrossDeviceParams) -> Result<(TrainSet, 
         y.push(match how.scale {
             // The kernel's own time: the latency where the floor overlaps it, what the
             // device's own launch floor leaves where it adds.
-            Scale::Utilisation => ratio(
+            Scale::Utilisation => StackWith::on(FromFn(|r: &[f64]| Ok(cols.least_ms(r)))).target(
+                r,
                 busy_behind_floor(floor, t, params.floor_norm).max(BUSY_SHARE * t),
-                cols.least_ms(r),
-            ),
-            _ => ratio(t, cols.scale(r, &how, device)),
+            )?,
+            _ => StackWith::on(FromFn(|r: &[f64]| Ok(cols.scale(r, &how, device)))).target(r, t)?,
         });
         if let Some(&g) = data.groups.get(i) {
             groups.push(g);
@@ -621,26 +621,8 @@ mod tests {
     use crate::features::row;
     use crate::regressor::{Regressor, SavedModel};
     use crate::trees::TreeParams;
-    use perfcast_core::{Context, DeviceKind, DeviceSpec, Linear, ModuleKind, ModuleSpec, Phase};
-
-    fn gpu(name: &str, peak: f64, bw: f64) -> DeviceSpec {
-        DeviceSpec {
-            name: name.into(),
-            kind: DeviceKind::Gpu,
-            peak_gflops: peak,
-            mem_bandwidth_gbs: bw,
-            cores: 40,
-            threads: 2560,
-            clock_mhz: 1500.0,
-            memory_gb: 16.0,
-            cache_mb: 4.0,
-            caches: Default::default(),
-            source: perfcast_core::SpecSource::Published,
-            software: None,
-            launch_us: None,
-            tdp_w: None,
-        }
-    }
+    use perfcast_core::testing::gpu;
+    use perfcast_core::{Context, DeviceSpec, Linear, ModuleKind, ModuleSpec, Phase};
 
     /// Linear layers on a device whose achieved efficiency is the same everywhere: 60% of peak
     /// for compute, 70% of bandwidth for memory, plus 5 us per call.

@@ -653,23 +653,12 @@ pub fn write_mapped(path: &Path, rows: &[Mapped]) -> Result<()> {
 mod tests {
     use super::*;
     use perfcast_core::progress::Silent;
-    use perfcast_core::{Context, DeviceKind, Phase};
+    use perfcast_core::{Context, Phase};
     use perfcast_data::{Outcome, Record, Timing};
 
     /// A GPU whose linear layers run at a fixed share of its roofline.
     fn gpu_dataset(root: &Path, name: &str, peak: f64, bw: f64) -> DatasetDir {
-        let device = DeviceSpec {
-            name: name.into(),
-            kind: DeviceKind::Gpu,
-            peak_gflops: peak,
-            mem_bandwidth_gbs: bw,
-            cores: 40,
-            threads: 2560,
-            clock_mhz: 1500.0,
-            memory_gb: 16.0,
-            cache_mb: 4.0,
-            ..perfcast_core::testing::cpu_device()
-        };
+        let device = perfcast_core::testing::gpu(name, peak, bw);
         let dir = DatasetDir::create_or_open(root.join(name), &device).expect("dataset");
         let records: Vec<Record> = (0..30)
             .map(|i| {
@@ -692,14 +681,7 @@ mod tests {
                     spec,
                     context,
                     backend: "published".into(),
-                    outcome: Outcome::Ok(Timing {
-                        median_ms: 0.01 + 2.0 * roofline_ms,
-                        min_ms: None,
-                        mad_ms: None,
-                        p10_ms: None,
-                        p90_ms: None,
-                        repetitions: None,
-                    }),
+                    outcome: Outcome::Ok(Timing::median_only(0.01 + 2.0 * roofline_ms)),
                     perfcast_version: "test".into(),
                     timestamp: 0,
                 }

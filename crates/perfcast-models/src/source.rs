@@ -213,14 +213,7 @@ mod tests {
                 utilisation: 0.0,
             },
             backend: "flex".into(),
-            outcome: Outcome::Ok(Timing {
-                median_ms: ms,
-                min_ms: None,
-                mad_ms: None,
-                p10_ms: None,
-                p90_ms: None,
-                repetitions: None,
-            }),
+            outcome: Outcome::Ok(Timing::median_only(ms)),
             perfcast_version: "test".into(),
             timestamp: 0,
         }

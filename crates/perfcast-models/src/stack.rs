@@ -30,10 +30,10 @@ use crate::matrix::Matrix;
 use crate::regressor::{Fit, Regressor};
 use crate::ridge::RidgeParams;
 use crate::trees::{FittedTrees, TreeParams};
-use perfcast_predict::residual::ratios;
+use perfcast_predict::residual::StackWith;
 pub use perfcast_predict::stack::{
-    CONV_CALL, CallColumns, FittedRidgeTrees, MAX_BAGS, MAX_EXTENDED, PATHS, extend_into,
-    extend_rows, extended_schema, path_factor, path_of,
+    Bagged, CONV_CALL, CallColumns, FittedRidgeTrees, MAX_BAGS, MAX_EXTENDED, PATHS,
+    PathCorrection, extend_into, extend_rows, extended_schema, path_of,
 };
 
 const MODEL: &str = "ridge-trees";
@@ -233,9 +233,12 @@ impl Fit for RidgeTreesParams {
         };
         // The trees boost from the shared ridge on targets divided by the path correction,
         // so that ridge, correction and trees multiply back to the latency.
-        let correction = path_factors(&paths, calls.as_ref(), &extended.x)?;
-        let measured = ratios(&data.y, &correction);
-        extended.y = ratios(&extended.y, &correction);
+        let on_paths = StackWith::on(PathCorrection {
+            paths: &paths,
+            calls: calls.as_ref(),
+        });
+        let measured = on_paths.targets(extended.x.iter_rows(), &data.y)?;
+        extended.y = on_paths.targets(extended.x.iter_rows(), &extended.y)?;
         let fit_bags = |set: &TrainSet| -> Result<Vec<FittedTrees>> {
             (0..self.bags as u64)
                 .map(|b| {
@@ -276,7 +279,6 @@ fn fit_paths(
     calls: &CallColumns,
     lambda: f64,
 ) -> Result<Vec<Option<crate::ridge::FittedRidge>>> {
-    let base = ridge.predict(&set.x)?;
     let path: Vec<usize> = set.x.iter_rows().map(|r| path_of(calls, r)).collect();
     (0..PATHS)
         .map(|k| {
@@ -285,22 +287,10 @@ fn fit_paths(
                 return Ok(None);
             }
             let mut sub = set.select(&rows);
-            let base: Vec<f64> = rows.iter().map(|&i| base[i]).collect();
-            sub.y = ratios(&sub.y, &base);
+            sub.y = StackWith::on(ridge).targets(sub.x.iter_rows(), &sub.y)?;
             RidgeParams { lambda, degree: 2 }.fit(&sub).map(Some)
         })
         .collect()
-}
-
-/// The path correction of each row of `x` (extended rows), 1 where there is none.
-fn path_factors(
-    paths: &[Option<crate::ridge::FittedRidge>],
-    calls: Option<&CallColumns>,
-    x: &Matrix,
-) -> Result<Vec<f64>> {
-    Ok(x.iter_rows()
-        .map(|r| path_factor(paths, calls, r))
-        .collect::<perfcast_predict::Result<_>>()?)
 }
 
 /// Most robust refits.
@@ -333,28 +323,8 @@ mod tests {
     use super::*;
     use crate::features::FeatureSchema;
     use crate::regressor::{Regressor, SavedModel};
-    use perfcast_core::{Context, ModuleKind, ModuleSpec, Phase};
-
-    fn conv(
-        cin: usize,
-        cout: usize,
-        hw: usize,
-        k: usize,
-        stride: usize,
-        groups: usize,
-    ) -> ModuleSpec {
-        ModuleSpec::Conv2d(perfcast_core::Conv2d {
-            in_channels: cin,
-            out_channels: cout,
-            input_hw: [hw, hw],
-            kernel: [k, k],
-            stride: [stride, stride],
-            padding: [k / 2, k / 2],
-            dilation: [1, 1],
-            groups,
-            bias: true,
-        })
-    }
+    use perfcast_core::testing::conv;
+    use perfcast_core::{Context, ModuleKind, Phase};
 
     /// Conv2d rows whose latency is a known function with a step no power law has: calls of
     /// the im2col path cost a fixed 2 us each on top of the work.

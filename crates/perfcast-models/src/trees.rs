@@ -45,6 +45,8 @@ use crate::features::TrainSet;
 use crate::regressor::{self, Fit, Regressor};
 use crate::ridge::{FittedRidge, RidgeParams};
 use crate::split;
+use perfcast_predict::residual::StackWith;
+use perfcast_predict::trees::Start;
 pub use perfcast_predict::trees::{FittedTrees, LEAF, Node, tree_value};
 
 const MODEL: &str = "trees";
@@ -630,12 +632,11 @@ fn boost(params: &TreeParams, data: &TrainSet, baseline: Option<FittedRidge>) ->
     let target: Vec<f64> = train.iter().map(|&i| data.y[i].ln()).collect();
     let base = target.iter().sum::<f64>() / target.len() as f64;
     // Starting scores: the baseline's log prediction per row, or the mean.
-    let start = |i: usize| -> f64 {
-        baseline
-            .as_ref()
-            .and_then(|b| b.predict_row(data.x.row(i)).ok())
-            .map_or(base, perfcast_predict::residual::log_start)
-    };
+    let stack = StackWith::on(Start {
+        baseline: baseline.as_ref(),
+        mean: base,
+    });
+    let start = |i: usize| -> f64 { stack.log_start(data.x.row(i)).unwrap_or(base) };
     let mut pred: Vec<f64> = train.iter().map(|&i| start(i)).collect();
     let mut resid = vec![0.0; train.len()];
     let valid_target: Vec<f64> = valid.iter().map(|&i| data.y[i].ln()).collect();

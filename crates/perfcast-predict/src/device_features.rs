@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::features::FeatureSchema;
 use crate::gpu_util::UtilCols;
 use crate::regressor::{Regressor, SavedModel, check_width};
+use crate::residual::{FromFn, StackWith};
 
 /// Names of the device block appended to a row inside a cross-device model.
 pub const DEVICE_BLOCK: &[&str] = &[
@@ -782,15 +783,20 @@ impl Regressor for FittedCrossDevice {
             x,
             &mut buf,
         )?;
-        let inner = self.inner.predict_row(&buf[..width])?;
+        let ext = &buf[..width];
         Ok(match self.how.scale {
             // Utilisation at most 1: never below the spec roofline.
             Scale::Utilisation => {
                 let floor = self.floor_ms(device);
-                let busy = self.cols.least_ms(x) * inner.max(1.0);
+                let busy = self.cols.least_ms(x) * self.inner.predict_row(ext)?.max(1.0);
                 combine_floor(floor, busy, self.floor_norm)
             }
-            _ => crate::residual::compose(self.cols.scale(x, &self.how, device), inner),
+            // The roofline time on the row's device, times the inner model on the extended row.
+            _ => StackWith::new(
+                FromFn(|x: &[f64]| Ok(self.cols.scale(x, &self.how, device))),
+                FromFn(|_: &[f64]| self.inner.predict_row(ext)),
+            )
+            .predict_row(x)?,
         })
     }
 

@@ -14,8 +14,9 @@
 //! the table of saved forms [`registry`]: [`ridge`],
 //! [`knn`], [`trees`], [`stack`], [`roofline`], [`medn`], the cross-device wrapper
 //! [`device_features`] and the GPU utilisation model's features [`gpu_util`]), built from the
-//! same feature rows training used ([`features`]); the base-times-residual stacking three of
-//! them share is [`residual`]; perfcast-models fits them.
+//! same feature rows training used ([`features`]); the one composer of base-times-residual
+//! stacks three of them fit and predict through is [`residual::StackWith`]; perfcast-models
+//! fits them.
 //!
 //! ```
 //! use perfcast_core::{Context, Phase, zoo};

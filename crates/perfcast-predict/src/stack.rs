@@ -28,6 +28,7 @@ use crate::error::Result;
 use crate::features::FeatureSchema;
 use crate::matrix::Matrix;
 use crate::regressor::{Regressor, SavedModel, check_width};
+use crate::residual::{Estimate, StackWith};
 use crate::ridge::FittedRidge;
 use crate::trees::FittedTrees;
 
@@ -221,18 +222,49 @@ pub fn path_of(calls: &CallColumns, row: &[f64]) -> usize {
     }
 }
 
-/// The path correction of an extended row, 1 where there is none.
-pub fn path_factor(
-    paths: &[Option<FittedRidge>],
-    calls: Option<&CallColumns>,
-    row: &[f64],
-) -> Result<f64> {
-    match (calls, paths.is_empty()) {
-        (Some(c), false) => match &paths[path_of(c, row)] {
-            Some(m) => m.predict_row(row),
-            None => Ok(1.0),
-        },
-        _ => Ok(1.0),
+/// The per-algorithm corrections as an estimate of an extended row: its algorithm's ridge, 1
+/// where there is none. The base the trees of a `ridge-trees` stack are fitted on.
+#[derive(Clone, Copy, Debug)]
+pub struct PathCorrection<'a> {
+    /// None, or one correction per algorithm ([`PATHS`]).
+    pub paths: &'a [Option<FittedRidge>],
+    /// Where the call features' inputs sit; no correction without them.
+    pub calls: Option<&'a CallColumns>,
+}
+
+impl Estimate for PathCorrection<'_> {
+    fn estimate(&self, row: &[f64]) -> Result<f64> {
+        match (self.calls, self.paths.is_empty()) {
+            (Some(c), false) => match &self.paths[path_of(c, row)] {
+                Some(m) => m.predict_row(row),
+                None => Ok(1.0),
+            },
+            _ => Ok(1.0),
+        }
+    }
+}
+
+/// Tree ensembles under several seeds as one residual model: the geometric mean of their
+/// predictions (the first alone when there is one).
+#[derive(Clone, Copy, Debug)]
+pub struct Bagged<'a> {
+    /// The first ensemble.
+    pub trees: &'a FittedTrees,
+    /// The others.
+    pub bags: &'a [FittedTrees],
+}
+
+impl Estimate for Bagged<'_> {
+    fn estimate(&self, row: &[f64]) -> Result<f64> {
+        let first = self.trees.predict_row(row)?;
+        if self.bags.is_empty() {
+            return Ok(first);
+        }
+        let mut log_sum = first.ln();
+        for b in self.bags {
+            log_sum += b.predict_row(row)?.ln();
+        }
+        Ok((log_sum / (1 + self.bags.len()) as f64).exp())
     }
 }
 
@@ -390,6 +422,21 @@ impl FittedRidgeTrees {
     pub fn paths(&self) -> &[Option<FittedRidge>] {
         &self.paths
     }
+
+    /// The model as a stack on an extended row: the path corrections, then the bagged trees
+    /// (each boosted from the shared ridge) fitted on the ratio to them.
+    pub fn stack(&self) -> StackWith<PathCorrection<'_>, Bagged<'_>> {
+        StackWith::new(
+            PathCorrection {
+                paths: &self.paths,
+                calls: self.calls.as_ref(),
+            },
+            Bagged {
+                trees: &self.trees,
+                bags: &self.bags,
+            },
+        )
+    }
 }
 
 impl Regressor for FittedRidgeTrees {
@@ -407,17 +454,7 @@ impl Regressor for FittedRidgeTrees {
         let width = self.trees.schema().len();
         let ext = &mut buf[..width];
         extend_into(x, self.calls.as_ref(), ext);
-        let first = self.trees.predict_row(ext)?;
-        let factor = path_factor(&self.paths, self.calls.as_ref(), ext)?;
-        if self.bags.is_empty() {
-            return Ok(crate::residual::compose(first, factor));
-        }
-        let mut log_sum = first.ln();
-        for b in &self.bags {
-            log_sum += b.predict_row(ext)?.ln();
-        }
-        let mean = (log_sum / (1 + self.bags.len()) as f64).exp();
-        Ok(crate::residual::compose(mean, factor))
+        self.stack().predict_row(&*ext)
     }
 
     fn size_bytes(&self) -> usize {
@@ -445,28 +482,8 @@ impl crate::regressor::SavedForm for FittedRidgeTrees {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use perfcast_core::testing::conv;
     use perfcast_core::{Context, ModuleKind, ModuleSpec, Phase};
-
-    fn conv(
-        cin: usize,
-        cout: usize,
-        hw: usize,
-        k: usize,
-        stride: usize,
-        groups: usize,
-    ) -> ModuleSpec {
-        ModuleSpec::Conv2d(perfcast_core::Conv2d {
-            in_channels: cin,
-            out_channels: cout,
-            input_hw: [hw, hw],
-            kernel: [k, k],
-            stride: [stride, stride],
-            padding: [k / 2, k / 2],
-            dilation: [1, 1],
-            groups,
-            bias: true,
-        })
-    }
 
     #[test]
     fn call_features_follow_the_backend_calls() {

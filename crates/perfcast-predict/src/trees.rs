@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::Result;
 use crate::features::FeatureSchema;
 use crate::regressor::{self, Regressor, SavedModel};
+use crate::residual::{Estimate, LogResidual, StackWith};
 use crate::ridge::FittedRidge;
 
 const MODEL: &str = "trees";
@@ -561,6 +562,74 @@ pub fn tree_value(nodes: &[Node], root: u32, x: &[f64]) -> f64 {
     }
 }
 
+/// Where boosting starts a row, the base of the trees' stack: the log prediction of the ridge
+/// `baseline` when fitted with one, else `mean` (the mean log latency of the training rows,
+/// kept in log space).
+#[derive(Clone, Copy, Debug)]
+pub struct Start<'a> {
+    /// The smooth model the trees correct.
+    pub baseline: Option<&'a FittedRidge>,
+    /// Mean `ln(ms)` of the training rows.
+    pub mean: f64,
+}
+
+impl Estimate for Start<'_> {
+    fn estimate(&self, x: &[f64]) -> Result<f64> {
+        Ok(self.log_estimate(x)?.exp())
+    }
+
+    fn log_estimate(&self, x: &[f64]) -> Result<f64> {
+        match self.baseline {
+            Some(b) => Ok(b.predict_row(x)?.ln()),
+            None => Ok(self.mean),
+        }
+    }
+}
+
+/// The trees as the residual model of their stack: one leaf per tree added to a row's log
+/// start, in tree order.
+struct Leaves<'a>(&'a FittedTrees);
+
+impl LogResidual for Leaves<'_> {
+    fn add_log(&self, x: &[f64], start: f64) -> f64 {
+        let t = self.0;
+        let mut log_ms = start;
+        for &root in &t.roots {
+            log_ms += tree_value(&t.nodes, root, x);
+        }
+        log_ms
+    }
+
+    /// With leaf masks ([`Masks`]) the rows sit in SIMD lanes; otherwise they walk each tree
+    /// together, [`WALK_ROWS`] at a time and branch-free, the tree's full depth (a leaf keeps
+    /// a row in place), so their chains of dependent loads overlap.
+    fn add_log_rows(&self, rows: &[f64], log: &mut [f64]) {
+        let t = self.0;
+        match &t.batched {
+            Batched::Masks(masks) => pulp::Arch::new().dispatch(MaskBatch {
+                masks,
+                rows,
+                width: t.schema.len(),
+                out: log,
+            }),
+            Batched::Walk(walk) => t.walk_rows(walk, rows, log),
+        }
+    }
+}
+
+impl FittedTrees {
+    /// The ensemble as a stack: [`Start`], then the leaves in log space.
+    fn stack(&self) -> StackWith<Start<'_>, Leaves<'_>> {
+        StackWith::new(
+            Start {
+                baseline: self.baseline.as_ref(),
+                mean: self.base,
+            },
+            Leaves(self),
+        )
+    }
+}
+
 impl Regressor for FittedTrees {
     fn name(&self) -> &'static str {
         MODEL
@@ -572,43 +641,15 @@ impl Regressor for FittedTrees {
 
     fn predict_row(&self, x: &[f64]) -> Result<f64> {
         regressor::check_width(&self.schema, x.len())?;
-        let mut log_ms = match &self.baseline {
-            Some(b) => crate::residual::log_start(b.predict_row(x)?),
-            None => self.base,
-        };
-        for &root in &self.roots {
-            log_ms += tree_value(&self.nodes, root, x);
-        }
-        Ok(log_ms.exp())
+        self.stack().predict_log_row(x)
     }
 
     /// Each row starts from its baseline (or the base) and adds its trees' leaves in tree
-    /// order, as [`Regressor::predict_row`] does, so results are the same bits. With leaf masks
-    /// ([`Masks`]) the rows sit in SIMD lanes; otherwise they walk each tree together,
-    /// [`WALK_ROWS`] at a time and branch-free, the tree's full depth (a leaf keeps a row in
-    /// place), so their chains of dependent loads overlap.
+    /// order, as [`Regressor::predict_row`] does, so results are the same bits ([`Leaves`]).
     fn predict_rows(&self, rows: &[f64], out: &mut [f64]) -> Result<()> {
         let width = self.schema.len();
         crate::regressor::check_rows(width, rows, out)?;
-        for (x, o) in rows.chunks_exact(width).zip(out.iter_mut()) {
-            *o = match &self.baseline {
-                Some(b) => crate::residual::log_start(b.predict_row(x)?),
-                None => self.base,
-            };
-        }
-        match &self.batched {
-            Batched::Masks(masks) => pulp::Arch::new().dispatch(MaskBatch {
-                masks,
-                rows,
-                width,
-                out: &mut *out,
-            }),
-            Batched::Walk(walk) => self.walk_rows(walk, rows, out),
-        }
-        for o in out.iter_mut() {
-            *o = o.exp();
-        }
-        Ok(())
+        self.stack().predict_log_rows(rows, width, out)
     }
 
     fn size_bytes(&self) -> usize {

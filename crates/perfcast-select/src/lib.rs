@@ -32,6 +32,8 @@ pub mod layer_costs;
 pub mod pipeline;
 pub mod score;
 pub mod select;
+#[doc(hidden)]
+pub mod testing;
 
 pub use bundle::{Bundle, Manifest};
 pub use compose::{Composed, HostCosts, PhaseCosts, RunShape};

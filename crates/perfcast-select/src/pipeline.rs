@@ -973,14 +973,7 @@ mod tests {
                     spec: spec.clone(),
                     context,
                     backend: "flex".into(),
-                    outcome: Outcome::Ok(Timing {
-                        median_ms: 0.002 + factor * flops / 1e8,
-                        min_ms: None,
-                        mad_ms: None,
-                        p10_ms: None,
-                        p90_ms: None,
-                        repetitions: None,
-                    }),
+                    outcome: Outcome::Ok(Timing::median_only(0.002 + factor * flops / 1e8)),
                     perfcast_version: "test".into(),
                     timestamp: 0,
                 });

@@ -1,105 +1,14 @@
 //! Bundle round trips and the predictor, on a small synthetic linear dataset.
 
-use std::collections::BTreeMap;
-
-use perfcast_core::{Context, DeviceSpec, ModuleKind, ModuleSpec, Phase};
+use perfcast_core::{DeviceSpec, ModuleKind, ModuleSpec, Phase};
 use perfcast_models::features::row;
-use perfcast_models::ridge::RidgeParams;
-use perfcast_models::{FeatureSchema, Fit, Matrix, Regressor, TrainSet};
+use perfcast_models::{FeatureSchema, Regressor};
 
-use crate::bundle::{FORMAT, KindEntry, Manifest, feature_ranges, write_bundle};
-use crate::select::{Budget, Candidate, select};
+use crate::testing::{ctx, device, linear};
 use crate::{Bundle, Predictor};
 
-fn device() -> DeviceSpec {
-    DeviceSpec {
-        mem_bandwidth_gbs: 20.0,
-        ..perfcast_core::testing::cpu_device()
-    }
-}
-
-fn linear(i: usize, o: usize) -> ModuleSpec {
-    ModuleSpec::Linear(perfcast_core::Linear {
-        in_features: i,
-        out_features: o,
-        tokens: 1,
-        bias: true,
-    })
-}
-
-fn ctx(batch: usize, phase: Phase) -> Context {
-    Context {
-        batch,
-        phase,
-        threads: 1,
-        utilisation: 0.0,
-    }
-}
-
-fn data() -> TrainSet {
-    let schema = FeatureSchema::for_kind(ModuleKind::Linear);
-    let mut x = Matrix::with_cols(schema.len());
-    let (mut y, mut groups) = (Vec::new(), Vec::new());
-    for i in 0..60 {
-        let spec = linear(16 + 8 * i, 32 + 4 * i);
-        for phase in [Phase::Inference, Phase::Training] {
-            let c = ctx(1 + i % 8, phase);
-            let f = perfcast_core::features::derive(&spec, c.batch);
-            x.push_row(&row(&spec, &c, &device()));
-            y.push(0.001 + f.flops / 1e8 * if phase == Phase::Training { 3.0 } else { 1.0 });
-            groups.push(i as u64);
-        }
-    }
-    TrainSet {
-        schema,
-        x,
-        y,
-        groups,
-    }
-}
-
 fn write(dir: &std::path::Path) -> Box<dyn Regressor> {
-    let data = data();
-    let model = RidgeParams::default().fit(&data).unwrap();
-    let candidates = vec![Candidate {
-        model: "ridge".into(),
-        cv_mape: 3.0,
-        test_mape: 3.5,
-        predict_us: 0.3,
-        size_bytes: model.size_bytes(),
-    }];
-    let selection = select("linear", &candidates, &Budget::default()).unwrap();
-    let mut kinds = BTreeMap::new();
-    kinds.insert(
-        "linear".to_string(),
-        KindEntry {
-            chosen: "ridge".into(),
-            file: "linear/ridge.json".into(),
-            schema_hash: format!("{:016x}", data.schema.hash()),
-            rows: data.len(),
-            candidates,
-            selection,
-            ranges: feature_ranges(&data),
-        },
-    );
-    let manifest = Manifest {
-        format: FORMAT,
-        name: "test".into(),
-        perfcast_version: "0".into(),
-        device: device(),
-        data: "synthetic".into(),
-        budget: Budget::default(),
-        kinds,
-        host_costs: None,
-        trained_devices: Vec::new(),
-    };
-    write_bundle(
-        dir,
-        &manifest,
-        &[("linear/ridge.json".into(), model.to_saved())],
-    )
-    .unwrap();
-    Box::new(model)
+    crate::testing::write_ridge_bundle(dir, "test", 60).unwrap()
 }
 
 #[test]

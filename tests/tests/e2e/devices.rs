@@ -3,31 +3,11 @@
 
 use std::path::{Path, PathBuf};
 
-use perfcast_core::{
-    Context, DeviceKind, DeviceSpec, Linear, ModuleKind, ModuleSpec, Phase, SpecSource,
-};
+use perfcast_core::testing::gpu_with_sms as gpu;
+use perfcast_core::{Context, Linear, ModuleKind, ModuleSpec, Phase};
 use perfcast_data::{DatasetDir, Outcome, Record, Timing};
 
 use crate::{run, stderr};
-
-fn gpu(name: &str, peak: f64, bw: f64, sms: u32) -> DeviceSpec {
-    DeviceSpec {
-        name: name.into(),
-        kind: DeviceKind::Gpu,
-        peak_gflops: peak,
-        mem_bandwidth_gbs: bw,
-        cores: sms,
-        threads: sms * 64,
-        clock_mhz: 1400.0,
-        memory_gb: 16.0,
-        cache_mb: 4.0,
-        caches: Default::default(),
-        source: SpecSource::Published,
-        software: None,
-        launch_us: None,
-        tdp_w: None,
-    }
-}
 
 /// Four GPUs that measured the same linear layers; every kernel reaches 60% of peak FLOP/s
 /// and 75% of bandwidth, plus 8 us per call, so a model of efficiency transfers.

@@ -1,14 +1,9 @@
 //! perfcast-select: bundle manifests and model files, mutated; a bundle that loads predicts.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use perfcast_core::{Context, DeviceSpec, MAX_BATCH, ModuleKind, ModuleSpec, Phase};
-use perfcast_models::features::row;
-use perfcast_models::ridge::RidgeParams;
-use perfcast_models::{FeatureSchema, Fit, Matrix, Regressor, TrainSet};
-use perfcast_select::bundle::{FORMAT, KindEntry, Manifest, feature_ranges, write_bundle};
-use perfcast_select::select::{Budget, Candidate, select};
+use perfcast_core::{Context, MAX_BATCH, ModuleSpec, Phase};
+use perfcast_select::testing::{ctx, linear};
 use perfcast_select::{Bundle, Predictor};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -20,91 +15,9 @@ fn fail(e: impl std::fmt::Display) -> TestCaseError {
     TestCaseError::fail(e.to_string())
 }
 
-fn device() -> DeviceSpec {
-    DeviceSpec {
-        mem_bandwidth_gbs: 20.0,
-        ..perfcast_core::testing::cpu_device()
-    }
-}
-
-fn linear(i: usize, o: usize) -> ModuleSpec {
-    ModuleSpec::Linear(perfcast_core::Linear {
-        in_features: i,
-        out_features: o,
-        tokens: 1,
-        bias: true,
-    })
-}
-
-fn ctx(batch: usize, phase: Phase) -> Context {
-    Context {
-        batch,
-        phase,
-        threads: 1,
-        utilisation: 0.0,
-    }
-}
-
 /// Writes a one-kind ridge bundle (as perfcast-select's own tests do) to `dir`.
 fn write_ridge_bundle(dir: &Path) {
-    let schema = FeatureSchema::for_kind(ModuleKind::Linear);
-    let mut x = Matrix::with_cols(schema.len());
-    let (mut y, mut groups) = (Vec::new(), Vec::new());
-    for i in 0..40 {
-        let spec = linear(16 + 8 * i, 32 + 4 * i);
-        for phase in [Phase::Inference, Phase::Training] {
-            let c = ctx(1 + i % 8, phase);
-            let f = perfcast_core::features::derive(&spec, c.batch);
-            x.push_row(&row(&spec, &c, &device()));
-            y.push(0.001 + f.flops / 1e8 * if phase == Phase::Training { 3.0 } else { 1.0 });
-            groups.push(i as u64);
-        }
-    }
-    let data = TrainSet {
-        schema,
-        x,
-        y,
-        groups,
-    };
-    let model = RidgeParams::default().fit(&data).expect("ridge fits");
-    let candidates = vec![Candidate {
-        model: "ridge".into(),
-        cv_mape: 3.0,
-        test_mape: 3.5,
-        predict_us: 0.3,
-        size_bytes: model.size_bytes(),
-    }];
-    let selection = select("linear", &candidates, &Budget::default()).expect("selects");
-    let mut kinds = BTreeMap::new();
-    kinds.insert(
-        "linear".to_string(),
-        KindEntry {
-            chosen: "ridge".into(),
-            file: "linear/ridge.json".into(),
-            schema_hash: format!("{:016x}", data.schema.hash()),
-            rows: data.len(),
-            candidates,
-            selection,
-            ranges: feature_ranges(&data),
-        },
-    );
-    let manifest = Manifest {
-        format: FORMAT,
-        name: "fuzz".into(),
-        perfcast_version: "0".into(),
-        device: device(),
-        data: "synthetic".into(),
-        budget: Budget::default(),
-        kinds,
-        host_costs: None,
-        trained_devices: Vec::new(),
-    };
-    write_bundle(
-        dir,
-        &manifest,
-        &[("linear/ridge.json".into(), model.to_saved())],
-    )
-    .expect("bundle writes");
+    perfcast_select::testing::write_ridge_bundle(dir, "fuzz", 40).expect("bundle writes");
 }
 
 /// Every file of a bundle directory: relative path and bytes.

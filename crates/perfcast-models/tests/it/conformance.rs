@@ -3,7 +3,8 @@
 //! panic; a bad hyper-parameter is refused naming the parameter. A family added to the
 //! registry without a case here fails [`every_registry_family_conforms`].
 
-use perfcast_core::{Context, DeviceKind, DeviceSpec, Linear, ModuleKind, ModuleSpec, Phase};
+use perfcast_core::testing::gpu;
+use perfcast_core::{Context, DeviceSpec, Linear, ModuleKind, ModuleSpec, Phase};
 use perfcast_models::device_features::{CrossDeviceParams, concat};
 use perfcast_models::features::{FeatureSchema, TrainSet, row};
 use perfcast_models::registry::{self, CrossDevice, Family};
@@ -30,25 +31,6 @@ const QUICK: &[&str] = &[
     "ridge-trees.n_trees=20",
     "roofline.iterations=40",
 ];
-
-pub fn gpu(name: &str, peak: f64, bw: f64) -> DeviceSpec {
-    DeviceSpec {
-        name: name.into(),
-        kind: DeviceKind::Gpu,
-        peak_gflops: peak,
-        mem_bandwidth_gbs: bw,
-        cores: 40,
-        threads: 2560,
-        clock_mhz: 1500.0,
-        memory_gb: 16.0,
-        cache_mb: 4.0,
-        caches: Default::default(),
-        source: perfcast_core::SpecSource::Published,
-        software: None,
-        launch_us: None,
-        tdp_w: None,
-    }
-}
 
 /// Linear layers on `device`, both phases, latency a roofline at 60% / 70% plus 5 us.
 fn device_rows(device: &DeviceSpec, n: usize, seed: usize) -> TrainSet {
