@@ -432,18 +432,8 @@ mod tests {
 
     #[test]
     fn conv_algorithm_flags_follow_the_backend_dispatch() {
-        let conv = |cin: usize, cout: usize, k: usize, stride: usize, groups: usize| {
-            ModuleSpec::Conv2d(perfcast_core::Conv2d {
-                in_channels: cin,
-                out_channels: cout,
-                input_hw: [16, 16],
-                kernel: [k, k],
-                stride: [stride, stride],
-                padding: [k / 2, k / 2],
-                dilation: [1, 1],
-                groups,
-                bias: true,
-            })
+        let conv = |cin, cout, k, stride, groups| {
+            perfcast_core::testing::conv(cin, cout, 16, k, stride, groups)
         };
         assert_eq!(
             conv_algorithm_flags(&conv(64, 32, 1, 1, 1)),

@@ -302,9 +302,8 @@ mod small {
     use perfcast_models::roofline::RooflineParams;
     use perfcast_models::trees::TreeParams;
     use perfcast_models::{FeatureSchema, Fit, Matrix, Regressor, SavedModel, TrainSet};
-    use perfcast_select::bundle::{FORMAT, KindEntry, feature_ranges, write_bundle};
-    use perfcast_select::select::select;
-    use perfcast_select::{Budget, Candidate, Manifest};
+    use perfcast_select::bundle::{FORMAT, write_bundle};
+    use perfcast_select::{Budget, Manifest};
 
     /// The `i`-th module of a kind, sizes spread over typical CNN and transformer layers.
     pub fn spec(kind: ModuleKind, i: usize) -> ModuleSpec {
@@ -433,23 +432,10 @@ mod small {
         let mut files = Vec::new();
         for (kind, saved, data) in models {
             let model = saved.clone().into_regressor();
-            let candidates = vec![Candidate {
-                model: model.name().into(),
-                cv_mape: 10.0,
-                test_mape: 10.0,
-                predict_us: 1.0,
-                size_bytes: model.size_bytes(),
-            }];
             let file = format!("{kind}/{}.json", model.name());
-            let entry = KindEntry {
-                chosen: model.name().into(),
-                file: file.clone(),
-                schema_hash: format!("{:016x}", data.schema.hash()),
-                rows: data.len(),
-                selection: select(kind.name(), &candidates, &Budget::default()).expect("select"),
-                candidates,
-                ranges: feature_ranges(&data),
-            };
+            let entry =
+                perfcast_select::testing::kind_entry(model.name(), &file, model.as_ref(), &data)
+                    .expect("entry");
             kinds.insert(
                 kind.name().into(),
                 serde_json::to_value(entry).expect("entry"),

@@ -17,8 +17,8 @@ use perfcast_models::{FeatureSchema, Fit, Matrix, Regressor, SavedModel, TrainSe
 use perfcast_core::{Context, ModuleKind, Network, features};
 use perfcast_models::features::row;
 
-use crate::bundle::{Bundle, FORMAT, KindEntry, feature_ranges, write_bundle};
-use crate::select::{Budget, Candidate, select};
+use crate::bundle::{Bundle, FORMAT, write_bundle};
+use crate::select::Budget;
 use crate::{ModulePrediction, Predictor};
 
 fn ctx(batch: usize, phase: Phase) -> Context {
@@ -170,23 +170,8 @@ fn bundle(dir: &std::path::Path) -> Bundle {
     for (kind, saved) in models {
         let model = saved.clone().into_regressor();
         let data = &sets[&kind];
-        let candidates = vec![Candidate {
-            model: model.name().into(),
-            cv_mape: 5.0,
-            test_mape: 5.0,
-            predict_us: 1.0,
-            size_bytes: model.size_bytes(),
-        }];
         let file = format!("{kind}/{}.json", model.name());
-        let entry = KindEntry {
-            chosen: model.name().into(),
-            file: file.clone(),
-            schema_hash: format!("{:016x}", data.schema.hash()),
-            rows: data.len(),
-            selection: select(kind.name(), &candidates, &Budget::default()).unwrap(),
-            candidates,
-            ranges: feature_ranges(data),
-        };
+        let entry = crate::testing::kind_entry(model.name(), &file, model.as_ref(), data).unwrap();
         kinds.insert(kind.name().into(), serde_json::to_value(entry).unwrap());
         files.push((file, saved));
     }

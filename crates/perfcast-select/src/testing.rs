@@ -74,28 +74,50 @@ pub fn write_ridge_bundle(
 ) -> Result<Box<dyn Regressor>> {
     let data = linear_set(configurations);
     let model = RidgeParams::default().fit(&data)?;
+    let file = "linear/ridge.json";
+    let mut kinds = BTreeMap::new();
+    kinds.insert(
+        "linear".to_string(),
+        kind_entry("ridge", file, &model, &data)?,
+    );
+    write_bundle(
+        dir,
+        &manifest(name, kinds),
+        &[(file.into(), model.to_saved())],
+    )?;
+    Ok(Box::new(model))
+}
+
+/// The manifest entry of a kind whose only candidate is `family` (made-up scores), its
+/// model in `file`, fitted on `data`.
+pub fn kind_entry(
+    family: &str,
+    file: &str,
+    model: &dyn Regressor,
+    data: &TrainSet,
+) -> Result<KindEntry> {
     let candidates = vec![Candidate {
-        model: "ridge".into(),
+        model: family.into(),
         cv_mape: 3.0,
         test_mape: 3.5,
         predict_us: 0.3,
         size_bytes: model.size_bytes(),
     }];
-    let selection = select("linear", &candidates, &Budget::default())?;
-    let mut kinds = BTreeMap::new();
-    kinds.insert(
-        "linear".to_string(),
-        KindEntry {
-            chosen: "ridge".into(),
-            file: "linear/ridge.json".into(),
-            schema_hash: format!("{:016x}", data.schema.hash()),
-            rows: data.len(),
-            candidates,
-            selection,
-            ranges: feature_ranges(&data),
-        },
-    );
-    let manifest = Manifest {
+    let selection = select(data.schema.kind.name(), &candidates, &Budget::default())?;
+    Ok(KindEntry {
+        chosen: family.into(),
+        file: file.into(),
+        schema_hash: format!("{:016x}", data.schema.hash()),
+        rows: data.len(),
+        candidates,
+        selection,
+        ranges: feature_ranges(data),
+    })
+}
+
+/// The manifest of a bundle `name` of `kinds` on [`device`], without host costs.
+pub fn manifest(name: &str, kinds: BTreeMap<String, KindEntry>) -> Manifest {
+    Manifest {
         format: FORMAT,
         name: name.into(),
         perfcast_version: "0".into(),
@@ -105,11 +127,5 @@ pub fn write_ridge_bundle(
         kinds,
         host_costs: None,
         trained_devices: Vec::new(),
-    };
-    write_bundle(
-        dir,
-        &manifest,
-        &[("linear/ridge.json".into(), model.to_saved())],
-    )?;
-    Ok(Box::new(model))
+    }
 }

@@ -8,13 +8,13 @@
 
 use std::collections::BTreeMap;
 
-use perfcast_core::{Context, Conv2d, DeviceSpec, Linear, Matmul, ModuleKind, ModuleSpec, Phase};
+use perfcast_core::{Context, Conv2d, Linear, Matmul, ModuleKind, ModuleSpec, Phase};
 use perfcast_models::eval::ModelParams;
 use perfcast_models::features::row;
 use perfcast_models::{FeatureSchema, Matrix, Regressor, TrainSet};
 use perfcast_select::Bundle;
-use perfcast_select::bundle::{FORMAT, KindEntry, Manifest, feature_ranges, write_bundle};
-use perfcast_select::select::{Budget, Candidate, select};
+use perfcast_select::bundle::write_bundle;
+use perfcast_select::testing::{self, device};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
@@ -28,13 +28,6 @@ const KINDS: [ModuleKind; 3] = [ModuleKind::Linear, ModuleKind::Matmul, ModuleKi
 
 fn fail(e: impl std::fmt::Display) -> TestCaseError {
     TestCaseError::fail(e.to_string())
-}
-
-fn device() -> DeviceSpec {
-    DeviceSpec {
-        mem_bandwidth_gbs: 20.0,
-        ..perfcast_core::testing::cpu_device()
-    }
 }
 
 /// One measured (or queried) module: sizes, batch, phase, and a noise factor on its latency.
@@ -206,39 +199,13 @@ fn case(cases: &[KindCase]) -> Result<bool, TestCaseError> {
             bits(model.as_ref(), &queries)?,
         ));
         let file = format!("{}/{family}.json", kind.name());
-        let candidates = vec![Candidate {
-            model: family.into(),
-            cv_mape: 3.0,
-            test_mape: 3.5,
-            predict_us: 0.3,
-            size_bytes: model.size_bytes(),
-        }];
-        let selection = select(kind.name(), &candidates, &Budget::default()).map_err(fail)?;
         kinds.insert(
             kind.name().to_string(),
-            KindEntry {
-                chosen: family.into(),
-                file: file.clone(),
-                schema_hash: format!("{:016x}", data.schema.hash()),
-                rows: data.len(),
-                candidates,
-                selection,
-                ranges: feature_ranges(&data),
-            },
+            testing::kind_entry(family, &file, model.as_ref(), &data).map_err(fail)?,
         );
         files.push((file, model.to_saved()));
     }
-    let manifest = Manifest {
-        format: FORMAT,
-        name: "roundtrip".into(),
-        perfcast_version: "0".into(),
-        device: device(),
-        data: "synthetic".into(),
-        budget: Budget::default(),
-        kinds,
-        host_costs: None,
-        trained_devices: Vec::new(),
-    };
+    let manifest = testing::manifest("roundtrip", kinds);
     let tmp = tempfile::tempdir().map_err(fail)?;
     let dir = tmp.path().join("bundle");
     write_bundle(&dir, &manifest, &files).map_err(fail)?;
