@@ -96,13 +96,21 @@ pub fn train(report: &TrainReport, out: &Path) -> String {
             "\none network per kind vs one shared by every kind (test MAPE)\n{:<9} {:<12} {:>9} {:>9}\n",
             "model", "kind", "per kind", "shared"
         ));
+        // A kind too small for its own network (MEDN's fewest rows) has no per-kind score.
+        let pct = |v: f64| {
+            if v.is_finite() {
+                format!("{}%", sig3(v))
+            } else {
+                "-".to_string()
+            }
+        };
         for s in &report.shared {
             t.push_str(&format!(
-                "{:<9} {:<12} {:>8}% {:>8}%\n",
+                "{:<9} {:<12} {:>9} {:>9}\n",
                 s.model,
                 s.kind.name(),
-                sig3(s.per_kind_mape),
-                sig3(s.shared_mape)
+                pct(s.per_kind_mape),
+                pct(s.shared_mape)
             ));
         }
     }
