@@ -160,10 +160,33 @@ const ALIASES: &[(&str, &str)] = &[
     ("knl", "Intel Xeon Phi 7250F"),
 ];
 
+/// Measured launch floors, microseconds ([`DeviceSpec::launch_us`]), of the devices NeuSight
+/// measured element-wise ops on: what `perfcast import neusight` records for each, the 2%
+/// quantile of the device's `add/` latencies (its smallest adds take the host's dispatch and
+/// launch time, not the kernel's), rounded to 0.1 us. Devices not listed (the H100, the L4,
+/// the A100 80GB, every Justus and DeepBench device) have no measurement and keep no
+/// `launch_us`, so models fall back to the training devices' floors.
+pub const LAUNCH_US: &[(&str, f64)] = &[
+    ("AMD Instinct MI100", 16.7),
+    ("AMD Instinct MI210", 13.6),
+    ("NVIDIA A100-PCIE-40GB", 26.1),
+    ("Tesla P100-PCIE-16GB", 42.5),
+    ("Tesla P4", 26.0),
+    ("Tesla T4", 25.8),
+    ("Tesla V100-PCIE-32GB", 32.1),
+];
+
 /// Every known device: NeuSight's, then the Justus and DeepBench ones (names unique; for
-/// the P100 and T4, in both tables, NeuSight's figures win).
+/// the P100 and T4, in both tables, NeuSight's figures win). NeuSight's devices of
+/// [`LAUNCH_US`] carry their measured launch floor.
 pub fn known() -> Vec<DeviceSpec> {
     let mut out: Vec<DeviceSpec> = NEUSIGHT.iter().map(Published::spec).collect();
+    for spec in &mut out {
+        spec.launch_us = LAUNCH_US
+            .iter()
+            .find(|(name, _)| *name == spec.name)
+            .map(|(_, us)| *us);
+    }
     for p in gpus::all() {
         if !out.iter().any(|s| s.name == p.name) {
             out.push(p.spec());
@@ -230,6 +253,19 @@ pub fn lookup(query: &str) -> Result<DeviceSpec, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn measured_launch_floors_name_known_devices() {
+        let known = known();
+        for (name, us) in LAUNCH_US {
+            let spec = known.iter().find(|s| s.name == *name).unwrap();
+            assert_eq!(spec.launch_us, Some(*us), "{name}");
+            assert!(*us > 1.0 && *us < 100.0, "{name}: {us}");
+        }
+        let h100 = lookup("h100").unwrap();
+        assert_eq!(h100.launch_us, None);
+        assert_eq!(lookup("a100").unwrap().launch_us, Some(26.1));
+    }
 
     #[test]
     fn every_known_device_is_valid_and_named_once() {

@@ -200,21 +200,23 @@ pub fn bench(lines: &[BenchLine]) -> String {
     t
 }
 
-/// The known devices as a table (`perfcast predict --list-devices`).
+/// The known devices as a table (`perfcast predict --list-devices`); `launch us` is the
+/// measured launch floor where one exists (`-` otherwise).
 pub fn devices_table() -> String {
     let mut t = format!(
-        "{:<32} {:<30} {:>10} {:>8} {:>6} {:>6}\n",
-        "name", "--device", "GFLOP/s", "GB/s", "SMs", "GB"
+        "{:<32} {:<30} {:>10} {:>8} {:>6} {:>6} {:>9}\n",
+        "name", "--device", "GFLOP/s", "GB/s", "SMs", "GB", "launch us"
     );
     for s in perfcast_data::import::known::known() {
         t.push_str(&format!(
-            "{:<32} {:<30} {:>10} {:>8} {:>6} {:>6}\n",
+            "{:<32} {:<30} {:>10} {:>8} {:>6} {:>6} {:>9}\n",
             s.name,
             s.slug(),
             s.peak_gflops,
             s.mem_bandwidth_gbs,
             s.cores,
-            s.memory_gb
+            s.memory_gb,
+            s.launch_us.map_or("-".to_string(), |us| format!("{us:.1}"))
         ));
     }
     t
