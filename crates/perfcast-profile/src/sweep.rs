@@ -23,6 +23,8 @@
 //! kernel = [1, 3, 5]
 //! padding = ["same", "valid"]
 //! groups = [1, "depthwise"]
+//! channel_ratio = { min = 0.5, max = 4, scale = "log" }   # out_channels = in x ratio (default)
+//! # out_channels = { min = 1, max = 2048, scale = "log" } # or drawn on its own
 //! ```
 //!
 //! Every value is checked before anything is measured; an error names the key and the file.
@@ -193,7 +195,13 @@ pub fn default_params(kind: ModuleKind) -> BTreeMap<String, Param> {
     match kind {
         ModuleKind::Conv2d => {
             set("in_channels", Param::log(1.0, 2048.0));
-            set("out_channels", Param::log(1.0, 2048.0));
+            // Output channels follow the input's as networks grow them (x 1/8 to x 16: a
+            // bottleneck's squeeze to a stem's 3 -> 48), not drawn apart: independent draws
+            // spent a sixth of the sweep on shapes such as 1245 -> 1 that no network runs and
+            // the backend times erratically. A number or range for `out_channels` draws it
+            // directly instead.
+            set("out_channels", words(&["ratio"]));
+            set("channel_ratio", Param::log(0.125, 16.0));
             set("input_hw", Param::log(4.0, 256.0));
             set("kernel", Param::choice(&[1.0, 3.0, 3.0, 5.0, 7.0]));
             set("stride", Param::choice(&[1.0, 1.0, 2.0]));
@@ -464,16 +472,16 @@ impl Sweep {
                 }
                 // Sizes are at least 1 (a kernel or groups of 0 used to run as 1), padding and
                 // flags at least 0; none above what a spec accepts.
-                let lowest = if matches!(name.as_str(), "padding" | "bias") {
-                    0.0
-                } else {
-                    1.0
+                // A channel ratio is a factor, not a size.
+                let (lowest, highest) = match name.as_str() {
+                    "padding" | "bias" => (0.0, perfcast_core::MAX_AXIS as f64),
+                    "channel_ratio" => (0.001, 1000.0),
+                    _ => (1.0, perfcast_core::MAX_AXIS as f64),
                 };
-                let in_range = |x: f64| x >= lowest && x <= perfcast_core::MAX_AXIS as f64;
+                let in_range = |x: f64| x >= lowest && x <= highest;
                 let bad = |x: f64| {
                     Err(format!(
-                        "`{kind}.{name}` values must be in [{lowest}, {}], got {x:?}",
-                        perfcast_core::MAX_AXIS
+                        "`{kind}.{name}` values must be in [{lowest}, {highest}], got {x:?}"
                     ))
                 };
                 match &param {
@@ -639,7 +647,20 @@ fn build_sample(
             let kernel = num(v, "kernel")?.max(1);
             let dilation = num(v, "dilation")?.max(1);
             let mut cin = num(v, "in_channels")?;
-            let mut cout = num(v, "out_channels")?;
+            let mut cout = match v.get("out_channels") {
+                Some(Value::Word(w)) if w == "ratio" => {
+                    let ratio = match v.get("channel_ratio") {
+                        Some(Value::Num(r)) if r.is_finite() && *r > 0.0 => *r,
+                        other => {
+                            return Err(format!(
+                                "`channel_ratio` must be a positive number, got {other:?}"
+                            ));
+                        }
+                    };
+                    ((cin as f64 * ratio).round() as usize).clamp(4, 2048)
+                }
+                _ => num(v, "out_channels")?,
+            };
             let groups = match v.get("groups") {
                 Some(Value::Word(w)) if w == "depthwise" => {
                     cout = cin;
@@ -900,6 +921,37 @@ mod tests {
             other.sample(ModuleKind::Conv2d).unwrap(),
             sweep.sample(ModuleKind::Conv2d).unwrap()
         );
+    }
+
+    #[test]
+    fn default_convs_grow_channels_as_networks_do_unless_told_otherwise() {
+        let sweep = parse("seed = 5\nsamples = 200\nmodules = [\"conv2d\"]\n").unwrap();
+        let mut outside_band = 0;
+        for s in sweep.sample(ModuleKind::Conv2d).unwrap() {
+            let ModuleSpec::Conv2d(c) = &s.spec else {
+                panic!("not a conv")
+            };
+            let ratio = c.out_channels as f64 / c.in_channels as f64;
+            assert!(c.out_channels >= 4 || c.groups == c.in_channels, "{c:?}");
+            // The clamp to [4, 2048] and rounding to the groups may leave the band.
+            if !(0.1..=20.0).contains(&ratio) {
+                outside_band += 1;
+            }
+        }
+        assert!(
+            outside_band <= 10,
+            "{outside_band} of 200 outside x 1/8..16"
+        );
+        let drawn = parse(
+            "seed = 5\nsamples = 50\nmodules = [\"conv2d\"]\n[conv2d]\ngroups = [1]\nin_channels = [512]\nout_channels = { min = 1, max = 2 }\n",
+        )
+        .unwrap();
+        for s in drawn.sample(ModuleKind::Conv2d).unwrap() {
+            let ModuleSpec::Conv2d(c) = &s.spec else {
+                panic!("not a conv")
+            };
+            assert!((1..=2).contains(&c.out_channels), "{c:?}");
+        }
     }
 
     #[test]
