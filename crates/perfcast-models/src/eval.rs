@@ -127,21 +127,7 @@ pub fn cross_validate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::features::FeatureSchema;
-    use crate::matrix::Matrix;
-    use perfcast_core::ModuleKind;
-
-    fn data(n: usize, groups: u64) -> TrainSet {
-        TrainSet {
-            schema: FeatureSchema {
-                kind: ModuleKind::Linear,
-                names: vec!["a".into()],
-            },
-            x: Matrix::from_vec(n, 1, (0..n).map(|i| i as f64).collect()),
-            y: (0..n).map(|i| 1.0 + i as f64).collect(),
-            groups: (0..n as u64).map(|i| i % groups).collect(),
-        }
-    }
+    use crate::split::tests::data;
 
     #[test]
     fn cross_validated_ridge_on_a_power_law_is_nearly_exact() {

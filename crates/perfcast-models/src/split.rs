@@ -215,13 +215,14 @@ pub fn leave_one_out<L: PartialEq>(labels: &[L]) -> Vec<(Vec<usize>, Vec<usize>)
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::features::FeatureSchema;
     use crate::matrix::Matrix;
     use perfcast_core::ModuleKind;
 
-    fn data(n: usize, groups: u64) -> TrainSet {
+    /// `n` rows of `y = 1 + x` in `groups` groups (also used by eval's tests).
+    pub(crate) fn data(n: usize, groups: u64) -> TrainSet {
         TrainSet {
             schema: FeatureSchema {
                 kind: ModuleKind::Linear,

@@ -226,8 +226,9 @@ pub struct SharedReport {
     pub model: String,
     /// Module kind.
     pub kind: ModuleKind,
-    /// Held-out MAPE of the per-kind network, percent.
-    pub per_kind_mape: f64,
+    /// Held-out MAPE of the per-kind network, percent (none where the kind had too few rows
+    /// for a network of its own).
+    pub per_kind_mape: Option<f64>,
     /// Held-out MAPE of the shared network, percent.
     pub shared_mape: f64,
 }
@@ -585,7 +586,7 @@ fn fit_shared(
                 .models
                 .iter()
                 .find(|m| m.model == p.name())
-                .map_or(f64::NAN, |m| m.test.mape);
+                .map(|m| m.test.mape);
             let test = score(model, &k.test)?;
             let pred = model.predict(&k.test.x)?;
             shared.push(SharedReport {

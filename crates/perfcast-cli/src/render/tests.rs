@@ -317,14 +317,14 @@ fn train_report() -> TrainReport {
             SharedReport {
                 model: "medn".into(),
                 kind: ModuleKind::Conv2d,
-                per_kind_mape: 6.5,
+                per_kind_mape: Some(6.5),
                 shared_mape: 7.75,
             },
             SharedReport {
                 // Too few rows for a network of its own: no per-kind score.
                 model: "medn".into(),
                 kind: ModuleKind::Linear,
-                per_kind_mape: f64::NAN,
+                per_kind_mape: None,
                 shared_mape: 9.5,
             },
         ],

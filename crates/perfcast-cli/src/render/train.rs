@@ -97,20 +97,14 @@ pub fn train(report: &TrainReport, out: &Path) -> String {
             "model", "kind", "per kind", "shared"
         ));
         // A kind too small for its own network (MEDN's fewest rows) has no per-kind score.
-        let pct = |v: f64| {
-            if v.is_finite() {
-                format!("{}%", sig3(v))
-            } else {
-                "-".to_string()
-            }
-        };
+        let pct = |v: Option<f64>| v.map_or("-".to_string(), |m| format!("{}%", sig3(m)));
         for s in &report.shared {
             t.push_str(&format!(
                 "{:<9} {:<12} {:>9} {:>9}\n",
                 s.model,
                 s.kind.name(),
                 pct(s.per_kind_mape),
-                pct(s.shared_mape)
+                pct(Some(s.shared_mape))
             ));
         }
     }
