@@ -2,7 +2,7 @@
 //! configuration groups. The rows themselves ([`row`], [`FeatureSchema`]) are the predictor's
 //! (`perfcast_predict::features`), so training and prediction build them with one function.
 
-use perfcast_core::{DeviceSpec, ModuleKind, ModuleSpec};
+use perfcast_core::{Context, DeviceSpec, ModuleKind, ModuleSpec};
 use perfcast_data::Record;
 pub use perfcast_predict::features::{
     ALIGNMENT, COMMON, CONV_EXTRA, FeatureSchema, MAX_ROW, alignment, conv_algorithm_flags,
@@ -27,7 +27,18 @@ pub struct TrainSet {
     pub groups: Vec<u64>,
 }
 
-fn group_of(spec: &ModuleSpec) -> u64 {
+/// The feature row of `spec` in `context` on `device`, as training sees it. On a GPU the same
+/// work gets the same features however it was written down (issue 20): rows are built from
+/// the canonical form, as the predictor's are.
+pub fn feature_row(spec: &ModuleSpec, context: &Context, device: &DeviceSpec) -> Vec<f64> {
+    match gpu_canonical(spec, context, device) {
+        Some((spec, context)) => row(&spec, &context, device),
+        None => row(spec, context, device),
+    }
+}
+
+/// The configuration group of `spec`: rows of one layer configuration share it.
+pub fn group_of(spec: &ModuleSpec) -> u64 {
     fnv1a(spec.config().into_iter().flat_map(i64::to_le_bytes))
 }
 
@@ -58,12 +69,7 @@ impl TrainSet {
                     t.median_ms
                 )));
             }
-            // On a GPU the same work gets the same features however it was written down
-            // (issue 20): rows are built from the canonical form, as the predictor's are.
-            match gpu_canonical(&r.spec, &r.context, device) {
-                Some((spec, context)) => x.push_row(&row(&spec, &context, device)),
-                None => x.push_row(&row(&r.spec, &r.context, device)),
-            }
+            x.push_row(&feature_row(&r.spec, &r.context, device));
             y.push(t.median_ms);
             groups.push(group_of(&r.spec));
         }

@@ -232,6 +232,10 @@ fn bundle_err(path: &Path, message: impl Into<String>) -> Error {
     }
 }
 
+/// How far apart (|ln ratio|, here 25%) a single-device bundle's peaks and a spec of the same
+/// name may be and still be the same machine measured again.
+const SAME_MACHINE_LN: f64 = 0.223;
+
 impl Bundle {
     /// Reads only the manifest (what `bundle show` prints), checking its format.
     pub fn read_manifest(dir: &Path) -> Result<Manifest> {
@@ -282,16 +286,31 @@ impl Bundle {
     fn load_with(dir: &Path, device: Option<&DeviceSpec>) -> Result<Bundle> {
         let mut manifest = Bundle::read_manifest(dir)?;
         if let Some(device) = device {
-            let same = device.name == manifest.device.name
-                && device.peak_gflops == manifest.device.peak_gflops
-                && device.mem_bandwidth_gbs == manifest.device.mem_bandwidth_gbs;
-            if !same && !manifest.cross_device() {
+            let own = &manifest.device;
+            let close = |a: f64, b: f64| (a / b).ln().abs() <= SAME_MACHINE_LN;
+            // The same machine probed again (another dataset of it, another day) measures its
+            // peaks a few percent apart: it is still the device the models learned, with the
+            // spec they learned it by.
+            let same_machine = device.name == own.name
+                && device.kind == own.kind
+                && close(device.peak_gflops, own.peak_gflops)
+                && close(device.mem_bandwidth_gbs, own.mem_bandwidth_gbs);
+            if same_machine && !manifest.cross_device() {
+                return Bundle::load_with(dir, None);
+            }
+            if !manifest.cross_device() {
                 return Err(bundle_err(
                     dir,
                     format!(
-                        "was trained on `{}` only and cannot predict `{}`; train a cross-device \
-                         bundle (`perfcast train --data <datasets of several devices> --bundle ..`)",
-                        manifest.device.name, device.name
+                        "was trained on `{}` ({:.0} GFLOP/s, {:.0} GB/s) only and cannot predict \
+                         `{}` ({:.0} GFLOP/s, {:.0} GB/s); train a cross-device bundle \
+                         (`perfcast train --data <datasets of several devices> --bundle ..`)",
+                        own.name,
+                        own.peak_gflops,
+                        own.mem_bandwidth_gbs,
+                        device.name,
+                        device.peak_gflops,
+                        device.mem_bandwidth_gbs
                     ),
                 ));
             }

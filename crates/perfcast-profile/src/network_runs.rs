@@ -44,6 +44,23 @@ pub struct MeasurePlan {
     pub layers_into: Option<PathBuf>,
 }
 
+impl MeasurePlan {
+    /// What host-cost calibration measures: both phases at `batch`, one thread on flex, a
+    /// second per configuration, nothing saved.
+    pub fn calibration(batch: Vec<usize>) -> MeasurePlan {
+        MeasurePlan {
+            batch,
+            phases: vec![Phase::Inference, Phase::Training],
+            threads: 1,
+            backend: Backend::Flex,
+            max_time_s: 1.0,
+            save: None,
+            layers: false,
+            layers_into: None,
+        }
+    }
+}
+
 /// The heap high-water mark, where the caller counts allocations (the `perfcast` binary's
 /// global allocator); [`NoPeak`] elsewhere.
 pub trait PeakMemory {

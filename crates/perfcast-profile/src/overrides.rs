@@ -150,6 +150,64 @@ pub fn quickstart_size(samples: usize) -> (usize, usize) {
         })
 }
 
+/// Seconds of a duration written `8m`, `90s`, `1h`, `1m30s` or a bare number of seconds.
+pub fn parse_duration_s(text: &str) -> std::result::Result<f64, String> {
+    let bad = || format!("`{text}` is not a duration (write it as 8m, 90s, 1m30s or 1h)");
+    let mut total = 0.0;
+    let mut number = String::new();
+    for ch in text.trim().chars() {
+        match ch {
+            '0'..='9' | '.' => number.push(ch),
+            'h' | 'm' | 's' => {
+                let v: f64 = number.parse().map_err(|_| bad())?;
+                total += v * match ch {
+                    'h' => 3600.0,
+                    'm' => 60.0,
+                    _ => 1.0,
+                };
+                number.clear();
+            }
+            _ => return Err(bad()),
+        }
+    }
+    if !number.is_empty() {
+        total += number.parse::<f64>().map_err(|_| bad())?;
+    }
+    if text.trim().is_empty() || !total.is_finite() {
+        return Err(bad());
+    }
+    Ok(total)
+}
+
+/// The kinds active rounds choose for after the quickstart's random sweep, with each one's
+/// configurations per round as a multiple of `--samples`: the kinds that hold most of a
+/// network's time and most of the held-out error.
+pub const ACTIVE_KINDS: &[(ModuleKind, f64)] = &[
+    (ModuleKind::Conv2d, 0.6),
+    (ModuleKind::Linear, 0.2),
+    (ModuleKind::Matmul, 0.2),
+];
+
+/// One active round's sweeps at `samples` (the random sweep's ranges and timing caps).
+pub fn active_sweeps(samples: usize) -> Result<Vec<Sweep>> {
+    let groups = quickstart_sweeps(samples)?;
+    ACTIVE_KINDS
+        .iter()
+        .map(|&(kind, multiple)| {
+            let base = groups
+                .iter()
+                .find(|s| s.modules.contains(&kind))
+                .cloned()
+                .unwrap_or_else(|| groups[0].clone());
+            Ok(Sweep {
+                modules: vec![kind],
+                samples: quickstart_samples(multiple, samples),
+                ..base
+            })
+        })
+        .collect()
+}
+
 /// The quickstart's sweeps of the built-in ranges, one per [`QUICKSTART_KINDS`] entry, with
 /// `samples` configurations per elementwise or pooling kind.
 pub fn quickstart_sweeps(samples: usize) -> Result<Vec<Sweep>> {
@@ -233,5 +291,43 @@ mod tests {
         assert_eq!(sweeps[2].timing.max_time_s, 0.15);
         assert_eq!(quickstart_sweeps(10).expect("sweeps")[3].samples, 5);
         assert_eq!(quickstart_size(40), (240 + 2 * 80 + 9 * 40 + 12 * 10, 24));
+    }
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        for (text, s) in [
+            ("8m", 480.0),
+            ("90s", 90.0),
+            ("1m30s", 90.0),
+            ("1h", 3600.0),
+            ("45", 45.0),
+            ("0", 0.0),
+        ] {
+            assert_eq!(parse_duration_s(text), Ok(s), "{text}");
+        }
+        for text in ["", "8 min", "m", "-5m", "1.2.3s"] {
+            let err = parse_duration_s(text).expect_err(text);
+            assert!(err.contains(&format!("`{text}`")), "{err}");
+        }
+    }
+
+    #[test]
+    fn active_rounds_keep_the_random_sweeps_ranges_and_caps() {
+        let rounds = active_sweeps(40).expect("sweeps");
+        let kinds: Vec<_> = rounds
+            .iter()
+            .map(|s| (s.modules.clone(), s.samples))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (vec![ModuleKind::Conv2d], 24),
+                (vec![ModuleKind::Linear], 8),
+                (vec![ModuleKind::Matmul], 8)
+            ]
+        );
+        let random = quickstart_sweeps(40).expect("sweeps");
+        assert_eq!(rounds[0].timing, random[0].timing);
+        assert_eq!(rounds[1].timing, random[1].timing);
     }
 }

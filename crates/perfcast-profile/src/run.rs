@@ -37,6 +37,26 @@ pub struct RunOptions {
     pub max_bytes: f64,
 }
 
+impl RunOptions {
+    /// Options for measuring `sweep` on `device` into `out`: configurations above the sweep's
+    /// `max_mib` or half the device's memory, the lower, are refused.
+    pub fn for_sweep(
+        sweep: &Sweep,
+        out: &std::path::Path,
+        backend: Backend,
+        device: DeviceSpec,
+        resume: bool,
+    ) -> RunOptions {
+        RunOptions {
+            backend,
+            out: out.to_path_buf(),
+            max_bytes: (sweep.max_mib * 1048576.0).min(0.5 * device.memory_gb * 1e9),
+            device,
+            resume,
+        }
+    }
+}
+
 /// One row to measure.
 #[derive(Clone, Debug)]
 pub struct Job {
@@ -120,23 +140,29 @@ struct Measured {
 
 /// Expands a sweep into jobs, grouped by background load so the load generator restarts rarely.
 pub fn plan(sweep: &Sweep) -> Result<Vec<Job>> {
-    let mut jobs = Vec::new();
+    let mut samples = Vec::new();
     for &kind in &sweep.modules {
-        let samples = sweep.sample(kind).map_err(|message| Error::Sweep {
+        samples.extend(sweep.sample(kind).map_err(|message| Error::Sweep {
             path: sweep.source.clone(),
             message,
-        })?;
-        for sample in samples {
-            for &phase in &sweep.phases {
-                jobs.push(Job {
-                    sample: sample.clone(),
-                    phase,
-                });
-            }
-        }
+        })?);
     }
+    Ok(jobs_of(&samples, &sweep.phases))
+}
+
+/// Every (sample, phase) of `samples`, grouped by background load.
+pub fn jobs_of(samples: &[Sample], phases: &[Phase]) -> Vec<Job> {
+    let mut jobs: Vec<Job> = samples
+        .iter()
+        .flat_map(|sample| {
+            phases.iter().map(|&phase| Job {
+                sample: sample.clone(),
+                phase,
+            })
+        })
+        .collect();
     jobs.sort_by(|a, b| a.sample.utilisation.total_cmp(&b.sample.utilisation));
-    Ok(jobs)
+    jobs
 }
 
 fn now() -> i64 {
@@ -242,9 +268,20 @@ pub fn run(
     on_event: &mut dyn FnMut(Event<'_>),
     interrupted: &AtomicBool,
 ) -> Result<RunSummary> {
+    run_jobs(sweep, plan(sweep)?, options, on_event, interrupted)
+}
+
+/// Runs `jobs` (chosen elsewhere, e.g. by active selection) with `sweep`'s timing, canary and
+/// kinds, as [`run`] runs the sweep's own draws.
+pub fn run_jobs(
+    sweep: &Sweep,
+    jobs: Vec<Job>,
+    options: &RunOptions,
+    on_event: &mut dyn FnMut(Event<'_>),
+    interrupted: &AtomicBool,
+) -> Result<RunSummary> {
     let started = Instant::now();
     let dataset = DatasetDir::create_or_open(&options.out, &options.device)?;
-    let jobs = plan(sweep)?;
     let backend = options.backend.name();
 
     let mut kinds: BTreeMap<String, KindCounts> = BTreeMap::new();

@@ -281,3 +281,33 @@ pub fn network_ms(predictor: &Predictor, network: &Network, context: &Context) -
         .and_then(|c| c.phase(context.phase))
         .map_or(sum, |c| c.compose(&RunShape::of(network, sum)).total_ms))
 }
+
+/// Each network's composed inference and training-step time (ms) at each batch size, on one
+/// thread: the quickstart's closing table, as (label, batch, inference, training).
+pub fn network_table(
+    predictor: &Predictor,
+    networks: &[perfcast_core::NetworkChoice],
+    batches: &[usize],
+) -> Result<Vec<(String, usize, f64, f64)>> {
+    let mut rows = Vec::new();
+    for choice in networks {
+        for &batch in batches {
+            let at = |phase| {
+                let context = Context {
+                    batch,
+                    phase,
+                    threads: 1,
+                    utilisation: 0.0,
+                };
+                network_ms(predictor, &choice.network, &context)
+            };
+            rows.push((
+                choice.label.clone(),
+                batch,
+                at(Phase::Inference)?,
+                at(Phase::Training)?,
+            ));
+        }
+    }
+    Ok(rows)
+}

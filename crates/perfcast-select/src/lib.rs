@@ -23,6 +23,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod active;
 pub mod bench;
 pub mod bundle;
 pub mod calibrate;

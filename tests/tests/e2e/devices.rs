@@ -247,7 +247,8 @@ fn a_single_device_bundle_refuses_another_device() {
     ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
-        stderr(&o).contains("trained on `Big GPU` only"),
+        stderr(&o).contains("trained on `Big GPU` (")
+            && stderr(&o).contains("only and cannot predict `Tesla T4`"),
         "{}",
         stderr(&o)
     );

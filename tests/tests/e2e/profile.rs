@@ -452,3 +452,66 @@ fn remeasured_sessions_merge_into_the_median_or_the_fastest_of_each_row() {
     assert_eq!(stderr(&o).trim().lines().count(), 1, "{}", stderr(&o));
     assert!(!out.exists(), "nothing written");
 }
+
+#[test]
+fn active_rounds_measure_new_configurations_chosen_by_disagreement() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sweep = tmp.path().join("sweep.toml");
+    std::fs::write(
+        &sweep,
+        "seed = 1\nphases = [\"inference\"]\nbatch = [1, 2]\n\
+         [timing]\nwarmup_s = 0.0\nmin_samples = 3\nmax_time_s = 0.01\n\
+         [linear]\ntokens = { min = 1, max = 16 }\nin_features = { min = 4, max = 256 }\nout_features = [8]\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("ds");
+    let profile = |extra: &[&str]| {
+        let mut args = vec![
+            "profile",
+            "--modules",
+            "linear",
+            "--sweep",
+            sweep.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--resume",
+            "--format",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    // Too few rows for an ensemble: the draws as they come, said so.
+    let o = profile(&["--samples", "6", "--active"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("6 random draws"), "{}", stderr(&o));
+    let o = profile(&["--samples", "44"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let before: HashSet<_> = DatasetDir::open(&out)
+        .unwrap()
+        .read(ModuleKind::Linear)
+        .unwrap()
+        .iter()
+        .map(|r| (r.spec.config(), r.context.batch))
+        .collect();
+    let o = profile(&["--samples", "5", "--active"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("`linear`: 5 of") && stderr(&o).contains("disagree most"),
+        "{}",
+        stderr(&o)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(summary["kinds"]["linear"]["measured"], 5);
+    let after = DatasetDir::open(&out)
+        .unwrap()
+        .read(ModuleKind::Linear)
+        .unwrap();
+    assert_eq!(after.len(), before.len() + 5);
+    let new: HashSet<_> = after
+        .iter()
+        .map(|r| (r.spec.config(), r.context.batch))
+        .filter(|k| !before.contains(k))
+        .collect();
+    assert_eq!(new.len(), 5, "five configurations never measured before");
+}

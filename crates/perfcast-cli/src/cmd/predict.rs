@@ -5,8 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use perfcast_core::{Context, ModuleKind, ModuleSpec, Network, Phase, zoo};
-use perfcast_select::{Bundle, NetworkPrediction, Predictor};
-use serde::Serialize;
+use perfcast_select::{Bundle, Predictor};
 
 use crate::Ui;
 use crate::output::{Format, emit, emit_json, sig3};
@@ -279,33 +278,7 @@ pub fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
                 l.prediction.warnings.join("; ")
             ));
         }
-        #[derive(Serialize)]
-        struct Out<'a> {
-            #[serde(flatten)]
-            prediction: &'a NetworkPrediction,
-            /// What an ONNX import folded, fused, approximated and left unmapped.
-            #[serde(skip_serializing_if = "Option::is_none")]
-            import: Option<&'a crate::cmd::model::ImportReport>,
-        }
-        match a.format {
-            Format::Json => emit_json(&Out {
-                prediction: &p,
-                import: report.as_ref(),
-            })?,
-            Format::Text => {
-                let mut t = crate::render::predict::network(&p);
-                let views = crate::cmd::model::views(&net);
-                if views > 0 {
-                    t.push_str(&format!(
-                        "{views} view layer(s) (reshape, transpose, split) are zero-cost: predicted as 0 ms, marked `zero-cost`\n"
-                    ));
-                }
-                if let Some(r) = &report {
-                    t.push_str(&crate::render::model::import(r));
-                }
-                emit(&t)?
-            }
-        }
+        crate::render::predict::network_output(a.format, &p, &net, report.as_ref())?;
         return Ok(ExitCode::SUCCESS);
     }
     let rows: Vec<ModuleRow> = queries

@@ -9,8 +9,9 @@ use anyhow::Context as _;
 use clap::Args;
 use perfcast_core::{CpuTopology, ModuleKind, Phase, slugify};
 use perfcast_profile::overrides::SweepOverrides;
-use perfcast_profile::run::{RunOptions, run as run_sweep};
+use perfcast_profile::run::{RunOptions, jobs_of, plan, run_jobs};
 use perfcast_profile::{Backend, Sweep, probe};
+use perfcast_select::active::{ActivePlan, choose_round};
 
 use crate::Ui;
 use crate::output::{Format, emit, emit_json, progress};
@@ -61,6 +62,10 @@ pub struct ProfileArgs {
     /// slow visit, for N times the time; a slow phase longer than a block still shows
     #[arg(long)]
     rounds: Option<u32>,
+    /// Choose each kind's `--samples` configurations where a bootstrap ensemble fitted on the
+    /// dataset's rows disagrees most, from a pool of 8x as many draws (docs/profiling.md)
+    #[arg(long)]
+    active: bool,
     /// Output format of the summary
     #[arg(long, value_enum, default_value_t)]
     format: Format,
@@ -90,41 +95,32 @@ pub fn run(args: ProfileArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from("datasets").join(slugify(&CpuTopology::detect().model)));
-    profile(&sweep, &out, args.backend, args.resume, args.format, ui)
+    anyhow::ensure!(
+        args.backend.available(),
+        "backend `{}` is not in this build\n\nhint: rebuild with `cargo build --release --features wgpu`",
+        args.backend
+    );
+    let options = RunOptions::for_sweep(
+        &sweep,
+        &out,
+        args.backend,
+        probe_device(&out, ui)?,
+        args.resume,
+    );
+    let active = args.active.then(ActivePlan::default);
+    profile(&sweep, &options, active.as_ref(), args.format, ui)
 }
 
-/// Measures `sweep` into the dataset at `out` (this device's spec probed first) with a
-/// progress bar; Ctrl-C stops after the row in flight. Prints the summary.
+/// Measures `sweep` as `options` say, or the configurations `active` selection chooses from
+/// its ranges, with a progress bar; Ctrl-C stops after the row in flight. Prints the summary.
 pub fn profile(
     sweep: &Sweep,
-    out: &Path,
-    backend: Backend,
-    resume: bool,
+    options: &RunOptions,
+    active: Option<&ActivePlan>,
     format: Format,
     ui: &Ui,
 ) -> anyhow::Result<ExitCode> {
-    anyhow::ensure!(
-        backend.available(),
-        "backend `{}` is not in this build\n\nhint: rebuild with `cargo build --release --features wgpu`",
-        backend
-    );
-    ui.info(format!(
-        "measuring this device's peaks for `{}`...",
-        out.join("device.json").display()
-    ));
-    let (device, _) = probe::local_cpu(Backend::Flex)?;
-    if let Some(warning) = probe::busy_warning() {
-        ui.info(warning);
-    }
-    let memory = device.memory_gb * 1e9;
-    let options = RunOptions {
-        backend,
-        out: out.to_path_buf(),
-        device,
-        resume,
-        max_bytes: (sweep.max_mib * 1048576.0).min(0.5 * memory),
-    };
-
+    let out = &options.out;
     let interrupted = Arc::new(AtomicBool::new(false));
     {
         let flag = Arc::clone(&interrupted);
@@ -135,9 +131,18 @@ pub fn profile(
             }
         });
     }
+    let jobs = match active {
+        Some(plan) => {
+            let choices = choose_round(sweep, out, &options.device, plan)?;
+            ui.info(render::profile::active_round(&choices).trim_end());
+            let chosen: Vec<_> = choices.into_iter().flat_map(|c| c.chosen).collect();
+            jobs_of(&chosen, &sweep.phases)
+        }
+        None => plan(sweep)?,
+    };
     let bar = progress(ui, 0, "profile");
     let mut on_event = crate::progress::profile_events(&bar, ui);
-    let summary = run_sweep(sweep, &options, &mut on_event, &interrupted);
+    let summary = run_jobs(sweep, jobs, options, &mut on_event, &interrupted);
     bar.finish_and_clear();
     let summary = summary.with_context(|| format!("profiling into `{}`", out.display()))?;
 
@@ -146,4 +151,18 @@ pub fn profile(
         Format::Text => emit(&render::profile::summary(&sweep.modules, &summary))?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// This device's spec with measured peaks (a few seconds), warning when other processes keep
+/// cores busy.
+pub fn probe_device(out: &Path, ui: &Ui) -> anyhow::Result<perfcast_core::DeviceSpec> {
+    ui.info(format!(
+        "measuring this device's peaks for `{}`...",
+        out.join("device.json").display()
+    ));
+    let (device, _) = probe::local_cpu(Backend::Flex)?;
+    if let Some(warning) = probe::busy_warning() {
+        ui.info(warning);
+    }
+    Ok(device)
 }

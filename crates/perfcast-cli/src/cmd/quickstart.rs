@@ -5,18 +5,24 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use perfcast_core::{Context, NetworkChoice, Phase};
+use std::time::Instant;
+
+use perfcast_core::NetworkChoice;
 use perfcast_profile::Backend;
 use perfcast_profile::network_runs::{MeasurePlan, NoPeak, measure_networks, profile_layers};
-use perfcast_profile::overrides::{quickstart_size, quickstart_sweeps};
+use perfcast_profile::overrides::{
+    active_sweeps, parse_duration_s, quickstart_size, quickstart_sweeps,
+};
 use perfcast_select::Predictor;
-use perfcast_select::calibrate::network_ms;
+use perfcast_select::active::{ActivePlan, RoundClock};
+use perfcast_select::calibrate::network_table;
 use perfcast_select::pipeline::{TrainPlan, bundle_dir};
 
 use super::{networks, predict, profile, train};
 use crate::Ui;
 use crate::output::{Format, emit};
 use crate::progress::Bars;
+use perfcast_profile::run::RunOptions;
 
 /// Arguments of `perfcast quickstart`.
 #[derive(Debug, Args)]
@@ -56,7 +62,16 @@ pub struct QuickstartArgs {
     /// predictions then rest on the random sweep alone)
     #[arg(long)]
     fast: bool,
+    /// Target wall time (`8m`, `90s`, `0`): after the random sweep and the networks' layers,
+    /// rounds of conv2d, linear and matmul configurations chosen where the models disagree
+    /// most are measured until training and calibration are all that is left (`0`: none)
+    #[arg(long, default_value = "8m", value_parser = parse_duration_s)]
+    budget: f64,
 }
+
+/// Seconds kept for training and calibration after the last active round (about 45 s on an
+/// idle 2-core machine).
+const RESERVE_S: f64 = 60.0;
 
 pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(
@@ -67,13 +82,18 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     let data = std::path::PathBuf::from("datasets").join(perfcast_core::slugify(
         &perfcast_core::CpuTopology::detect().model,
     ));
+    let started = Instant::now();
     let (configurations, kinds) = quickstart_size(a.samples);
     ui.info(format!(
-        "1/4 profiling {configurations} configurations over {kinds} kinds into `{}` (resumable)",
+        "1/5 profiling {configurations} configurations over {kinds} kinds into `{}` (resumable)",
         data.display()
     ));
+    let device = profile::probe_device(&data, ui)?;
+    let options = |s: &perfcast_profile::Sweep| {
+        RunOptions::for_sweep(s, &data, Backend::Flex, device.clone(), true)
+    };
     for sweep in &quickstart_sweeps(a.samples)? {
-        let code = profile::profile(sweep, &data, Backend::Flex, true, Format::Text, ui)?;
+        let code = profile::profile(sweep, &options(sweep), None, Format::Text, ui)?;
         if code != ExitCode::SUCCESS {
             return Ok(code);
         }
@@ -82,16 +102,12 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     let calibration = NetworkChoice::zoo_all(&a.calibration_networks, None)?;
     let calibration_batch = [1, 4];
     if a.fast {
-        ui.info("2/4 skipped (--fast): the networks' own layers are not profiled");
+        ui.info("2/5 skipped (--fast): the networks' own layers are not profiled");
     } else {
         ui.info(format!(
-            "2/4 profiling the layers of {} (batch {}) and of the calibration networks {}",
+            "2/5 profiling the layers of {} (batch {:?}) and of the calibration networks {}",
             a.networks.join(", "),
-            a.batch
-                .iter()
-                .map(|b| b.to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
+            a.batch,
             a.calibration_networks.join(", ")
         ));
         let bars = Bars::new(ui);
@@ -99,9 +115,28 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             + profile_layers(&calibration, &calibration_batch, 1, &data, bars.as_ref())?;
         ui.info(format!("    {n} new layer measurements"));
     }
+    let mut clock = RoundClock::new(started, a.budget, RESERVE_S);
+    while let Some(seed) = clock.next_round() {
+        if seed == 0 {
+            ui.info(format!(
+                "3/5 active rounds for {:.0} s: configurations where the models disagree most",
+                clock.left_s()
+            ));
+        }
+        let plan = ActivePlan {
+            seed,
+            ..ActivePlan::default()
+        };
+        for sweep in &active_sweeps(a.samples)? {
+            let code = profile::profile(sweep, &options(sweep), Some(&plan), Format::Text, ui)?;
+            if code != ExitCode::SUCCESS {
+                return Ok(code);
+            }
+        }
+    }
     let dir = bundle_dir(&a.bundle);
     ui.info(format!(
-        "3/4 training {} on every kind, auto-selecting into `{}`",
+        "4/5 training {} on every kind, auto-selecting into `{}`",
         a.models,
         dir.display()
     ));
@@ -121,22 +156,13 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         return Ok(code);
     }
     if a.fast {
-        ui.info("4/4 predicting zoo networks (host-cost calibration skipped: --fast)");
+        ui.info("5/5 predicting zoo networks (host-cost calibration skipped: --fast)");
     } else {
         ui.info(format!(
-            "4/4 measuring {} end to end to fit the host-cost terms, then predicting",
+            "5/5 measuring {} end to end to fit the host-cost terms, then predicting",
             a.calibration_networks.join(", ")
         ));
-        let measure = MeasurePlan {
-            batch: calibration_batch.to_vec(),
-            phases: vec![Phase::Inference, Phase::Training],
-            threads: 1,
-            backend: Backend::Flex,
-            max_time_s: 1.0,
-            save: None,
-            layers: false,
-            layers_into: None,
-        };
+        let measure = MeasurePlan::calibration(calibration_batch.to_vec());
         let code = networks::calibrate_with(&dir, None, false, Format::Text, || {
             Ok(
                 measure_networks(&calibration, &measure, &NoPeak, Bars::new(ui).as_ref())?
@@ -150,26 +176,7 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         }
     }
     let predictor = Predictor::new(predict::load_bundle(&dir)?);
-    let mut rows = Vec::new();
-    for choice in &predicted {
-        for &batch in &a.batch {
-            let at = |phase| {
-                let context = Context {
-                    batch,
-                    phase,
-                    threads: 1,
-                    utilisation: 0.0,
-                };
-                network_ms(&predictor, &choice.network, &context)
-            };
-            rows.push((
-                choice.label.as_str(),
-                batch,
-                at(Phase::Inference)?,
-                at(Phase::Training)?,
-            ));
-        }
-    }
+    let rows = network_table(&predictor, &predicted, &a.batch)?;
     let calibrated = predictor.bundle().manifest.host_costs.is_some();
     emit(&crate::render::networks::quickstart(
         &rows, calibrated, &dir,

@@ -237,7 +237,7 @@ pub fn evaluated(r: &NetworksEval) -> String {
 }
 
 /// `quickstart`'s last table: each network's predicted inference and training step per batch.
-pub fn quickstart(rows: &[(&str, usize, f64, f64)], calibrated: bool, bundle: &Path) -> String {
+pub fn quickstart(rows: &[(String, usize, f64, f64)], calibrated: bool, bundle: &Path) -> String {
     let mut t = format!(
         "\n{:<14} {:>6} {:>14} {:>14}\n",
         "network", "batch", "inference", "training step"

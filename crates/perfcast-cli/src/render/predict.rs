@@ -221,3 +221,37 @@ pub fn devices_table() -> String {
     }
     t
 }
+
+/// A network's prediction on stdout: JSON (with what an import folded, fused, approximated
+/// and left unmapped), or the layer table with notes on zero-cost views and the import.
+pub fn network_output(
+    format: crate::output::Format,
+    p: &NetworkPrediction,
+    net: &perfcast_core::Network,
+    report: Option<&crate::cmd::model::ImportReport>,
+) -> anyhow::Result<()> {
+    #[derive(Serialize)]
+    struct Out<'a> {
+        #[serde(flatten)]
+        prediction: &'a NetworkPrediction,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        import: Option<&'a crate::cmd::model::ImportReport>,
+    }
+    if format == crate::output::Format::Json {
+        return crate::output::emit_json(&Out {
+            prediction: p,
+            import: report,
+        });
+    }
+    let mut t = network(p);
+    let views = crate::cmd::model::views(net);
+    if views > 0 {
+        t.push_str(&format!(
+            "{views} view layer(s) (reshape, transpose, split) are zero-cost: predicted as 0 ms, marked `zero-cost`\n"
+        ));
+    }
+    if let Some(r) = report {
+        t.push_str(&crate::render::model::import(r));
+    }
+    crate::output::emit(&t)
+}

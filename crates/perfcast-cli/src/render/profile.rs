@@ -56,3 +56,25 @@ fn canary_line(c: &perfcast_profile::canary::CanaryReport) -> String {
         c.still_disturbed
     )
 }
+
+/// One line per kind on what active selection chose: how sure the models were of the pool
+/// and of the picks.
+pub fn active_round(choices: &[perfcast_select::active::ActiveChoice]) -> String {
+    choices
+        .iter()
+        .map(|c| match (c.pool_spread, c.chosen_spread) {
+            (Some(pool), Some(chosen)) => format!(
+                "active: `{}`: {} of {} candidates, where the models disagree most (ln spread {chosen:.3}, pool mean {pool:.3})\n",
+                c.kind,
+                c.chosen.len(),
+                c.pool
+            ),
+            _ => format!(
+                "active: `{}`: {} random draws (fewer than {} rows measured: no ensemble yet)\n",
+                c.kind,
+                c.chosen.len(),
+                perfcast_select::active::MIN_ROWS
+            ),
+        })
+        .collect()
+}

@@ -87,3 +87,32 @@ fn every_bundle_in_checkpoints_loads_and_predicts() {
         }
     }
 }
+
+#[test]
+fn a_single_device_bundle_answers_for_its_machine_probed_again_and_refuses_others() {
+    let dir = fixtures().join("bundles/cpu-ridge-trees");
+    let own = Bundle::load(&dir).unwrap().manifest.device.clone();
+    // Another dataset of the same CPU: its peaks measured 5% and 8% apart.
+    let again = DeviceSpec {
+        peak_gflops: own.peak_gflops * 1.05,
+        mem_bandwidth_gbs: own.mem_bandwidth_gbs / 1.08,
+        ..own.clone()
+    };
+    let bundle = Bundle::load_for_device(&dir, &again).unwrap();
+    assert_eq!(
+        bundle.manifest.device, own,
+        "keeps the spec its models learned"
+    );
+    // Twice the peak is another machine, whatever its name.
+    let other = DeviceSpec {
+        peak_gflops: own.peak_gflops * 2.0,
+        ..own.clone()
+    };
+    let err = Bundle::load_for_device(&dir, &other)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("cannot predict") && err.contains("GFLOP/s"),
+        "{err}"
+    );
+}
