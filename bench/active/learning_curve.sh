@@ -9,6 +9,7 @@
 # 8x as many draws, the most disputed measured). The steps alternate between the strategies
 # so a slow phase of the machine falls on both. After each step a bundle is trained as the
 # quickstart trains (ridge, trees, roofline, medn; 3 folds) and scored on the test set.
+# STRATEGIES="random active per-second" adds active selection ranked per expected second.
 # Prints one TSV line per (strategy, step): profiling seconds so far (wall time of the profile
 # commands, each with its device probe and, for active, its choice), rows, MAPE by phase.
 # Run on an idle machine: the profiling seconds are the x axis.
@@ -47,15 +48,22 @@ if [ ! -d "$W/test" ]; then
   prof "$W/test" --samples "${TEST:-120}" --seed 777 > /dev/null
 fi
 read -r base_s base_rows < "$W/base.seconds"
-rm -rf "$W/random" "$W/active" && cp -a "$W/base" "$W/random" && cp -a "$W/base" "$W/active"
-declare -A spent=([random]=$base_s [active]=$base_s)
+STRATEGIES=${STRATEGIES:-random active}
+declare -A spent
+for s in $STRATEGIES; do
+  rm -rf "${W:?}/$s" && cp -a "$W/base" "$W/$s" && spent[$s]=$base_s
+done
 printf 'strategy\tstep\tprofiling_s\trows\tinference_mape\ttraining_mape\n'
-for s in random active; do
+for s in $STRATEGIES; do
   printf '%s\t0\t%.1f\t%s\t%s\n' "$s" "$base_s" "$base_rows" "$(score "$W/$s" "$s-0")"
 done
 for step in $(seq 1 "$STEPS"); do
-  for s in random active; do
-    extra=(); [ $s = active ] && extra=(--active)
+  for s in $STRATEGIES; do
+    case $s in
+      random) extra=() ;;
+      active) extra=(--active) ;;
+      per-second) extra=(--active --active-per-second) ;;
+    esac
     read -r t n < <(prof "$W/$s" --samples "$PER" --seed $((100 + step)) "${extra[@]}")
     spent[$s]=$(python3 -c "print(${spent[$s]} + $t)")
     printf '%s\t%d\t%.1f\t%s\t%s\n' "$s" "$step" "${spent[$s]}" "$n" "$(score "$W/$s" "$s-$step")"

@@ -32,6 +32,8 @@ pub struct ActivePlan {
     pub pool_factor: usize,
     /// Seed of the pool's draws and the resamples.
     pub seed: u64,
+    /// Rank by spread per expected second of measuring instead of spread alone.
+    pub per_second: bool,
 }
 
 impl Default for ActivePlan {
@@ -40,6 +42,7 @@ impl Default for ActivePlan {
             ensemble: 4,
             pool_factor: 8,
             seed: 0,
+            per_second: false,
         }
     }
 }
@@ -118,11 +121,17 @@ pub fn choose(
                 .collect()
         })
         .collect();
-    let spreads: Vec<f64> = rows
+    let scored: Vec<(f64, f64)> = rows
         .iter()
-        .map(|per_phase| spread(&models, per_phase))
+        .map(|per_phase| spread(&models, per_phase, &sweep.timing))
         .collect::<Result<_>>()?;
-    let picks = penalised_picks(&spreads, &rows, n);
+    let spreads: Vec<f64> = scored.iter().map(|s| s.0).collect();
+    let scores: Vec<f64> = if plan.per_second {
+        scored.iter().map(|(s, cost)| s / cost.max(1e-3)).collect()
+    } else {
+        spreads.clone()
+    };
+    let picks = penalised_picks(&scores, &rows, n);
     let mean = |v: &mut dyn Iterator<Item = f64>| {
         let (s, c) = v.fold((0.0, 0usize), |(s, c), x| (s + x, c + 1));
         s / c.max(1) as f64
@@ -190,8 +199,15 @@ fn ensemble(set: &TrainSet, plan: &ActivePlan) -> Result<Vec<Box<dyn Regressor>>
 }
 
 /// Root mean over phases of the variance of ln predictions across the ensemble.
-fn spread(models: &[Box<dyn Regressor>], per_phase: &[Vec<f64>]) -> Result<f64> {
+/// Also the seconds measuring the candidate should take in all its phases, from the ensemble's
+/// mean prediction: a warm-up, then at least 7 timed calls up to the sweep's time cap.
+fn spread(
+    models: &[Box<dyn Regressor>],
+    per_phase: &[Vec<f64>],
+    timing: &perfcast_profile::timer::TimingConfig,
+) -> Result<(f64, f64)> {
     let mut total = 0.0;
+    let mut cost_s = 0.0;
     for row in per_phase {
         let logs: Vec<f64> = models
             .iter()
@@ -199,8 +215,12 @@ fn spread(models: &[Box<dyn Regressor>], per_phase: &[Vec<f64>]) -> Result<f64> 
             .collect::<std::result::Result<_, _>>()?;
         let mean = logs.iter().sum::<f64>() / logs.len() as f64;
         total += logs.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / (logs.len() - 1) as f64;
+        let call_s = mean.exp() / 1e3;
+        cost_s += timing.warmup_s.max(2.0 * call_s)
+            + (f64::from(timing.min_samples) * call_s.max(timing.min_sample_s))
+                .min(timing.max_time_s);
     }
-    Ok((total / per_phase.len().max(1) as f64).sqrt())
+    Ok(((total / per_phase.len().max(1) as f64).sqrt(), cost_s))
 }
 
 /// Picks `n` indices greedily by spread; each pick scales the others' scores by

@@ -66,6 +66,9 @@ pub struct ProfileArgs {
     /// dataset's rows disagrees most, from a pool of 8x as many draws (docs/profiling.md)
     #[arg(long)]
     active: bool,
+    /// With `--active`: rank by disagreement per expected second of measuring
+    #[arg(long, hide = true)]
+    active_per_second: bool,
     /// Output format of the summary
     #[arg(long, value_enum, default_value_t)]
     format: Format,
@@ -107,7 +110,10 @@ pub fn run(args: ProfileArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         probe_device(&out, ui)?,
         args.resume,
     );
-    let active = args.active.then(ActivePlan::default);
+    let active = args.active.then(|| ActivePlan {
+        per_second: args.active_per_second,
+        ..ActivePlan::default()
+    });
     profile(&sweep, &options, active.as_ref(), args.format, ui)
 }
 
