@@ -58,20 +58,20 @@ pub struct QuickstartArgs {
         default_value = "vgg11@64,resnet50@64,transformer@64,lenet5@28"
     )]
     calibration_networks: Vec<String>,
-    /// Skip profiling the networks' own layers and the host-cost calibration (faster; network
-    /// predictions then rest on the random sweep alone)
+    /// Skip profiling the networks' own layers, the active rounds and the host-cost
+    /// calibration (faster; network predictions then rest on the random sweep alone)
     #[arg(long)]
     fast: bool,
     /// Target wall time (`8m`, `90s`, `0`): after the random sweep and the networks' layers,
     /// rounds of conv2d, linear and matmul configurations chosen where the models disagree
     /// most are measured until training and calibration are all that is left (`0`: none)
-    #[arg(long, default_value = "8m", value_parser = parse_duration_s)]
+    #[arg(long, default_value = "8m30s", value_parser = parse_duration_s)]
     budget: f64,
 }
 
-/// Seconds kept for training and calibration after the last active round (about 45 s on an
+/// Seconds kept for training and calibration after the last active round (about 60 s on an
 /// idle 2-core machine).
-const RESERVE_S: f64 = 60.0;
+const RESERVE_S: f64 = 75.0;
 
 pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(
@@ -115,7 +115,8 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             + profile_layers(&calibration, &calibration_batch, 1, &data, bars.as_ref())?;
         ui.info(format!("    {n} new layer measurements"));
     }
-    let mut clock = RoundClock::new(started, a.budget, RESERVE_S);
+    let budget = if a.fast { 0.0 } else { a.budget };
+    let mut clock = RoundClock::new(started, budget, RESERVE_S);
     while let Some(seed) = clock.next_round() {
         if seed == 0 {
             ui.info(format!(
@@ -144,7 +145,7 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         models: a.models.split(',').map(|m| m.trim().to_string()).collect(),
         force: true,
         folds: 3,
-        set: vec!["medn.max_steps=3000".into()],
+        set: vec!["medn.max_steps=10000".into()],
         bundle: Some(a.bundle.clone()),
         ..TrainPlan::new(
             vec![data.clone()],
