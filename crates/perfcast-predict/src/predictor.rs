@@ -13,6 +13,7 @@ use crate::bundle::Bundle;
 use crate::compose::RunShape;
 use crate::error::{Error, Result};
 use crate::features::{MAX_ROW, row, row_into};
+use crate::medn::{Encoded, FittedMedn};
 use crate::regressor::Regressor;
 
 /// Efficiencies of the spec-only roofline used for kinds a bundle has no model for.
@@ -107,6 +108,19 @@ pub struct Predictor {
     /// GPU kinds whose model saw no training-step rows: their training steps are composed
     /// from forward kernels ([`backward_parts`]).
     forward_only: Vec<ModuleKind>,
+    /// Per kind (index in `ModuleKind::ALL`): the group of kinds whose models are one shared
+    /// MEDN ([`FittedMedn::same_network`]), whose rows a batch runs through the network
+    /// together; `None` for other models.
+    medn_group: Vec<Option<usize>>,
+    /// Kind indices in the order a batch predicts them: `ModuleKind::ALL`'s, with the kinds of
+    /// a MEDN group together at the first one's place.
+    order: Vec<usize>,
+}
+
+/// The model of `kind` as a MEDN, when it is one.
+fn medn_of(bundle: &Bundle, kind: ModuleKind) -> Option<&FittedMedn> {
+    let model: &dyn std::any::Any = bundle.model(kind)?;
+    model.downcast_ref::<FittedMedn>()
 }
 
 /// The trained range each input a user sets is clamped into when a query leaves it (`None`:
@@ -216,11 +230,38 @@ impl Predictor {
         } else {
             Vec::new()
         };
+        // Kinds whose MEDNs are one network, each group found once by its first kind.
+        let mut medn_group: Vec<Option<usize>> = vec![None; ModuleKind::ALL.len()];
+        let mut firsts: Vec<usize> = Vec::new();
+        for (k, kind) in ModuleKind::ALL.iter().enumerate() {
+            let Some(medn) = medn_of(&bundle, *kind).filter(|_| !kind.is_zero_cost()) else {
+                continue;
+            };
+            let group = firsts.iter().position(|&f| {
+                medn_of(&bundle, ModuleKind::ALL[f]).is_some_and(|m| m.same_network(medn))
+            });
+            medn_group[k] = Some(group.unwrap_or_else(|| {
+                firsts.push(k);
+                firsts.len() - 1
+            }));
+        }
+        let mut order: Vec<usize> = Vec::with_capacity(ModuleKind::ALL.len());
+        for k in 0..ModuleKind::ALL.len() {
+            if order.contains(&k) {
+                continue;
+            }
+            order.push(k);
+            if let Some(g) = medn_group[k] {
+                order.extend((k + 1..ModuleKind::ALL.len()).filter(|&j| medn_group[j] == Some(g)));
+            }
+        }
         Predictor {
             bundle,
             checks,
             clamps,
             forward_only,
+            medn_group,
+            order,
         }
     }
 
@@ -353,7 +394,35 @@ impl Predictor {
             .collect();
         let (mut rows, mut phases, mut index, mut out) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for (k, list) in by_kind.iter().enumerate() {
+        // Rows of a MEDN group encoded and waiting for one pass of its network: the group,
+        // the model that runs it, the rows and their queries.
+        let mut waiting: Option<(usize, &FittedMedn)> = None;
+        let mut batch = Encoded::default();
+        let mut pending: Vec<usize> = Vec::new();
+        fn flush(
+            medn: &FittedMedn,
+            batch: &mut Encoded,
+            pending: &mut Vec<usize>,
+            out: &mut Vec<f64>,
+            ms: &mut [f64],
+        ) {
+            out.clear();
+            out.resize(pending.len(), 0.0);
+            medn.predict_encoded(batch, out);
+            for (&i, v) in pending.iter().zip(out.iter()) {
+                ms[i] = *v;
+            }
+            pending.clear();
+        }
+        for &k in &self.order {
+            let group = self.medn_group[k];
+            if let Some((g, medn)) = waiting
+                && Some(g) != group
+            {
+                flush(medn, &mut batch, &mut pending, &mut out, &mut ms);
+                waiting = None;
+            }
+            let list = &by_kind[k];
             if list.is_empty() {
                 continue;
             }
@@ -367,6 +436,7 @@ impl Predictor {
                 continue;
             };
             let multi = model.multi_task();
+            let medn = group.and_then(|g| Some((g, medn_of(&self.bundle, kind)?)));
             let checks = self.checks.get(&kind).map_or(&[][..], Vec::as_slice);
             // A chunk's rows and scratch stay in cache between building and predicting.
             for chunk in list.chunks(KIND_CHUNK) {
@@ -401,7 +471,22 @@ impl Predictor {
                     phases.push(context.phase);
                     index.push(i);
                 }
-                if !index.is_empty() {
+                if let Some((g, m)) = medn {
+                    let width = crate::regressor::check_tasks(
+                        m.schema(),
+                        rows.len(),
+                        phases.len(),
+                        index.len(),
+                    )?;
+                    for ((x, phase), &i) in rows.chunks_exact(width).zip(&phases).zip(&index) {
+                        m.encode_row(x, *phase, &mut batch)?;
+                        pending.push(i);
+                    }
+                    waiting = Some((g, m));
+                    if batch.len() >= KIND_CHUNK {
+                        flush(m, &mut batch, &mut pending, &mut out, &mut ms);
+                    }
+                } else if !index.is_empty() {
                     out.clear();
                     out.resize(index.len(), 0.0);
                     if multi {
@@ -414,6 +499,9 @@ impl Predictor {
                     }
                 }
             }
+        }
+        if let Some((_, medn)) = waiting {
+            flush(medn, &mut batch, &mut pending, &mut out, &mut ms);
         }
         let mut predictions = Vec::with_capacity(n);
         for (i, ((spec, _), (ms, k))) in queries.iter().zip(ms.iter().zip(&kind_of)).enumerate() {
