@@ -698,7 +698,7 @@ pub struct Dims {
 }
 
 impl Dims {
-    fn new<const N: usize>(axes: [usize; N]) -> Dims {
+    pub(crate) fn new<const N: usize>(axes: [usize; N]) -> Dims {
         let mut d = Dims::default();
         d.axes[..N].copy_from_slice(&axes);
         d.len = N;
@@ -1269,11 +1269,21 @@ impl ModuleSpec {
     }
 }
 
-fn fmt_pair(p: [usize; 2]) -> String {
-    if p[0] == p[1] {
-        p[0].to_string()
-    } else {
-        format!("{}x{}", p[0], p[1])
+/// A pair as [`ModuleSpec::describe`] writes it: `3` when both are equal, else `3x5`; written
+/// in place, not through a string of its own (networks describe every layer).
+fn fmt_pair(p: [usize; 2]) -> Pair {
+    Pair(p)
+}
+
+struct Pair([usize; 2]);
+
+impl std::fmt::Display for Pair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0[0] == self.0[1] {
+            write!(f, "{}", self.0[0])
+        } else {
+            write!(f, "{}x{}", self.0[0], self.0[1])
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use perfcast_core::canonical::{canonical, least_time_s};
@@ -48,13 +49,31 @@ pub struct ModulePrediction {
 /// One layer of a network prediction.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LayerPrediction {
-    /// Layer name.
-    pub name: String,
+    /// Layer name. Shared with the [`PreparedNetwork`] it came from, as is `module`: a
+    /// prediction copies no text (strings in JSON, as a `String` would be).
+    #[serde(with = "shared_str")]
+    pub name: Arc<str>,
     /// The module, in words.
-    pub module: String,
+    #[serde(with = "shared_str")]
+    pub module: Arc<str>,
     /// Its prediction.
     #[serde(flatten)]
     pub prediction: ModulePrediction,
+}
+
+/// `Arc<str>` fields as plain JSON strings (serde's own impls need its `rc` feature).
+mod shared_str {
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(text: &Arc<str>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(text)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<str>, D::Error> {
+        String::deserialize(d).map(Arc::from)
+    }
 }
 
 /// The model name of a zero-cost kind's prediction ([`ModuleKind::is_zero_cost`]: views).
@@ -868,21 +887,26 @@ impl Predictor {
     /// Checks a network's shapes once and finds its distinct modules, so repeated queries
     /// (other batch sizes, phases) skip both: a VGG-16 has 36 layers but 22 distinct modules.
     pub fn prepare(&self, network: &Network) -> Result<PreparedNetwork> {
-        network.check()?;
+        network.validate()?;
         let mut unique: Vec<ModuleSpec> = Vec::new();
         // Described once per distinct module: formatting is most of a preparation's cost.
-        let mut described: Vec<String> = Vec::new();
-        let mut layers = Vec::new();
-        for (name, spec) in network.modules() {
+        let mut described: Vec<Arc<str>> = Vec::new();
+        let mut layers = Vec::with_capacity(network.layers.len());
+        for layer in &network.layers {
+            let spec = &layer.spec;
             let index = match unique.iter().position(|u| u == spec) {
                 Some(i) => i,
                 None => {
                     unique.push(spec.clone());
-                    described.push(spec.describe());
+                    described.push(spec.describe().into());
                     unique.len() - 1
                 }
             };
-            layers.push((name.to_string(), described[index].clone(), index));
+            layers.push((
+                Arc::from(layer.name.as_str()),
+                described[index].clone(),
+                index,
+            ));
         }
         Ok(PreparedNetwork {
             name: network.name.clone(),
@@ -914,7 +938,7 @@ impl Predictor {
                             .layers
                             .iter()
                             .find(|l| &network.unique[l.2] == spec)
-                            .map_or("?", |l| l.0.as_str());
+                            .map_or("?", |l| &*l.0);
                         Error::Query(format!("network `{}`: layer `{layer}`: {e}", network.name))
                     })
                 })
@@ -937,12 +961,7 @@ impl Predictor {
             .host_costs
             .as_ref()
             .and_then(|c| c.phase(context.phase))
-            .map(|c| {
-                c.compose(&RunShape {
-                    layer_sum_ms,
-                    ..network.shape.clone()
-                })
-            });
+            .map(|c| c.compose_sum(&network.shape, layer_sum_ms));
         Ok(NetworkPrediction {
             network: network.name.clone(),
             context: context.clone(),
@@ -1057,8 +1076,9 @@ fn backward_parts(spec: &ModuleSpec, batch: usize) -> Vec<(ModuleSpec, usize)> {
 #[derive(Clone, Debug)]
 pub struct PreparedNetwork {
     name: String,
-    /// Per layer: name, description, index into `unique`.
-    layers: Vec<(String, String, usize)>,
+    /// Per layer: name, description (shared by the layers of one module and by every
+    /// prediction), index into `unique`.
+    layers: Vec<(Arc<str>, Arc<str>, usize)>,
     unique: Vec<ModuleSpec>,
     /// Layers and parameter tensors, for the host-cost composition.
     shape: RunShape,
