@@ -70,7 +70,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::spec::{ModuleSpec, Reads};
+use crate::spec::{Dims, ModuleSpec, Reads};
 
 /// The reserved layer name that refers to the network input in `input_from` and `second_from`.
 pub const NETWORK_INPUT: &str = "input";
@@ -167,12 +167,12 @@ impl Layer {
 }
 
 /// The shape of the second operand a two-operand spec expects; `None` for one-operand kinds.
-fn second_operand_shape(spec: &ModuleSpec) -> Option<Vec<usize>> {
+fn second_operand_shape(spec: &ModuleSpec) -> Option<Dims> {
     match spec {
         ModuleSpec::Add(e) | ModuleSpec::Mul(e) | ModuleSpec::Div(e) | ModuleSpec::Pow(e) => {
-            Some(e.shape.to_vec())
+            Some(Dims::new(e.shape))
         }
-        ModuleSpec::Matmul(m) => Some(vec![m.heads, m.k, m.n]),
+        ModuleSpec::Matmul(m) => Some(Dims::new([m.heads, m.k, m.n])),
         _ => None,
     }
 }
@@ -218,6 +218,26 @@ impl Network {
     ///
     /// Errors name the layer (index from 0 and name) with the expected and actual shapes.
     pub fn check(&self) -> Result<Vec<LayerShapes>> {
+        let mut shapes = Vec::with_capacity(self.layers.len());
+        self.walk(|input, second, output| {
+            shapes.push(LayerShapes {
+                input: input.to_vec(),
+                second: second.map(|s| s.to_vec()),
+                output: output.to_vec(),
+            });
+        })?;
+        Ok(shapes)
+    }
+
+    /// [`Network::check`] without the shapes: the same errors, and no vector per layer
+    /// (what a predictor checks a network with before every query).
+    pub fn validate(&self) -> Result<()> {
+        self.walk(|_, _, _| {})
+    }
+
+    /// Checks the layers in order (see [`Network::check`]), handing each one's input, second
+    /// operand and output shapes to `each`.
+    fn walk(&self, mut each: impl FnMut(Dims, Option<Dims>, Dims)) -> Result<()> {
         let network_error = |message: String| Error::InvalidNetwork {
             network: self.name.clone(),
             message,
@@ -232,7 +252,8 @@ impl Network {
             return Err(network_error("it has no layers".to_string()));
         }
         let mut index: HashMap<&str, usize> = HashMap::with_capacity(self.layers.len());
-        let mut shapes: Vec<LayerShapes> = Vec::with_capacity(self.layers.len());
+        // Every checked layer's output shape, for the layers that read it.
+        let mut outputs: Vec<Dims> = Vec::with_capacity(self.layers.len());
         for (i, layer) in self.layers.iter().enumerate() {
             let layer_error = |message: String| Error::InvalidLayer {
                 network: self.name.clone(),
@@ -255,7 +276,7 @@ impl Network {
             }
             let output = layer
                 .spec
-                .output_shape()
+                .output_dims()
                 .map_err(|e| layer_error(e.to_string()))?;
 
             let resolve = |field: &str, name: &str| -> Result<Source> {
@@ -277,7 +298,7 @@ impl Network {
             let shape_of = |source: Source| -> &[usize] {
                 match source {
                     Source::Input => &self.input,
-                    Source::Layer(j) => &shapes[j].output,
+                    Source::Layer(j) => &outputs[j],
                 }
             };
             let describe = |source: Source| -> String {
@@ -311,11 +332,12 @@ impl Network {
 
             if layer.detached {
                 index.insert(&layer.name, i);
-                shapes.push(LayerShapes {
-                    input: layer.spec.input_shape(),
-                    second: second_operand_shape(&layer.spec),
+                each(
+                    layer.spec.input_dims(),
+                    second_operand_shape(&layer.spec),
                     output,
-                });
+                );
+                outputs.push(output);
                 continue;
             }
             let source = match &layer.input_from {
@@ -323,7 +345,7 @@ impl Network {
                 None if i == 0 => Source::Input,
                 None => Source::Layer(i - 1),
             };
-            let expected = layer.spec.input_shape();
+            let expected = layer.spec.input_dims();
             let got = shape_of(source);
             if !fits(&expected, got, layer.reshape, layer.spec.kind().reads()) {
                 return Err(mismatch("input", &expected, got, source));
@@ -354,13 +376,10 @@ impl Network {
             };
 
             index.insert(&layer.name, i);
-            shapes.push(LayerShapes {
-                input: expected,
-                second,
-                output,
-            });
+            each(expected, second, output);
+            outputs.push(output);
         }
-        Ok(shapes)
+        Ok(())
     }
 
     /// The per-sample output shape of the last layer, after checking the whole network.

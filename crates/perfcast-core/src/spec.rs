@@ -698,7 +698,7 @@ pub struct Dims {
 }
 
 impl Dims {
-    fn new<const N: usize>(axes: [usize; N]) -> Dims {
+    pub(crate) fn new<const N: usize>(axes: [usize; N]) -> Dims {
         let mut d = Dims::default();
         d.axes[..N].copy_from_slice(&axes);
         d.len = N;
@@ -1202,78 +1202,122 @@ impl ModuleSpec {
     }
 
     /// A short human-readable description, e.g. `conv2d 3->64 k7 s2 p3 @224x224`.
+    ///
+    /// Written piece by piece into one string: networks describe every distinct layer on
+    /// each preparation, where `format!`'s machinery was most of the cost.
     pub fn describe(&self) -> String {
+        let mut t = Text(String::with_capacity(40));
         match self {
             ModuleSpec::Conv2d(c) => {
-                let g = if c.groups > 1 {
-                    format!(" g{}", c.groups)
-                } else {
-                    String::new()
-                };
-                format!(
-                    "conv2d {}->{} k{} s{} p{}{} @{}x{}",
-                    c.in_channels,
-                    c.out_channels,
-                    fmt_pair(c.kernel),
-                    fmt_pair(c.stride),
-                    fmt_pair(c.padding),
-                    g,
-                    c.input_hw[0],
-                    c.input_hw[1]
-                )
+                t.s("conv2d ").n(c.in_channels).s("->").n(c.out_channels);
+                t.s(" k")
+                    .pair(c.kernel)
+                    .s(" s")
+                    .pair(c.stride)
+                    .s(" p")
+                    .pair(c.padding);
+                if c.groups > 1 {
+                    t.s(" g").n(c.groups);
+                }
+                t.s(" @").n(c.input_hw[0]).s("x").n(c.input_hw[1]);
             }
-            ModuleSpec::Linear(l) => format!(
-                "linear {}->{} x{} tokens",
-                l.in_features, l.out_features, l.tokens
-            ),
+            ModuleSpec::Linear(l) => {
+                t.s("linear ").n(l.in_features).s("->").n(l.out_features);
+                t.s(" x").n(l.tokens).s(" tokens");
+            }
             ModuleSpec::Matmul(m) => {
-                let t = |on: bool| if on { "^T" } else { "" };
-                format!(
-                    "matmul {}x[{}x{}]{}@[{}x{}]{}",
-                    m.heads,
-                    m.m,
-                    m.k,
-                    t(m.trans_a),
-                    m.k,
-                    m.n,
-                    t(m.trans_b)
-                )
+                let tr = |on: bool| if on { "^T" } else { "" };
+                t.s("matmul ")
+                    .n(m.heads)
+                    .s("x[")
+                    .n(m.m)
+                    .s("x")
+                    .n(m.k)
+                    .s("]");
+                t.s(tr(m.trans_a))
+                    .s("@[")
+                    .n(m.k)
+                    .s("x")
+                    .n(m.n)
+                    .s("]")
+                    .s(tr(m.trans_b));
             }
-            ModuleSpec::MaxPool2d(p) | ModuleSpec::AvgPool2d(p) => format!(
-                "{} k{} s{} p{} {}@{}x{}",
-                self.kind(),
-                fmt_pair(p.kernel),
-                fmt_pair(p.effective_stride()),
-                fmt_pair(p.padding),
-                p.channels,
-                p.input_hw[0],
-                p.input_hw[1]
-            ),
-            ModuleSpec::BatchNorm2d(b) => format!(
-                "batchnorm2d {}@{}x{}",
-                b.channels, b.input_hw[0], b.input_hw[1]
-            ),
-            ModuleSpec::LayerNorm(l) => format!("layernorm {}x{}", l.tokens, l.features),
-            ModuleSpec::RmsNorm(l) => format!("rmsnorm {}x{}", l.tokens, l.features),
+            ModuleSpec::MaxPool2d(p) | ModuleSpec::AvgPool2d(p) => {
+                t.s(self.kind().name()).s(" k").pair(p.kernel);
+                t.s(" s").pair(p.effective_stride()).s(" p").pair(p.padding);
+                t.s(" ")
+                    .n(p.channels)
+                    .s("@")
+                    .n(p.input_hw[0])
+                    .s("x")
+                    .n(p.input_hw[1]);
+            }
+            ModuleSpec::BatchNorm2d(b) => {
+                t.s("batchnorm2d ").n(b.channels).s("@").n(b.input_hw[0]);
+                t.s("x").n(b.input_hw[1]);
+            }
+            ModuleSpec::LayerNorm(l) => {
+                t.s("layernorm ").n(l.tokens).s("x").n(l.features);
+            }
+            ModuleSpec::RmsNorm(l) => {
+                t.s("rmsnorm ").n(l.tokens).s("x").n(l.features);
+            }
             ModuleSpec::Embedding(e) => {
-                format!("embedding {}x[{}x{}]", e.tokens, e.vocab, e.features)
+                t.s("embedding ")
+                    .n(e.tokens)
+                    .s("x[")
+                    .n(e.vocab)
+                    .s("x")
+                    .n(e.features);
+                t.s("]");
             }
-            elementwise_spec!(e) => format!(
-                "{} {}x{}x{}",
-                self.kind(),
-                e.shape[0],
-                e.shape[1],
-                e.shape[2]
-            ),
+            elementwise_spec!(e) => {
+                t.s(self.kind().name())
+                    .s(" ")
+                    .n(e.shape[0])
+                    .s("x")
+                    .n(e.shape[1]);
+                t.s("x").n(e.shape[2]);
+            }
         }
+        t.0
     }
 }
 
-fn fmt_pair(p: [usize; 2]) -> String {
-    if p[0] == p[1] {
-        p[0].to_string()
-    } else {
-        format!("{}x{}", p[0], p[1])
+/// [`ModuleSpec::describe`]'s string, appended to.
+struct Text(String);
+
+impl Text {
+    fn s(&mut self, text: &str) -> &mut Text {
+        self.0.push_str(text);
+        self
+    }
+
+    /// A number in decimal.
+    fn n(&mut self, mut v: usize) -> &mut Text {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        for &d in &digits[i..] {
+            self.0.push(char::from(d));
+        }
+        self
+    }
+
+    /// A pair: `3` when both are equal, else `3x5`.
+    fn pair(&mut self, p: [usize; 2]) -> &mut Text {
+        self.n(p[0]);
+        if p[0] != p[1] {
+            self.s("x").n(p[1]);
+        }
+        self
     }
 }
 
@@ -1434,6 +1478,58 @@ mod tests {
             let back = ModuleSpec::from_config(spec.kind(), &config).unwrap();
             assert_eq!(back.config(), config);
             assert_eq!(back.output_shape().unwrap(), spec.output_shape().unwrap());
+        }
+    }
+
+    #[test]
+    fn descriptions_read_as_before_they_were_written_piecewise() {
+        for (json, text) in [
+            (
+                r#"{"kind":"conv2d","in_channels":64,"out_channels":128,"input_hw":[56,28],"kernel":[3,1],"stride":2,"padding":[1,0],"groups":32}"#,
+                "conv2d 64->128 k3x1 s2 p1x0 g32 @56x28",
+            ),
+            (
+                r#"{"kind":"conv2d","in_channels":3,"out_channels":64,"input_hw":224,"kernel":7,"stride":2,"padding":3}"#,
+                "conv2d 3->64 k7 s2 p3 @224x224",
+            ),
+            (
+                r#"{"kind":"maxpool2d","channels":64,"input_hw":112,"kernel":3,"stride":2,"padding":1}"#,
+                "maxpool2d k3 s2 p1 64@112x112",
+            ),
+            (
+                r#"{"kind":"avgpool2d","channels":8,"input_hw":[9,7],"kernel":[2,3]}"#,
+                "avgpool2d k2x3 s2x3 p0 8@9x7",
+            ),
+            (
+                r#"{"kind":"linear","tokens":128,"in_features":768,"out_features":3072}"#,
+                "linear 768->3072 x128 tokens",
+            ),
+            (
+                r#"{"kind":"matmul","heads":12,"m":128,"k":64,"n":128,"trans_b":true}"#,
+                "matmul 12x[128x64]@[64x128]^T",
+            ),
+            (
+                r#"{"kind":"batchnorm2d","channels":256,"input_hw":14}"#,
+                "batchnorm2d 256@14x14",
+            ),
+            (
+                r#"{"kind":"layernorm","tokens":128,"features":768}"#,
+                "layernorm 128x768",
+            ),
+            (
+                r#"{"kind":"rmsnorm","tokens":1,"features":4096}"#,
+                "rmsnorm 1x4096",
+            ),
+            (
+                r#"{"kind":"embedding","tokens":512,"vocab":50257,"features":768}"#,
+                "embedding 512x[50257x768]",
+            ),
+            (
+                r#"{"kind":"relu","shape":[1,10,1000000]}"#,
+                "relu 1x10x1000000",
+            ),
+        ] {
+            assert_eq!(ModuleSpec::from_json(json).unwrap().describe(), text);
         }
     }
 

@@ -112,26 +112,32 @@ impl RunShape {
 
 /// The trainable parameter tensors of a module, by element count (as burn's layers hold them).
 pub fn param_tensors(spec: &perfcast_core::ModuleSpec) -> Vec<usize> {
+    let mut t = Vec::new();
+    push_param_tensors(spec, &mut t);
+    t
+}
+
+/// [`param_tensors`] appended to `out`.
+fn push_param_tensors(spec: &perfcast_core::ModuleSpec, out: &mut Vec<usize>) {
     use perfcast_core::ModuleSpec as M;
     match spec {
         M::Conv2d(c) => {
-            let w = c.out_channels * (c.in_channels / c.groups.max(1)) * c.kernel[0] * c.kernel[1];
-            let mut t = vec![w];
+            out.push(
+                c.out_channels * (c.in_channels / c.groups.max(1)) * c.kernel[0] * c.kernel[1],
+            );
             if c.bias {
-                t.push(c.out_channels);
+                out.push(c.out_channels);
             }
-            t
         }
         M::Linear(l) => {
-            let mut t = vec![l.in_features * l.out_features];
+            out.push(l.in_features * l.out_features);
             if l.bias {
-                t.push(l.out_features);
+                out.push(l.out_features);
             }
-            t
         }
-        M::BatchNorm2d(b) => vec![b.channels, b.channels],
-        M::LayerNorm(l) => vec![l.features, l.features],
-        _ => Vec::new(),
+        M::BatchNorm2d(b) => out.extend([b.channels, b.channels]),
+        M::LayerNorm(l) => out.extend([l.features, l.features]),
+        _ => {}
     }
 }
 
@@ -159,20 +165,26 @@ const FLOOR_SHARE: f64 = 0.5;
 impl PhaseCosts {
     /// Composes a run from its layers' sum and shape.
     pub fn compose(&self, run: &RunShape) -> Composed {
-        let scale_ms = (self.layer_scale - 1.0) * run.layer_sum_ms;
+        self.compose_sum(run, run.layer_sum_ms)
+    }
+
+    /// [`PhaseCosts::compose`] of `run` with its layers summing to `layer_sum_ms` instead
+    /// (a prepared network's shape, reused without a copy).
+    pub(crate) fn compose_sum(&self, run: &RunShape, layer_sum_ms: f64) -> Composed {
+        let scale_ms = (self.layer_scale - 1.0) * layer_sum_ms;
         let dispatch_ms = self.per_layer_ms * run.layers as f64;
         let large = run.large_params(self.large_tensor_bytes.unwrap_or(f64::INFINITY));
         let update_ms = (self.update_ms_per_mparam * (run.params - large) as f64
             + self.update_large_ms_per_mparam * large as f64)
             / 1e6;
-        let total = run.layer_sum_ms + self.per_run_ms + scale_ms + dispatch_ms + update_ms;
+        let total = layer_sum_ms + self.per_run_ms + scale_ms + dispatch_ms + update_ms;
         Composed {
-            layer_sum_ms: run.layer_sum_ms,
+            layer_sum_ms,
             per_run_ms: self.per_run_ms,
             scale_ms,
             dispatch_ms,
             update_ms,
-            total_ms: total.max(FLOOR_SHARE * run.layer_sum_ms),
+            total_ms: total.max(FLOOR_SHARE * layer_sum_ms),
         }
     }
 }
@@ -180,11 +192,10 @@ impl PhaseCosts {
 impl RunShape {
     /// The shape of a run of `network` whose layers' predictions sum to `layer_sum_ms`.
     pub fn of(network: &Network, layer_sum_ms: f64) -> RunShape {
-        let tensors: Vec<usize> = network
-            .layers
-            .iter()
-            .flat_map(|l| param_tensors(&l.spec))
-            .collect();
+        let mut tensors = Vec::new();
+        for l in &network.layers {
+            push_param_tensors(&l.spec, &mut tensors);
+        }
         RunShape {
             layer_sum_ms,
             layers: network.layers.len(),

@@ -15,7 +15,10 @@ use crate::features::{FeatureSchema, row_in_phase};
 use crate::matrix::Matrix;
 
 /// A fitted latency model.
-pub trait Regressor: Send + Sync + std::fmt::Debug {
+///
+/// `Any` lets the predictor recognise a family it batches specially (a MEDN shared by several
+/// kinds runs once for all of their rows) behind `&dyn Regressor`.
+pub trait Regressor: std::any::Any + Send + Sync + std::fmt::Debug {
     /// Model family name: `ridge`, `knn`, `trees`, `roofline`, ...
     fn name(&self) -> &'static str;
 

@@ -256,8 +256,10 @@ impl Masks {
     }
 }
 
-/// Vectors of rows [`MaskBatch`] evaluates together: each split's threshold and mask are
-/// broadcast once for all of them, and their tests are independent.
+/// Most vectors of rows [`MaskBatch`] evaluates together: each split's threshold and mask are
+/// broadcast once for all of them, and their tests are independent. A block of fewer rows
+/// takes as few vectors as hold them (every vector tests every split, so a network's five
+/// pooling layers would pay for sixteen rows).
 const MASK_VECTORS: usize = 4;
 
 /// Adds every tree's leaf to `out[r]` for rows `rows[r * width..]`, in tree order, run by
@@ -281,39 +283,64 @@ impl pulp::WithSimd for MaskBatch<'_> {
             width,
             out,
         } = self;
-        let block = MASK_VECTORS * S::F64_LANES;
-        // The block's rows transposed, one vector of rows per column the splits read.
-        let mut x = vec![[simd.splat_f64s(0.0); MASK_VECTORS]; masks.columns.len()];
-        let all = simd.splat_u64s(u64::MAX);
-        for (rows, out) in rows.chunks(width * block).zip(out.chunks_mut(block)) {
-            let n = out.len();
-            for (xc, &col) in x.iter_mut().zip(&masks.columns) {
-                let lanes: &mut [f64] = pulp::bytemuck::cast_slice_mut(xc.as_mut_slice());
-                for (r, l) in lanes.iter_mut().enumerate() {
-                    // Spare lanes repeat the first row; their results are dropped.
-                    let src = if r < n { r } else { 0 };
-                    *l = rows[src * width + col];
+        let lanes = S::F64_LANES;
+        let full = MASK_VECTORS * lanes;
+        let whole = out.len() / full * full;
+        let (rows, rest_rows) = rows.split_at(whole * width);
+        let (out, rest) = out.split_at_mut(whole);
+        if !out.is_empty() {
+            mask_blocks::<S, MASK_VECTORS>(simd, masks, rows, width, out);
+        }
+        match rest.len().div_ceil(lanes) {
+            0 => {}
+            1 => mask_blocks::<S, 1>(simd, masks, rest_rows, width, rest),
+            2 => mask_blocks::<S, 2>(simd, masks, rest_rows, width, rest),
+            _ => mask_blocks::<S, MASK_VECTORS>(simd, masks, rest_rows, width, rest),
+        }
+    }
+}
+
+/// [`MaskBatch`] over blocks of `V` vectors of rows.
+#[inline(always)]
+fn mask_blocks<S: pulp::Simd, const V: usize>(
+    simd: S,
+    masks: &Masks,
+    rows: &[f64],
+    width: usize,
+    out: &mut [f64],
+) {
+    let block = V * S::F64_LANES;
+    // The block's rows transposed, one vector of rows per column the splits read.
+    let mut x = vec![[simd.splat_f64s(0.0); V]; masks.columns.len()];
+    let all = simd.splat_u64s(u64::MAX);
+    for (rows, out) in rows.chunks(width * block).zip(out.chunks_mut(block)) {
+        let n = out.len();
+        for (xc, &col) in x.iter_mut().zip(&masks.columns) {
+            let lanes: &mut [f64] = pulp::bytemuck::cast_slice_mut(xc.as_mut_slice());
+            for (r, l) in lanes.iter_mut().enumerate() {
+                // Spare lanes repeat the first row; their results are dropped.
+                let src = if r < n { r } else { 0 };
+                *l = rows[src * width + col];
+            }
+        }
+        let (mut split, mut leaf) = (0, 0);
+        for &(split_end, leaf_end) in &masks.ends {
+            let (split_end, leaf_end) = (split_end as usize, leaf_end as usize);
+            let mut alive = [all; V];
+            for s in &masks.splits[split..split_end] {
+                let (t, keep) = (simd.splat_f64s(s.threshold), simd.splat_u64s(s.keep));
+                for (a, xv) in alive.iter_mut().zip(&x[s.column as usize]) {
+                    // `x <= t` is false for NaN, which goes right as in `tree_value`.
+                    let left = simd.less_than_or_equal_f64s(*xv, t);
+                    *a = simd.select_u64s(left, *a, simd.and_u64s(*a, keep));
                 }
             }
-            let (mut split, mut leaf) = (0, 0);
-            for &(split_end, leaf_end) in &masks.ends {
-                let (split_end, leaf_end) = (split_end as usize, leaf_end as usize);
-                let mut alive = [all; MASK_VECTORS];
-                for s in &masks.splits[split..split_end] {
-                    let (t, keep) = (simd.splat_f64s(s.threshold), simd.splat_u64s(s.keep));
-                    for (a, xv) in alive.iter_mut().zip(&x[s.column as usize]) {
-                        // `x <= t` is false for NaN, which goes right as in `tree_value`.
-                        let left = simd.less_than_or_equal_f64s(*xv, t);
-                        *a = simd.select_u64s(left, *a, simd.and_u64s(*a, keep));
-                    }
-                }
-                let leaves = &masks.leaves[leaf..leaf_end];
-                let alive: &[u64] = pulp::bytemuck::cast_slice(alive.as_slice());
-                for (o, a) in out.iter_mut().zip(alive) {
-                    *o += leaves[a.trailing_zeros() as usize];
-                }
-                (split, leaf) = (split_end, leaf_end);
+            let leaves = &masks.leaves[leaf..leaf_end];
+            let alive: &[u64] = pulp::bytemuck::cast_slice(alive.as_slice());
+            for (o, a) in out.iter_mut().zip(alive) {
+                *o += leaves[a.trailing_zeros() as usize];
             }
+            (split, leaf) = (split_end, leaf_end);
         }
     }
 }
@@ -823,10 +850,14 @@ mod tests {
                 Box::new(fitted) as Box<dyn Regressor>,
                 loaded.into_regressor(),
             ] {
-                let mut out = vec![0.0; rows.len() / width];
-                m.predict_rows(&rows, &mut out).unwrap();
-                for (x, o) in rows.chunks_exact(width).zip(&out) {
-                    assert_eq!(o.to_bits(), m.predict_row(x).unwrap().to_bits(), "{x:?}");
+                // Whole blocks and a rest of one vector (18 rows), a rest of two (7), of one (3).
+                for n in [18, 7, 3] {
+                    let rows = &rows[..n * width];
+                    let mut out = vec![0.0; n];
+                    m.predict_rows(rows, &mut out).unwrap();
+                    for (x, o) in rows.chunks_exact(width).zip(&out) {
+                        assert_eq!(o.to_bits(), m.predict_row(x).unwrap().to_bits(), "{x:?}");
+                    }
                 }
             }
         }

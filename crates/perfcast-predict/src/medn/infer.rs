@@ -12,7 +12,8 @@
 //! ([`pulp::Arch`] picks AVX2 at run time, in safe code): activations are held transposed,
 //! one vector of rows per feature, so a dense layer is a broadcast weight times vectors of
 //! rows and a layer norm's sums are vector adds, each row still summing its features in
-//! order. Elsewhere the register-blocked row kernels serve, [`BLOCK_ROWS`] rows at a time.
+//! order. Elsewhere, and for a row or two left over, the register-blocked row kernels serve,
+//! [`BLOCK_ROWS`] rows at a time, compiled inside the same dispatch (single rows too).
 
 use pulp::Simd;
 use serde::{Deserialize, Serialize};
@@ -59,7 +60,7 @@ impl Dense {
     /// through memory, and `R * OB / 4` independent add chains hide the add latency. Every
     /// output still starts at its bias and adds its terms in input order, so the result is
     /// bit-identical to the plain loop (`out = b; out += x_i * W_i` for each input `i`).
-    #[inline]
+    #[inline(always)]
     fn apply_block<const R: usize, const W: usize, const OB: usize>(
         &self,
         x: [&[f32]; R],
@@ -132,7 +133,7 @@ impl Norm {
     /// Normalises `R` rows at once. The rows' sums are independent chains, interleaved so
     /// the adds overlap; each row still sums in order from `-0.0`, as `Iterator::sum` does,
     /// so results are bit-identical to one row at a time.
-    #[inline]
+    #[inline(always)]
     fn apply_block<const R: usize, const W: usize>(
         &self,
         x: &[[f32; W]; R],
@@ -262,11 +263,9 @@ impl FastNet {
     /// Output of head `task` for one standardised row; no allocation.
     pub fn forward_one(&self, x: &[f32], task: usize) -> f32 {
         let mut out = [0.0f32; 1];
-        match self.widest() {
-            0..=64 => self.forward_block::<1, 64, 32>([x], [task], &mut out),
-            65..=128 => self.forward_block::<1, 128, 32>([x], [task], &mut out),
-            _ => self.forward_block::<1, MAX_WIDTH, 32>([x], [task], &mut out),
-        }
+        // The row kernels through the dispatch, compiled for the CPU's vectors (a lone row
+        // takes them there).
+        self.forward_batch(x, x.len(), &[task], &mut out);
         out[0]
     }
 
@@ -285,6 +284,7 @@ impl FastNet {
     }
 
     /// [`FastNet::forward_batch`] with the row kernels, whatever the CPU.
+    #[inline(always)]
     fn forward_rows_any(&self, xs: &[f32], width: usize, heads: &[usize], out: &mut [f32]) {
         match self.widest() {
             0..=64 => self.forward_rows::<64>(xs, width, heads, out),
@@ -308,6 +308,7 @@ impl FastNet {
             .max(heads.unwrap_or(0))
     }
 
+    #[inline(always)]
     fn forward_rows<const W: usize>(
         &self,
         xs: &[f32],
@@ -337,6 +338,7 @@ impl FastNet {
 
     /// The forward pass of `R` rows, row `r` through head `tasks[r]`, with `W`-wide buffers
     /// and `OB`-output register blocks in the trunk; no allocation.
+    #[inline(always)]
     fn forward_block<const R: usize, const W: usize, const OB: usize>(
         &self,
         x: [&[f32]; R],
@@ -456,20 +458,30 @@ impl pulp::WithSimd for Batch<'_> {
             return;
         }
         let n = heads.len().min(out.len());
-        let mut lanes = Lanes::<S, LANE_VECTORS>::new(simd, net);
         let mut i = 0;
-        // Full blocks, then one of a single vector where that covers the rest.
-        while n - i > S::F32_LANES {
-            let end = n.min(i + LANE_VECTORS * S::F32_LANES);
-            lanes.run(&xs[i * width..], width, &heads[i..end], &mut out[i..end]);
-            i = end;
+        // Full blocks, then one of a single vector where that covers the rest, or the row
+        // kernels for a row or two.
+        if n > S::F32_LANES {
+            let mut lanes = Lanes::<S, LANE_VECTORS>::new(simd, net);
+            while n - i > S::F32_LANES {
+                let end = n.min(i + LANE_VECTORS * S::F32_LANES);
+                lanes.run(&xs[i * width..], width, &heads[i..end], &mut out[i..end]);
+                i = end;
+            }
         }
-        if i < n {
+        if i < n && n - i <= ROW_KERNEL_ROWS {
+            net.forward_rows_any(&xs[i * width..], width, &heads[i..n], &mut out[i..n]);
+        } else if i < n {
             let xs = &xs[i * width..];
             Lanes::<S, 1>::new(simd, net).run(xs, width, &heads[i..n], &mut out[i..n]);
         }
     }
 }
+
+/// Rows left after the SIMD blocks that take the row kernels instead of a vector of mostly
+/// spare lanes: on AVX2 one or two rows pass in 1.5-2.9 us that way, a vector of 8 lanes
+/// takes 4.1 us whatever it holds.
+const ROW_KERNEL_ROWS: usize = 2;
 
 /// Scratch for passing `V` vectors of rows through a network: each buffer holds one `[S::f32s;
 /// V]` per feature (rows transposed), as wide as the widest layer.
@@ -569,10 +581,27 @@ fn dense_t<S: Simd, const V: usize>(
     x: &[[S::f32s; V]],
     out: &mut [[S::f32s; V]],
 ) {
+    // About 8 independent accumulator chains whatever `V`, so the adds' latency is hidden
+    // and the 16 registers hold the accumulators, the rows' inputs and a weight.
+    if V == 1 {
+        dense_t_by::<S, V, 8>(simd, d, x, out);
+    } else {
+        dense_t_by::<S, V, LANE_OUTPUTS>(simd, d, x, out);
+    }
+}
+
+/// [`dense_t`] with `OB` outputs per register block.
+#[inline(always)]
+fn dense_t_by<S: Simd, const V: usize, const OB: usize>(
+    simd: S,
+    d: &Dense,
+    x: &[[S::f32s; V]],
+    out: &mut [[S::f32s; V]],
+) {
     let mut j = 0;
-    while j + LANE_OUTPUTS <= d.d_out {
-        out[j..j + LANE_OUTPUTS].copy_from_slice(&dense_block::<S, V, LANE_OUTPUTS>(simd, d, x, j));
-        j += LANE_OUTPUTS;
+    while j + OB <= d.d_out {
+        out[j..j + OB].copy_from_slice(&dense_block::<S, V, OB>(simd, d, x, j));
+        j += OB;
     }
     while j < d.d_out {
         out[j..j + 1].copy_from_slice(&dense_block::<S, V, 1>(simd, d, x, j));

@@ -330,6 +330,154 @@ impl FittedMedn {
     }
 }
 
+/// Rows encoded for one MEDN's networks, waiting for [`FittedMedn::predict_encoded`], with the
+/// scratch of their pass (kept between batches, so a caller that reuses it allocates once).
+/// Kinds whose MEDNs are one shared network ([`FittedMedn::same_network`]) fill one batch,
+/// each row encoded by its own kind's model: the network then runs once for all of them, in
+/// fewer and fuller SIMD blocks.
+#[derive(Debug, Default)]
+pub struct Encoded {
+    /// Encoded rows, `width` each.
+    z: Vec<f32>,
+    width: usize,
+    /// Per row: task, network, head.
+    routes: Vec<(usize, usize, usize)>,
+    /// The standardised zero row of a shared input (the columns other kinds own), found once
+    /// per batch.
+    zero: Vec<f32>,
+    sums: Vec<f32>,
+    outs: Vec<f32>,
+    rows_of: Vec<usize>,
+    heads: Vec<usize>,
+    gathered: Vec<f32>,
+}
+
+impl Encoded {
+    /// Rows waiting.
+    pub fn len(&self) -> usize {
+        self.routes.len()
+    }
+
+    /// Whether no row waits.
+    pub fn is_empty(&self) -> bool {
+        self.routes.is_empty()
+    }
+
+    /// Drops the rows (not the scratch's memory), ready for another network's.
+    pub fn clear(&mut self) {
+        self.z.clear();
+        self.routes.clear();
+        self.zero.clear();
+    }
+}
+
+impl FittedMedn {
+    /// Whether `other` answers with the same networks from the same encoding: the shared
+    /// MEDN a bundle stores once per kind. Rows of both then run through one batch
+    /// ([`Encoded`]), each encoded by its own model.
+    pub fn same_network(&self, other: &FittedMedn) -> bool {
+        self.input_width() == other.input_width()
+            && self.members == other.members
+            && self.route == other.route
+            && self.targets == other.targets
+            && self.scaler == other.scaler
+            && self.configs == other.configs
+            && self.nets == other.nets
+    }
+
+    /// Encodes one training-phase row (schema order) asked for in `phase` into `batch`.
+    /// Errors when the model has no head for the phase.
+    pub fn encode_row(&self, x: &[f64], phase: Phase, batch: &mut Encoded) -> Result<()> {
+        let task = usize::from(phase == Phase::Training);
+        let (net, head) = self.route[task].ok_or_else(|| {
+            Error::InvalidData(format!(
+                "this {} was trained without {} rows",
+                self.family, TASKS[task]
+            ))
+        })?;
+        let width = self.input_width();
+        if batch.is_empty() {
+            batch.width = width;
+        } else if batch.width != width {
+            return Err(Error::InvalidData(format!(
+                "a MEDN input of width {width} in a batch of width {}",
+                batch.width
+            )));
+        }
+        let start = batch.z.len();
+        if self.shared.is_some() {
+            // The columns other kinds own standardise the same in every row: once per batch.
+            if batch.zero.is_empty() {
+                batch.zero.resize(width, 0.0);
+                self.zero_input(&mut batch.zero);
+            }
+            batch.z.extend_from_slice(&batch.zero);
+        } else {
+            batch.z.resize(start + width, 0.0);
+        }
+        self.encode_columns(x, &mut batch.z[start..]);
+        batch.routes.push((task, net, head));
+        Ok(())
+    }
+
+    /// Predicted latencies (ms) of the rows of `batch`, in order, into `out` (one per row);
+    /// bit-identical to [`Regressor::predict_row`] of each. Rows of several kinds may be
+    /// mixed when their models are [`FittedMedn::same_network`]. Leaves `batch` cleared.
+    pub fn predict_encoded(&self, batch: &mut Encoded, out: &mut [f64]) {
+        let n = batch.len().min(out.len());
+        let per_member = self.nets.len() / self.members;
+        let width = batch.width;
+        // `Iterator::sum` starts from -0.0; so do these, for identical results.
+        batch.sums.clear();
+        batch.sums.resize(n, -0.0);
+        batch.outs.clear();
+        batch.outs.resize(n, 0.0);
+        for net in 0..per_member {
+            batch.rows_of.clear();
+            batch
+                .rows_of
+                .extend((0..n).filter(|&i| batch.routes[i].1 == net));
+            if batch.rows_of.is_empty() {
+                continue;
+            }
+            batch.heads.clear();
+            batch
+                .heads
+                .extend(batch.rows_of.iter().map(|&i| batch.routes[i].2));
+            let input: &[f32] = if batch.rows_of.len() == n {
+                &batch.z[..n * width]
+            } else {
+                batch.gathered.clear();
+                for &i in &batch.rows_of {
+                    batch
+                        .gathered
+                        .extend_from_slice(&batch.z[i * width..(i + 1) * width]);
+                }
+                &batch.gathered
+            };
+            let rows = batch.rows_of.len();
+            for m in 0..self.members {
+                let fast = &self.nets[m * per_member + net];
+                if rows == 1 {
+                    // A lone row takes the single-row kernels, not a block of spare lanes.
+                    batch.outs[0] = fast.forward_one(&input[..width], batch.heads[0]);
+                } else {
+                    fast.forward_batch(input, width, &batch.heads, &mut batch.outs[..rows]);
+                }
+                for (&i, v) in batch.rows_of.iter().zip(&batch.outs) {
+                    batch.sums[i] += v;
+                }
+            }
+        }
+        for ((o, s), (task, _, _)) in out.iter_mut().zip(&batch.sums).zip(&batch.routes) {
+            *o = self
+                .targets
+                .to_ms(*task, f64::from(s / self.members as f32));
+        }
+        batch.clear();
+    }
+}
+
 impl Regressor for FittedMedn {
     fn name(&self) -> &'static str {
         match (self.family.as_str(), self.shared.is_some()) {
@@ -417,58 +565,11 @@ impl Regressor for FittedMedn {
                 .to_ms(task, f64::from(sum / self.members as f32));
             return Ok(());
         }
-        let routes: Vec<(usize, usize, usize)> =
-            phases.iter().map(|p| task_of(*p)).collect::<Result<_>>()?;
-        let mut z = vec![0.0f32; phases.len() * width];
-        let mut buf = [0.0f32; MAX_WIDTH];
-        if self.shared.is_some() {
-            // The columns other kinds own standardise the same in every row: once per batch.
-            self.zero_input(&mut buf[..width]);
-            for (x, zr) in rows.chunks_exact(cols).zip(z.chunks_exact_mut(width)) {
-                zr.copy_from_slice(&buf[..width]);
-                self.encode_columns(x, zr);
-            }
-        } else {
-            for (x, zr) in rows.chunks_exact(cols).zip(z.chunks_exact_mut(width)) {
-                self.encode_columns(x, zr);
-            }
+        let mut batch = Encoded::default();
+        for (x, phase) in rows.chunks_exact(cols).zip(phases) {
+            self.encode_row(x, *phase, &mut batch)?;
         }
-        // `Iterator::sum` starts from -0.0; so do these, for identical results.
-        let mut sums = vec![-0.0f32; phases.len()];
-        let mut outs = vec![0.0f32; phases.len()];
-        for net in 0..per_member {
-            let rows_of: Vec<usize> = (0..routes.len()).filter(|&i| routes[i].1 == net).collect();
-            if rows_of.is_empty() {
-                continue;
-            }
-            let heads: Vec<usize> = rows_of.iter().map(|&i| routes[i].2).collect();
-            let gathered;
-            let input: &[f32] = if rows_of.len() == routes.len() {
-                &z
-            } else {
-                gathered = rows_of
-                    .iter()
-                    .flat_map(|&i| z[i * width..(i + 1) * width].iter().copied())
-                    .collect::<Vec<f32>>();
-                &gathered
-            };
-            for m in 0..self.members {
-                self.nets[m * per_member + net].forward_batch(
-                    input,
-                    width,
-                    &heads,
-                    &mut outs[..rows_of.len()],
-                );
-                for (&i, v) in rows_of.iter().zip(&outs) {
-                    sums[i] += v;
-                }
-            }
-        }
-        for ((o, s), (task, _, _)) in out.iter_mut().zip(&sums).zip(&routes) {
-            *o = self
-                .targets
-                .to_ms(*task, f64::from(s / self.members as f32));
-        }
+        self.predict_encoded(&mut batch, out);
         Ok(())
     }
 
