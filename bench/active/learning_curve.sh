@@ -9,7 +9,8 @@
 # 8x as many draws, the most disputed measured). The steps alternate between the strategies
 # so a slow phase of the machine falls on both. After each step a bundle is trained as the
 # quickstart trains (ridge, trees, roofline, medn; 3 folds) and scored on the test set.
-# STRATEGIES="random active per-second" adds active selection ranked per expected second.
+# STRATEGIES="random active spread" adds active selection ranked by disagreement alone (active
+# ranks it per expected second of measuring).
 # Prints one TSV line per (strategy, step): profiling seconds so far (wall time of the profile
 # commands, each with its device probe and, for active, its choice), rows, MAPE by phase.
 # Run on an idle machine: the profiling seconds are the x axis.
@@ -62,7 +63,7 @@ for step in $(seq 1 "$STEPS"); do
     case $s in
       random) extra=() ;;
       active) extra=(--active) ;;
-      per-second) extra=(--active --active-per-second) ;;
+      spread) extra=(--active --active-spread-only) ;;
     esac
     read -r t n < <(prof "$W/$s" --samples "$PER" --seed $((100 + step)) "${extra[@]}")
     spent[$s]=$(python3 -c "print(${spent[$s]} + $t)")

@@ -66,9 +66,9 @@ pub struct ProfileArgs {
     /// dataset's rows disagrees most, from a pool of 8x as many draws (docs/profiling.md)
     #[arg(long)]
     active: bool,
-    /// With `--active`: rank by disagreement per expected second of measuring
+    /// With `--active`: rank by disagreement alone, not per expected second of measuring
     #[arg(long, hide = true)]
-    active_per_second: bool,
+    active_spread_only: bool,
     /// Output format of the summary
     #[arg(long, value_enum, default_value_t)]
     format: Format,
@@ -111,7 +111,7 @@ pub fn run(args: ProfileArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         args.resume,
     );
     let active = args.active.then(|| ActivePlan {
-        per_second: args.active_per_second,
+        per_second: !args.active_spread_only,
         ..ActivePlan::default()
     });
     profile(&sweep, &options, active.as_ref(), args.format, ui)
@@ -151,7 +151,6 @@ pub fn profile(
     let summary = run_jobs(sweep, jobs, options, &mut on_event, &interrupted);
     bar.finish_and_clear();
     let summary = summary.with_context(|| format!("profiling into `{}`", out.display()))?;
-
     match format {
         Format::Json => emit_json(&summary)?,
         Format::Text => emit(&render::profile::summary(&sweep.modules, &summary))?,

@@ -8,11 +8,11 @@ use clap::Args;
 use std::time::Instant;
 
 use perfcast_core::NetworkChoice;
-use perfcast_profile::Backend;
 use perfcast_profile::network_runs::{MeasurePlan, NoPeak, measure_networks, profile_layers};
 use perfcast_profile::overrides::{
     active_sweeps, parse_duration_s, quickstart_size, quickstart_sweeps,
 };
+use perfcast_profile::{Backend, Sweep};
 use perfcast_select::Predictor;
 use perfcast_select::active::{ActivePlan, RoundClock};
 use perfcast_select::calibrate::network_table;
@@ -89,9 +89,7 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         data.display()
     ));
     let device = profile::probe_device(&data, ui)?;
-    let options = |s: &perfcast_profile::Sweep| {
-        RunOptions::for_sweep(s, &data, Backend::Flex, device.clone(), true)
-    };
+    let options = |s: &Sweep| RunOptions::for_sweep(s, &data, Backend::Flex, device.clone(), true);
     for sweep in &quickstart_sweeps(a.samples)? {
         let code = profile::profile(sweep, &options(sweep), None, Format::Text, ui)?;
         if code != ExitCode::SUCCESS {
@@ -115,15 +113,12 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             + profile_layers(&calibration, &calibration_batch, 1, &data, bars.as_ref())?;
         ui.info(format!("    {n} new layer measurements"));
     }
-    let budget = if a.fast { 0.0 } else { a.budget };
-    let mut clock = RoundClock::new(started, budget, RESERVE_S);
+    let mut clock = RoundClock::new(started, if a.fast { 0.0 } else { a.budget }, RESERVE_S);
+    ui.info(format!(
+        "3/5 active rounds for {:.0} s: configurations where the models disagree most",
+        clock.left_s().max(0.0)
+    ));
     while let Some(seed) = clock.next_round() {
-        if seed == 0 {
-            ui.info(format!(
-                "3/5 active rounds for {:.0} s: configurations where the models disagree most",
-                clock.left_s()
-            ));
-        }
         let plan = ActivePlan {
             seed,
             ..ActivePlan::default()
