@@ -224,7 +224,9 @@ pub fn default_params(kind: ModuleKind) -> BTreeMap<String, Param> {
             );
         }
         ModuleKind::Linear => {
-            set("tokens", Param::log(1.0, 128.0));
+            // Transformers run 128-512 tokens a sequence: 128 sits inside the range, not at its
+            // rarely drawn top.
+            set("tokens", Param::log(1.0, 512.0));
             set("in_features", Param::log(16.0, 32768.0));
             set("out_features", Param::log(16.0, 8192.0));
             // Layers followed by a norm have no bias (every conv of ResNet and MobileNetV2).
