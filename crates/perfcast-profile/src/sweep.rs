@@ -162,11 +162,16 @@ pub struct Sample {
 impl Sample {
     /// Identity of the configuration and its context (phase aside).
     pub fn key(&self) -> (Vec<i64>, usize, usize, u64) {
+        Sample::key_of(&self.spec, &self.context(Phase::Inference))
+    }
+
+    /// The [`Sample::key`] of a configuration measured in `context` (any phase).
+    pub fn key_of(spec: &ModuleSpec, context: &Context) -> (Vec<i64>, usize, usize, u64) {
         (
-            self.spec.config(),
-            self.batch,
-            self.threads,
-            self.utilisation.to_bits(),
+            spec.config(),
+            context.batch,
+            context.threads,
+            context.utilisation.to_bits(),
         )
     }
 

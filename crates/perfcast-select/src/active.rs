@@ -61,8 +61,8 @@ pub struct ActiveChoice {
     /// Candidates scored.
     pub pool: usize,
     /// Mean spread (standard deviation of ln latency over the ensemble) of the pool, and of
-    /// the chosen; `None` when the kind had too few rows for an ensemble and the draws were
-    /// taken as they came.
+    /// the chosen; `None` when the draws were taken as they came: the kind had fewer than
+    /// [`MIN_ROWS`] rows for an ensemble, or the pool no more candidates than were asked for.
     pub pool_spread: Option<f64>,
     /// See `pool_spread`.
     pub chosen_spread: Option<f64>,
@@ -90,14 +90,7 @@ pub fn choose(
     }
     let measured: HashSet<_> = records
         .iter()
-        .map(|r| {
-            (
-                r.spec.config(),
-                r.context.batch,
-                r.context.threads,
-                r.context.utilisation.to_bits(),
-            )
-        })
+        .map(|r| Sample::key_of(&r.spec, &r.context))
         .collect();
     let pool: Vec<Sample> = draw_pool(sweep, kind, n * plan.pool_factor, records.len(), plan)?
         .into_iter()
@@ -135,17 +128,18 @@ pub fn choose(
         spreads.clone()
     };
     let picks = penalised_picks(&scores, &rows, n);
-    let mean = |v: &mut dyn Iterator<Item = f64>| {
-        let (s, c) = v.fold((0.0, 0usize), |(s, c), x| (s + x, c + 1));
-        s / c.max(1) as f64
-    };
+    let chosen: Vec<f64> = picks.iter().map(|&i| spreads[i]).collect();
     Ok(ActiveChoice {
         kind,
         pool: pool.len(),
-        pool_spread: Some(mean(&mut spreads.iter().copied())),
-        chosen_spread: Some(mean(&mut picks.iter().map(|&i| spreads[i]))),
+        pool_spread: Some(mean(&spreads)),
+        chosen_spread: Some(mean(&chosen)),
         chosen: picks.iter().map(|&i| pool[i].clone()).collect(),
     })
+}
+
+fn mean(values: &[f64]) -> f64 {
+    values.iter().sum::<f64>() / values.len().max(1) as f64
 }
 
 /// Fresh draws from the sweep's ranges: another seed each round (the stored row count moves

@@ -3,15 +3,15 @@
 //! networks. Each step is the library call its own command makes, with a typed plan.
 
 use std::process::ExitCode;
-
-use clap::Args;
 use std::time::Instant;
 
+use clap::Args;
 use perfcast_core::NetworkChoice;
 use perfcast_profile::network_runs::{MeasurePlan, NoPeak, measure_networks, profile_layers};
 use perfcast_profile::overrides::{
     active_sweeps, parse_duration_s, quickstart_size, quickstart_sweeps,
 };
+use perfcast_profile::run::RunOptions;
 use perfcast_profile::{Backend, Sweep};
 use perfcast_select::Predictor;
 use perfcast_select::active::{ActivePlan, RoundClock};
@@ -22,7 +22,6 @@ use super::{networks, predict, profile, train};
 use crate::Ui;
 use crate::output::{Format, emit};
 use crate::progress::Bars;
-use perfcast_profile::run::RunOptions;
 
 /// Arguments of `perfcast quickstart`.
 #[derive(Debug, Args)]

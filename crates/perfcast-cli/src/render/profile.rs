@@ -70,7 +70,7 @@ pub fn active_round(choices: &[perfcast_select::active::ActiveChoice]) -> String
                 c.pool
             ),
             _ => format!(
-                "active: `{}`: {} random draws (fewer than {} rows measured: no ensemble yet)\n",
+                "active: `{}`: {} random draws (fewer than {} rows measured, or no more candidates than that)\n",
                 c.kind,
                 c.chosen.len(),
                 perfcast_select::active::MIN_ROWS

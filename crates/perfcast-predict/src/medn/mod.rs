@@ -203,7 +203,17 @@ fn one() -> usize {
 impl FittedMedn {
     /// The task a raw row asks for (0 forward, 1 training step) and its head.
     pub fn route_of(&self, x: &[f64]) -> Result<(usize, usize, usize)> {
-        let task = usize::from(x[self.training_col] > 0.5);
+        self.route_of_phase(if x[self.training_col] > 0.5 {
+            Phase::Training
+        } else {
+            Phase::Inference
+        })
+    }
+
+    /// The task of `phase` (0 forward, 1 training step), its network and head; an error when
+    /// the model was trained without rows of that phase.
+    fn route_of_phase(&self, phase: Phase) -> Result<(usize, usize, usize)> {
+        let task = usize::from(phase == Phase::Training);
         let (net, head) = self.route[task].ok_or_else(|| {
             Error::InvalidData(format!(
                 "this {} was trained without {} rows",
@@ -388,13 +398,7 @@ impl FittedMedn {
     /// Encodes one training-phase row (schema order) asked for in `phase` into `batch`.
     /// Errors when the model has no head for the phase.
     pub fn encode_row(&self, x: &[f64], phase: Phase, batch: &mut Encoded) -> Result<()> {
-        let task = usize::from(phase == Phase::Training);
-        let (net, head) = self.route[task].ok_or_else(|| {
-            Error::InvalidData(format!(
-                "this {} was trained without {} rows",
-                self.family, TASKS[task]
-            ))
-        })?;
+        let (task, net, head) = self.route_of_phase(phase)?;
         let width = self.input_width();
         if batch.is_empty() {
             batch.width = width;
@@ -540,21 +544,11 @@ impl Regressor for FittedMedn {
     fn predict_tasks(&self, rows: &[f64], phases: &[Phase], out: &mut [f64]) -> Result<()> {
         let cols =
             crate::regressor::check_tasks(&self.schema, rows.len(), phases.len(), out.len())?;
-        let task_of = |phase: Phase| -> Result<(usize, usize, usize)> {
-            let task = usize::from(phase == Phase::Training);
-            let (net, head) = self.route[task].ok_or_else(|| {
-                Error::InvalidData(format!(
-                    "this {} was trained without {} rows",
-                    self.family, TASKS[task]
-                ))
-            })?;
-            Ok((task, net, head))
-        };
         let per_member = self.nets.len() / self.members;
         let width = self.input_width();
         if let ([phase], [o]) = (phases, &mut *out) {
             let x = &rows[..cols];
-            let (task, net, head) = task_of(*phase)?;
+            let (task, net, head) = self.route_of_phase(*phase)?;
             let mut z = [0.0f32; MAX_WIDTH];
             self.encode(x, &mut z);
             let sum: f32 = (0..self.members)
