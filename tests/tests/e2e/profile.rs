@@ -178,12 +178,16 @@ fn bad_time_cap_is_named_and_writes_nothing() {
 #[test]
 fn rounds_visit_every_row_again_and_bad_counts_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
-    // Exactly 3 ungrouped samples per visit, so a row's repetition count shows its visits.
+    // Exactly 3 ungrouped samples per visit, so a row's repetition count shows its visits. No
+    // canary: on a busy machine it would re-measure rows, replacing their three visits with one.
     let sweep = write_fast_sweep(tmp.path(), "");
-    let text = std::fs::read_to_string(&sweep).unwrap().replace(
-        "min_samples = 3",
-        "min_samples = 3\nmax_samples = 3\nmin_sample_s = 0.0",
-    );
+    let text = std::fs::read_to_string(&sweep)
+        .unwrap()
+        .replace("seed = 1", "seed = 1\ncanary = false")
+        .replace(
+            "min_samples = 3",
+            "min_samples = 3\nmax_samples = 3\nmin_sample_s = 0.0",
+        );
     std::fs::write(&sweep, text).unwrap();
     let out = tmp.path().join("ds");
     let o = run(&[
