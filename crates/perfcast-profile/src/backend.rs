@@ -46,8 +46,10 @@ impl Backend {
         !matches!(self, Backend::Wgpu)
     }
 
-    /// A device of this backend.
+    /// A device of this backend; the allocator keeps freed memory from here on
+    /// ([`crate::heap`]), so every measurement sees the same allocation costs.
     pub fn device(self) -> Result<Device> {
+        crate::heap::keep_freed_memory();
         match self {
             Backend::Flex => Ok(Device::flex()),
             #[allow(deprecated)] // NdArray stays selectable for comparison

@@ -24,6 +24,7 @@ mod backend;
 pub mod backends;
 pub mod canary;
 mod error;
+mod heap;
 pub mod load;
 pub mod network;
 pub mod network_runs;

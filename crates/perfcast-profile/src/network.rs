@@ -17,7 +17,8 @@ use perfcast_data::Timing;
 
 use crate::backend::Backend;
 use crate::ops::{
-    Call, LayerOp, Param, catch, estimated_bytes, operand_shape, second_operand_shape,
+    Call, LayerOp, Param, catch, estimated_bytes, operand_shape, operand_values,
+    second_operand_shape,
 };
 use crate::pool::with_threads;
 use crate::timer::TimingConfig;
@@ -84,7 +85,8 @@ impl NetworkRun {
         let mut index = std::collections::HashMap::new();
         let mut wiring = Vec::with_capacity(network.layers.len());
         let mut last_use: Vec<usize> = vec![0; network.layers.len()];
-        let mut fresh_shapes: Vec<[usize; 4]> = Vec::new();
+        // Per fresh operand: its shape and the values of the layer that reads it.
+        let mut fresh_shapes: Vec<([usize; 4], Distribution)> = Vec::new();
         for (i, layer) in network.layers.iter().enumerate() {
             let resolve = |name: &str| -> Source {
                 if name == perfcast_core::network::NETWORK_INPUT {
@@ -112,7 +114,7 @@ impl NetworkRun {
             };
             let mut fresh_of = |source: Source, shape: [usize; 4]| -> Source {
                 if layer.detached || count(source) != shape.iter().product::<usize>() {
-                    fresh_shapes.push(shape);
+                    fresh_shapes.push((shape, operand_values(&layer.spec)));
                     Source::Fresh(fresh_shapes.len() - 1)
                 } else {
                     source
@@ -122,7 +124,7 @@ impl NetworkRun {
             let second = match (second, second_shape) {
                 (Some(s), Some(shape)) => Some(fresh_of(s, shape)),
                 (None, Some(shape)) if layer.detached => {
-                    fresh_shapes.push(shape);
+                    fresh_shapes.push((shape, operand_values(&layer.spec)));
                     Some(Source::Fresh(fresh_shapes.len() - 1))
                 }
                 (s, _) => s,
@@ -159,12 +161,17 @@ impl NetworkRun {
                 .map(|l| LayerOp::new(&l.spec, &device, training))
                 .collect();
             // The input is data, not a parameter: no gradient.
-            let input = Tensor::<4>::random(input_shape, Distribution::Uniform(-1.0, 1.0), &device);
+            // Drawn as the first layer's operand is when it is measured alone.
+            let values = network
+                .layers
+                .first()
+                .map_or(Distribution::Normal(0.0, 1.0), |l| operand_values(&l.spec));
+            let input = Tensor::<4>::random(input_shape, values, &device);
             // Tracked in training, so a branch that starts from one stays in the backward pass.
             let fresh: Vec<Tensor<4>> = fresh_shapes
                 .iter()
-                .map(|&s| {
-                    let t = Tensor::<4>::random(s, Distribution::Uniform(-1.0, 1.0), &device);
+                .map(|&(s, values)| {
+                    let t = Tensor::<4>::random(s, values, &device);
                     if training { t.require_grad() } else { t }
                 })
                 .collect();
