@@ -111,6 +111,30 @@ pub fn least_time_s(spec: &ModuleSpec, context: &Context, device: &DeviceSpec) -
     (flops / (device.peak_gflops * 1e9)).max(bytes / (device.mem_bandwidth_gbs * 1e9))
 }
 
+/// The shortest time, seconds, in which a CPU can run `spec` by compute alone: the least work
+/// (as in [`least_time_s`]) at the device's measured GEMM peak on every hardware thread. Only
+/// GEMM-like kinds (conv2d, linear, matmul) have one; the rest are `0.0`.
+///
+/// The peak is not shared out over the query's threads: one thread runs faster than its share
+/// (on this project's 2-core EPYC the probe's two threads reached 201-211 GFLOP/s idle and 121
+/// with the other core busy), so `peak / threads` would be a floor some layers beat. Nor is
+/// there a traffic term: operands that sit in cache stream far faster than the DRAM triad
+/// measures (a relu over 1.5 MB ran at 83 GB/s where the triad gives 26-35 GB/s).
+pub fn least_cpu_compute_time_s(spec: &ModuleSpec, context: &Context, device: &DeviceSpec) -> f64 {
+    if !matches!(
+        spec,
+        ModuleSpec::Conv2d(_) | ModuleSpec::Linear(_) | ModuleSpec::Matmul(_)
+    ) {
+        return 0.0;
+    }
+    let d = features::derive(spec, context.batch);
+    let flops = match context.phase {
+        Phase::Training => d.train_flops,
+        Phase::Inference => d.flops,
+    } / conv_work_saving(spec);
+    flops / (device.peak_gflops * 1e9)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,6 +192,38 @@ mod tests {
         );
         // Too many rows to fold: kept as written.
         assert_eq!(canonical(&linear(1 << 20), &ctx(1 << 10)), None);
+    }
+
+    #[test]
+    fn cpu_compute_floor_is_the_work_at_the_whole_peak_for_gemms_only() {
+        let device = crate::testing::cpu_device(); // 100 GFLOP/s
+        let linear = ModuleSpec::Linear(Linear {
+            tokens: 128,
+            in_features: 768,
+            out_features: 3072,
+            bias: false,
+        });
+        let flops = 2.0 * 128.0 * 768.0 * 3072.0;
+        let one = least_cpu_compute_time_s(&linear, &ctx(1), &device);
+        assert!((one - flops / 100e9).abs() < 1e-12, "{one}");
+        // The same work at batch 2 of 64 tokens.
+        let half = ModuleSpec::Linear(Linear {
+            tokens: 64,
+            in_features: 768,
+            out_features: 3072,
+            bias: false,
+        });
+        let split = least_cpu_compute_time_s(&half, &ctx(2), &device);
+        assert!((split - one).abs() < 1e-12, "{split} vs {one}");
+        let train = Context {
+            phase: Phase::Training,
+            ..ctx(1)
+        };
+        assert!((least_cpu_compute_time_s(&linear, &train, &device) - 3.0 * one).abs() < 1e-12);
+        let relu = ModuleSpec::Relu(Elementwise {
+            shape: [64, 56, 56],
+        });
+        assert_eq!(least_cpu_compute_time_s(&relu, &ctx(8), &device), 0.0);
     }
 
     #[test]

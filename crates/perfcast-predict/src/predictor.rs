@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use perfcast_core::canonical::{canonical, least_time_s};
+use perfcast_core::canonical::{canonical, least_cpu_compute_time_s, least_time_s};
 use perfcast_core::{Context, ModuleKind, ModuleSpec, Network, Phase, features};
 use serde::{Deserialize, Serialize};
 
@@ -155,7 +155,7 @@ struct Clamps {
     roofline: Option<usize>,
 }
 
-/// The warning of a GPU prediction a model put below the device's roofline.
+/// The warning of a prediction a model put below the device's least time for the query.
 const RAISED: &str = "raised to the least time the device's spec allows (the model predicted less)";
 
 /// Whether a prediction warning says the physical bound raised it.
@@ -551,8 +551,9 @@ impl Predictor {
         self.bundle.manifest.device.kind == perfcast_core::DeviceKind::Gpu
     }
 
-    /// Raises a GPU prediction to the least time the device's spec allows for the query (a
-    /// model can only be wrong upwards from there), saying so when it had to; refuses a
+    /// Raises a prediction to the least time the device's spec allows for the query (a model
+    /// can only be wrong upwards from there), saying so when it had to: the roofline on a GPU,
+    /// the compute floor of GEMM-like kinds at the measured GEMM peak on a CPU. Refuses a
     /// prediction that is not a finite time (a corrupt model), naming the model and the query.
     fn bounded(
         &self,
@@ -560,13 +561,16 @@ impl Predictor {
         spec: &ModuleSpec,
         context: &Context,
     ) -> Result<ModulePrediction> {
-        if self.gpu() {
-            let floor = least_time_s(spec, context, &self.bundle.manifest.device) * 1e3;
-            // A NaN from a model is raised too.
-            if p.ms.is_nan() || p.ms < floor {
-                p.ms = floor;
-                p.warnings.push(RAISED.into());
-            }
+        let device = &self.bundle.manifest.device;
+        let floor = if self.gpu() {
+            least_time_s(spec, context, device)
+        } else {
+            least_cpu_compute_time_s(spec, context, device)
+        } * 1e3;
+        // A NaN from a model is raised too.
+        if p.ms.is_nan() || p.ms < floor {
+            p.ms = floor;
+            p.warnings.push(RAISED.into());
         }
         if !(p.ms.is_finite() && p.ms >= 0.0) {
             return Err(Error::Bundle {

@@ -20,6 +20,7 @@ use perfcast_models::features::row;
 use crate::bundle::{Bundle, FORMAT, write_bundle};
 use crate::select::Budget;
 use crate::{ModulePrediction, Predictor};
+use perfcast_predict::predictor::is_raised;
 
 fn ctx(batch: usize, phase: Phase) -> Context {
     Context {
@@ -75,7 +76,12 @@ fn spec(kind: ModuleKind, i: usize) -> ModuleSpec {
     }
 }
 
-fn set(kind: ModuleKind, n: usize) -> TrainSet {
+/// Labels at 20 GFLOP/s plus a fixed cost: slower than the test CPU's 100 GFLOP/s peak, as
+/// measurements are.
+const MS_PER_FLOP: f64 = 1.0 / 2e7;
+
+/// `n` rows of a kind labelled at `ms_per_flop`.
+fn set(kind: ModuleKind, n: usize, ms_per_flop: f64) -> TrainSet {
     let device = perfcast_core::testing::cpu_device();
     let schema = FeatureSchema::for_kind(kind);
     let mut x = Matrix::with_cols(schema.len());
@@ -87,7 +93,7 @@ fn set(kind: ModuleKind, n: usize) -> TrainSet {
             let d = features::derive(&s, c.batch);
             x.push_row(&row(&s, &c, &device));
             let factor = if phase == Phase::Training { 3.1 } else { 1.0 };
-            y.push((0.003 + d.flops / 4e9 + d.bytes_read / 8e9) * factor);
+            y.push((0.003 + d.flops * ms_per_flop + d.bytes_read / 8e9) * factor);
             groups.push(i as u64);
         }
     }
@@ -100,8 +106,9 @@ fn set(kind: ModuleKind, n: usize) -> TrainSet {
 }
 
 /// A bundle with ridge (conv2d), trees (relu), k-NN (matmul), a shared MEDN (linear and
-/// maxpool2d) and a single-task MLP (batchnorm2d); other kinds fall back.
-fn bundle(dir: &std::path::Path) -> Bundle {
+/// maxpool2d) and a single-task MLP (batchnorm2d), trained on labels at `ms_per_flop`; other
+/// kinds fall back.
+fn bundle(dir: &std::path::Path, ms_per_flop: f64) -> Bundle {
     let quick = MednParams {
         width: 16,
         latent: 8,
@@ -118,7 +125,7 @@ fn bundle(dir: &std::path::Path) -> Bundle {
         ModuleKind::BatchNorm2d,
     ]
     .into_iter()
-    .map(|k| (k, set(k, 40)))
+    .map(|k| (k, set(k, 40, ms_per_flop)))
     .collect();
     let shared = quick
         .fit_shared(&[
@@ -243,7 +250,7 @@ fn queries() -> Vec<(ModuleSpec, Context)> {
 #[test]
 fn fast_paths_match_the_reference_path_exactly() {
     let tmp = tempfile::tempdir().unwrap();
-    let predictor = Predictor::new(bundle(&tmp.path().join("b")));
+    let predictor = Predictor::new(bundle(&tmp.path().join("b"), MS_PER_FLOP));
     let queries = queries();
     let reference: Vec<ModulePrediction> = queries
         .iter()
@@ -328,6 +335,46 @@ fn fast_paths_match_the_reference_path_exactly() {
                 layer.name
             );
         }
+    }
+}
+
+#[test]
+fn cpu_gemms_are_never_predicted_faster_than_the_measured_peak() {
+    let tmp = tempfile::tempdir().unwrap();
+    let device = perfcast_core::testing::cpu_device();
+    let floor_ms = |s: &ModuleSpec, c: &Context| {
+        perfcast_core::canonical::least_cpu_compute_time_s(s, c, &device) * 1e3
+    };
+    let gemm = |s: &ModuleSpec| {
+        matches!(
+            s.kind(),
+            ModuleKind::Conv2d | ModuleKind::Linear | ModuleKind::Matmul
+        )
+    };
+    // Labels at 4 TFLOP/s plus 3 us, far beyond the device's 100 GFLOP/s on large layers: those
+    // answers are raised to the floor and say so; other kinds are left alone.
+    let fast = Predictor::new(bundle(&tmp.path().join("fast"), 1.0 / 4e9));
+    let queries = queries();
+    let answers = fast.predict_modules(&queries).unwrap();
+    let mut raised_gemms = 0;
+    for ((s, c), p) in queries.iter().zip(&answers) {
+        let raised = p.warnings.iter().any(|w| is_raised(w));
+        let floor = floor_ms(s, c);
+        assert!(p.ms >= floor, "{}", s.describe());
+        if raised {
+            assert!(
+                gemm(s) && (p.ms - floor).abs() <= 1e-12 * floor,
+                "{}",
+                s.describe()
+            );
+            raised_gemms += 1;
+        }
+    }
+    assert!(raised_gemms >= 10, "{raised_gemms} raised");
+    // Labels slower than the peak: the floor still holds for every answer.
+    let slow = Predictor::new(bundle(&tmp.path().join("slow"), MS_PER_FLOP));
+    for ((s, c), p) in queries.iter().zip(slow.predict_modules(&queries).unwrap()) {
+        assert!(p.ms >= floor_ms(s, c), "{}", s.describe());
     }
 }
 
