@@ -94,10 +94,14 @@ impl Sweep {
 /// minutes (the default 0.6 s alone took 7.5 of them). The last group is what imported
 /// models add (ONNX CNNs, transformer and Llama-style configs): a quarter of the samples each,
 /// enough for kinds whose time follows their size, so a CPU bundle predicts them from
-/// measurements rather than the spec roofline.
-pub const QUICKSTART_KINDS: [(&[ModuleKind], f64, f64); 4] = [
-    (&[ModuleKind::Conv2d], 6.0, 0.25),
-    (&[ModuleKind::Linear, ModuleKind::Matmul], 2.0, 0.25),
+/// measurements rather than the spec roofline. The last number is each group's cap on a
+/// configuration's forward work, GFLOP: GEMMs reach 8, because a transformer's FFN at batch 8
+/// (1,024 x 768 -> 3,072, 4.8 GFLOP) beyond the default cap of 1 was predicted at 0.55-0.70 of
+/// its measured time by every quickstart bundle (the models carried the speed of small GEMMs
+/// over to large ones).
+pub const QUICKSTART_KINDS: [(&[ModuleKind], f64, f64, f64); 4] = [
+    (&[ModuleKind::Conv2d], 6.0, 0.25, 1.0),
+    (&[ModuleKind::Linear, ModuleKind::Matmul], 2.0, 0.25, 8.0),
     (
         &[
             ModuleKind::MaxPool2d,
@@ -112,6 +116,7 @@ pub const QUICKSTART_KINDS: [(&[ModuleKind], f64, f64); 4] = [
         ],
         1.0,
         0.15,
+        1.0,
     ),
     (
         &[
@@ -130,6 +135,7 @@ pub const QUICKSTART_KINDS: [(&[ModuleKind], f64, f64); 4] = [
         ],
         0.25,
         0.15,
+        1.0,
     ),
 ];
 
@@ -142,7 +148,7 @@ pub fn quickstart_samples(multiple: f64, samples: usize) -> usize {
 pub fn quickstart_size(samples: usize) -> (usize, usize) {
     QUICKSTART_KINDS
         .iter()
-        .fold((0, 0), |(c, k), (kinds, m, _)| {
+        .fold((0, 0), |(c, k), (kinds, m, _, _)| {
             (
                 c + kinds.len() * quickstart_samples(*m, samples),
                 k + kinds.len(),
@@ -213,8 +219,8 @@ pub fn active_sweeps(samples: usize) -> Result<Vec<Sweep>> {
 pub fn quickstart_sweeps(samples: usize) -> Result<Vec<Sweep>> {
     QUICKSTART_KINDS
         .iter()
-        .map(|(kinds, multiple, cap)| {
-            Sweep::with_overrides(
+        .map(|(kinds, multiple, cap, max_gflop)| {
+            let sweep = Sweep::with_overrides(
                 None,
                 &SweepOverrides {
                     modules: kinds.to_vec(),
@@ -222,7 +228,11 @@ pub fn quickstart_sweeps(samples: usize) -> Result<Vec<Sweep>> {
                     max_time_s: Some(*cap),
                     ..SweepOverrides::default()
                 },
-            )
+            )?;
+            Ok(Sweep {
+                max_gflop: *max_gflop,
+                ..sweep
+            })
         })
         .collect()
 }
@@ -291,6 +301,25 @@ mod tests {
         assert_eq!(sweeps[2].timing.max_time_s, 0.15);
         assert_eq!(quickstart_sweeps(10).expect("sweeps")[3].samples, 5);
         assert_eq!(quickstart_size(40), (240 + 2 * 80 + 9 * 40 + 12 * 10, 24));
+        // GEMMs are drawn up to a transformer FFN's work at batch 8, the rest to 1 GFLOP.
+        let gemms = &sweeps[1];
+        assert_eq!(gemms.modules, [ModuleKind::Linear, ModuleKind::Matmul]);
+        let work = |s: &crate::sweep::Sample| {
+            perfcast_core::features::derive(&s.spec, s.batch).flops / 1e9
+        };
+        let linear = gemms.sample(ModuleKind::Linear).expect("draws");
+        assert!(linear.iter().all(|s| work(s) <= 8.0));
+        assert!(linear.iter().filter(|s| work(s) > 1.0).count() >= 5);
+        assert!(
+            sweeps[0]
+                .sample(ModuleKind::Conv2d)
+                .expect("draws")
+                .iter()
+                .all(|s| work(s) <= 1.0)
+        );
+        // Active rounds draw from the same ranges.
+        let active = active_sweeps(40).expect("active");
+        assert_eq!(active[1].max_gflop, 8.0);
     }
 
     #[test]
