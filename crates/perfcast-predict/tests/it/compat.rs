@@ -3,7 +3,9 @@
 //! `expected.json` holds what that code's `perfcast predict --format json` answered
 //! (`tests/fixtures/README.md`); every answer here must be the same `f64`, bit for bit.
 
+use perfcast_core::canonical::least_cpu_compute_time_s;
 use perfcast_core::{Context, DeviceSpec, ModuleQuery, ModuleSpec, Phase, zoo};
+use perfcast_predict::predictor::is_raised;
 use perfcast_predict::{Bundle, Predictor};
 use serde::Deserialize;
 
@@ -95,6 +97,7 @@ fn every_fixture_bundle_answers_module_queries_bit_for_bit() {
     let expected = expected();
     assert_eq!(expected.cases.len(), 20);
     let mut models = std::collections::BTreeSet::new();
+    let mut cpu_raised = 0;
     for case in &expected.cases {
         let p = predictor(case);
         let name = format!("{} @ {:?}", case.bundle, case.device);
@@ -104,17 +107,29 @@ fn every_fixture_bundle_answers_module_queries_bit_for_bit() {
         for (i, ((spec, context), want)) in queries.iter().zip(&case.modules).enumerate() {
             let got = p.predict_module(spec, context).unwrap();
             let what = format!("{name}, query {i} ({}, {context:?})", spec.describe());
-            assert!(
-                same(got.ms, want.ms),
-                "{what}: {} ms, was {} ms",
-                got.ms,
-                want.ms
-            );
+            let device = &p.bundle().manifest.device;
+            // The one change since: a CPU answer below its work at the measured GEMM peak is
+            // raised to it and says so (an old answer of 7.6 s for a 27-TFLOP conv on a
+            // 143 GFLOP/s CPU was impossible); every other answer is the old one, bit for bit.
+            let raised_now = device.kind == perfcast_core::DeviceKind::Cpu
+                && got.warnings.iter().any(|w| is_raised(w));
+            if raised_now {
+                let floor = least_cpu_compute_time_s(spec, context, device) * 1e3;
+                assert!(same(got.ms, floor) && want.ms < floor, "{what}");
+                cpu_raised += 1;
+            } else {
+                assert!(
+                    same(got.ms, want.ms),
+                    "{what}: {} ms, was {} ms",
+                    got.ms,
+                    want.ms
+                );
+            }
             assert_eq!(got.model, want.model, "{what}");
             assert_eq!(got.fallback, want.fallback, "{what}");
             assert_eq!(
                 got.warnings.len(),
-                want.warnings,
+                want.warnings + usize::from(raised_now),
                 "{what}: {:?}",
                 got.warnings
             );
@@ -123,6 +138,9 @@ fn every_fixture_bundle_answers_module_queries_bit_for_bit() {
             models.insert(got.model.to_string());
         }
     }
+    // Only the fixtures' extreme queries (a 4096-channel 3x3 conv at 300x300 among them) meet
+    // the floor: 11 answers over the CPU bundles.
+    assert_eq!(cpu_raised, 11, "CPU answers raised");
     // Every saved family was asked, and the spec fallback and views.
     for family in [
         "ridge",
