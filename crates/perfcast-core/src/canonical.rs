@@ -101,7 +101,7 @@ pub fn least_time_s(spec: &ModuleSpec, context: &Context, device: &DeviceSpec) -
     }
     let d = features::derive(spec, context.batch);
     let training = context.phase == Phase::Training;
-    let flops = if training { d.train_flops } else { d.flops } / conv_work_saving(spec);
+    let flops = least_flops(spec, &d, context.phase);
     let traffic = d.bytes_read + d.bytes_written;
     let bytes = if training {
         traffic + d.bytes_written + features::F32_BYTES * d.input_elems
@@ -128,11 +128,17 @@ pub fn least_cpu_compute_time_s(spec: &ModuleSpec, context: &Context, device: &D
         return 0.0;
     }
     let d = features::derive(spec, context.batch);
-    let flops = match context.phase {
+    least_flops(spec, &d, context.phase) / (device.peak_gflops * 1e9)
+}
+
+/// The least work of `spec` (derived as `d`) in `phase`: its FLOPs, cut by
+/// [`conv_work_saving`].
+fn least_flops(spec: &ModuleSpec, d: &features::Derived, phase: Phase) -> f64 {
+    let flops = match phase {
         Phase::Training => d.train_flops,
         Phase::Inference => d.flops,
-    } / conv_work_saving(spec);
-    flops / (device.peak_gflops * 1e9)
+    };
+    flops / conv_work_saving(spec)
 }
 
 #[cfg(test)]

@@ -86,24 +86,46 @@ impl Sweep {
     }
 }
 
-/// Every kind the zoo networks are made of, so no layer falls back to the spec roofline, with
-/// the multiple of the quickstart's samples each gets (convolutions have ten shape parameters
-/// and dominate CNN time, GEMMs come next; elementwise kinds are nearly linear in their size)
-/// and the cap on each configuration's timed samples, seconds. Small ops are noisy and run to
-/// the cap: 0.15-0.25 s is still hundreds of calls, and keeps the whole quickstart under 10
-/// minutes (the default 0.6 s alone took 7.5 of them). The last group is what imported
-/// models add (ONNX CNNs, transformer and Llama-style configs): a quarter of the samples each,
-/// enough for kinds whose time follows their size, so a CPU bundle predicts them from
-/// measurements rather than the spec roofline. The last number is each group's cap on a
-/// configuration's forward work, GFLOP: GEMMs reach 8, because a transformer's FFN at batch 8
-/// (1,024 x 768 -> 3,072, 4.8 GFLOP) beyond the default cap of 1 was predicted at 0.55-0.70 of
-/// its measured time by every quickstart bundle (the models carried the speed of small GEMMs
-/// over to large ones).
-pub const QUICKSTART_KINDS: [(&[ModuleKind], f64, f64, f64); 4] = [
-    (&[ModuleKind::Conv2d], 6.0, 0.25, 1.0),
-    (&[ModuleKind::Linear, ModuleKind::Matmul], 2.0, 0.25, 8.0),
-    (
-        &[
+/// One group of the quickstart's kinds and how they are swept.
+#[derive(Clone, Copy, Debug)]
+pub struct QuickstartGroup {
+    /// The kinds, swept together.
+    pub kinds: &'static [ModuleKind],
+    /// Configurations per kind, as a multiple of the quickstart's `--samples`.
+    pub multiple: f64,
+    /// Cap on each configuration's timed samples, seconds.
+    pub max_time_s: f64,
+    /// Cap on each configuration's forward work, GFLOP.
+    pub max_gflop: f64,
+}
+
+/// Every kind the zoo networks are made of, so no layer falls back to the spec roofline.
+///
+/// Convolutions get the most samples (ten shape parameters, most of a CNN's time), GEMMs come
+/// next; elementwise kinds are nearly linear in their size. Small ops are noisy and run to the
+/// timing cap: 0.15-0.25 s is still hundreds of calls, and keeps the whole quickstart under 10
+/// minutes (the default 0.6 s alone took 7.5 of them). The last group is what imported models
+/// add (ONNX CNNs, transformer and Llama-style configs): a quarter of the samples each, enough
+/// for kinds whose time follows their size, so a CPU bundle predicts them from measurements
+/// rather than the spec roofline. GEMMs reach 8 GFLOP where the rest stop at 1: a transformer's
+/// FFN at batch 8 (1,024 x 768 -> 3,072, 4.8 GFLOP) beyond a cap of 1 was predicted at 0.70
+/// (inference) and 0.55 (training) of its measured time by a quickstart bundle (the models
+/// carried the speed of small GEMMs over to large ones).
+pub const QUICKSTART_KINDS: [QuickstartGroup; 4] = [
+    QuickstartGroup {
+        kinds: &[ModuleKind::Conv2d],
+        multiple: 6.0,
+        max_time_s: 0.25,
+        max_gflop: 1.0,
+    },
+    QuickstartGroup {
+        kinds: &[ModuleKind::Linear, ModuleKind::Matmul],
+        multiple: 2.0,
+        max_time_s: 0.25,
+        max_gflop: 8.0,
+    },
+    QuickstartGroup {
+        kinds: &[
             ModuleKind::MaxPool2d,
             ModuleKind::AvgPool2d,
             ModuleKind::BatchNorm2d,
@@ -114,12 +136,12 @@ pub const QUICKSTART_KINDS: [(&[ModuleKind], f64, f64, f64); 4] = [
             ModuleKind::Gelu,
             ModuleKind::Tanh,
         ],
-        1.0,
-        0.15,
-        1.0,
-    ),
-    (
-        &[
+        multiple: 1.0,
+        max_time_s: 0.15,
+        max_gflop: 1.0,
+    },
+    QuickstartGroup {
+        kinds: &[
             ModuleKind::Mul,
             ModuleKind::Sigmoid,
             ModuleKind::Silu,
@@ -133,10 +155,10 @@ pub const QUICKSTART_KINDS: [(&[ModuleKind], f64, f64, f64); 4] = [
             ModuleKind::Slice,
             ModuleKind::Pad,
         ],
-        0.25,
-        0.15,
-        1.0,
-    ),
+        multiple: 0.25,
+        max_time_s: 0.15,
+        max_gflop: 1.0,
+    },
 ];
 
 /// Configurations per kind of a [`QUICKSTART_KINDS`] group at `samples` (at least 5).
@@ -146,14 +168,12 @@ pub fn quickstart_samples(multiple: f64, samples: usize) -> usize {
 
 /// Configurations and kinds the quickstart's sweeps measure at `samples`.
 pub fn quickstart_size(samples: usize) -> (usize, usize) {
-    QUICKSTART_KINDS
-        .iter()
-        .fold((0, 0), |(c, k), (kinds, m, _, _)| {
-            (
-                c + kinds.len() * quickstart_samples(*m, samples),
-                k + kinds.len(),
-            )
-        })
+    QUICKSTART_KINDS.iter().fold((0, 0), |(c, k), g| {
+        (
+            c + g.kinds.len() * quickstart_samples(g.multiple, samples),
+            k + g.kinds.len(),
+        )
+    })
 }
 
 /// Seconds of a duration written `8m`, `90s`, `1h`, `1m30s` or a bare number of seconds.
@@ -219,18 +239,18 @@ pub fn active_sweeps(samples: usize) -> Result<Vec<Sweep>> {
 pub fn quickstart_sweeps(samples: usize) -> Result<Vec<Sweep>> {
     QUICKSTART_KINDS
         .iter()
-        .map(|(kinds, multiple, cap, max_gflop)| {
+        .map(|g| {
             let sweep = Sweep::with_overrides(
                 None,
                 &SweepOverrides {
-                    modules: kinds.to_vec(),
-                    samples: Some(quickstart_samples(*multiple, samples)),
-                    max_time_s: Some(*cap),
+                    modules: g.kinds.to_vec(),
+                    samples: Some(quickstart_samples(g.multiple, samples)),
+                    max_time_s: Some(g.max_time_s),
                     ..SweepOverrides::default()
                 },
             )?;
             Ok(Sweep {
-                max_gflop: *max_gflop,
+                max_gflop: g.max_gflop,
                 ..sweep
             })
         })
