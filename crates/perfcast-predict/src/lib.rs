@@ -13,7 +13,8 @@
 //! family's saved form and prediction path lives here ([`regressor::SavedModel`], read through
 //! the table of saved forms [`registry`]: [`ridge`],
 //! [`knn`], [`trees`], [`stack`], [`roofline`], [`medn`], the cross-device wrapper
-//! [`device_features`] and the GPU utilisation model's features [`gpu_util`]), built from the
+//! [`device_features`], the GPU utilisation model's features [`gpu_util`] and [`blend`], the
+//! geometric mean of other families' models), built from the
 //! same feature rows training used ([`features`]); the one composer of base-times-residual
 //! stacks three of them fit and predict through is [`residual::StackWith`]; perfcast-models
 //! fits them.
@@ -33,6 +34,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod blend;
 pub mod bundle;
 pub mod compose;
 pub mod device_features;

@@ -81,6 +81,7 @@ pub static FAMILIES: &[SavedFamily] = &[
     SavedFamily::of::<crate::roofline::FittedRoofline>(&["roofline"]),
     SavedFamily::of::<crate::medn::FittedMedn>(&["medn", "mlp"]),
     SavedFamily::of::<crate::device_features::SavedCrossDevice>(&["crossdevice"]),
+    SavedFamily::of::<crate::blend::SavedBlend>(&["blend"]),
 ];
 
 /// Families registered at run time ([`register`]): saved forms defined outside this crate.

@@ -25,6 +25,7 @@
 
 pub mod active;
 pub mod bench;
+pub mod blend;
 pub mod bundle;
 pub mod calibrate;
 pub mod compose;

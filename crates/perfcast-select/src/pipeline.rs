@@ -123,6 +123,9 @@ pub struct ModelReport {
     pub cost: PredictionCost,
     /// Saved model file, relative to the output directory.
     pub file: String,
+    /// A blend's parts and weights (`0.50xmedn + 0.50xridge`); `None` for other families.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parts: Option<String>,
 }
 
 /// Results on one module kind.
@@ -240,6 +243,8 @@ struct FittedFile {
     saved: SavedModel,
     /// Held-out predictions, ms, in the kind's test-row order.
     predictions: Vec<f64>,
+    /// Out-of-fold predictions of the cross-validation, ms, in the kind's training-row order.
+    cv_predictions: Vec<f64>,
     /// Where a neural model's burn checkpoint goes, relative to the output directory (the
     /// per-kind networks; shared ones keep the JSON form only).
     checkpoint: Option<String>,
@@ -447,12 +452,14 @@ pub fn train_and_select(plan: &TrainPlan, observer: Arc<dyn Observer>) -> Result
                 test,
                 cost,
                 file: file.clone(),
+                parts: None,
             });
             per_kind.push(files.len());
             files.push(FittedFile {
                 file,
                 saved: model.to_saved(),
                 predictions: pred,
+                cv_predictions: cv.predictions,
                 checkpoint: Some(format!("{}/{}", kind.name(), p.name())),
             });
             observer.advance(STAGE, 1);
@@ -482,6 +489,9 @@ pub fn train_and_select(plan: &TrainPlan, observer: Arc<dyn Observer>) -> Result
         )));
     }
     let shared = fit_shared(plan, &params, &kept, &mut reports, &mut files, observer)?;
+    for (k, r) in kept.iter().zip(reports.iter_mut()) {
+        add_blend(k, r, &mut files)?;
+    }
     observer.end(STAGE);
     observer.end(perfcast_models::medn::EPOCHS);
     let mut report = TrainReport {
@@ -605,6 +615,7 @@ fn fit_shared(
                 test,
                 cost: prediction_cost(model, &k.test)?,
                 file: file.clone(),
+                parts: None,
             });
             if let Some(best) = kind_report
                 .models
@@ -617,12 +628,78 @@ fn fit_shared(
                 file,
                 saved: model.to_saved(),
                 predictions: pred,
+                cv_predictions: cv.clone(),
                 checkpoint: None,
             });
         }
     }
     Ok(shared)
 }
+
+/// Adds the kind's best blend of two of its candidates ([`crate::blend::best_pair`]) to its
+/// report and files, as family `blend`: it then competes in selection like the others.
+fn add_blend(k: &KindData, r: &mut KindReport, files: &mut Vec<FittedFile>) -> Result<()> {
+    let (fitted, cheap): (Vec<usize>, Vec<bool>) = r
+        .models
+        .iter()
+        .filter_map(|m| {
+            let i = files.iter().position(|f| f.file == m.file)?;
+            Some((i, m.cost.one_row_us <= crate::blend::CHEAP_US))
+        })
+        .unzip();
+    let oof: Vec<(&[f64], bool)> = fitted
+        .iter()
+        .zip(&cheap)
+        .map(|(&i, &c)| (files[i].cv_predictions.as_slice(), c))
+        .collect();
+    let Some(pick) = crate::blend::best_pair(&oof, &k.train.y) else {
+        return Ok(());
+    };
+    let parts = pick.parts.map(|p| fitted[p]);
+    let model = perfcast_predict::blend::Blend::new(
+        parts
+            .iter()
+            .map(|&i| files[i].saved.clone().into_regressor())
+            .collect(),
+        pick.weights.to_vec(),
+    )?;
+    let pred = model.predict(&k.test.x)?;
+    let file = format!("{}/{BLEND}.json", k.kind.name());
+    r.models.push(ModelReport {
+        model: BLEND.to_string(),
+        cv: pick.cv,
+        test: score(&model, &k.test)?,
+        test_mape_by_phase: phase_mapes(&k.test, &pred),
+        cv_mape_by_phase: phase_mapes(&k.train, &pick.predictions),
+        cost: prediction_cost(&model, &k.test)?,
+        file: file.clone(),
+        parts: Some(
+            model
+                .parts()
+                .map(|(name, w)| format!("{w:.2}x{name}"))
+                .collect::<Vec<_>>()
+                .join(" + "),
+        ),
+    });
+    if let Some(best) = r
+        .models
+        .iter()
+        .min_by(|a, b| a.test.mape.total_cmp(&b.test.mape))
+    {
+        r.best = best.model.clone();
+    }
+    files.push(FittedFile {
+        file,
+        saved: model.to_saved(),
+        predictions: pred,
+        cv_predictions: pick.predictions,
+        checkpoint: None,
+    });
+    Ok(())
+}
+
+/// The family name of blends in reports and bundles.
+pub const BLEND: &str = "blend";
 
 /// Selects a model per kind from the report's candidates: the manifest and files of the
 /// bundle, and the selection's figures against one family everywhere.
@@ -1006,6 +1083,29 @@ mod tests {
         let families: Vec<&str> = held[0].models.iter().map(|(m, _, _)| *m).collect();
         assert_eq!(families, ["ridge", "knn"]);
         assert_eq!(held[0].models[0].1.len(), held[0].measured.len());
+        // The two families' blend is a candidate too: its held-out predictions are a weighted
+        // geometric mean of theirs, so each lies between the two.
+        let preds = |name: &str| {
+            let file = format!("linear/{name}.json");
+            &trained
+                .files
+                .iter()
+                .find(|f| f.file == file)
+                .unwrap()
+                .predictions
+        };
+        let (ridge, knn, blend) = (preds("ridge"), preds("knn"), preds(BLEND));
+        assert_eq!(blend.len(), ridge.len());
+        for ((b, r), k) in blend.iter().zip(ridge).zip(knn) {
+            assert!(*b >= r.min(*k) * (1.0 - 1e-12) && *b <= r.max(*k) * (1.0 + 1e-12));
+        }
+        let blended = &trained.report.kinds[0].models[2];
+        assert_eq!(blended.model, BLEND);
+        let parts = blended.parts.as_deref().unwrap_or_default();
+        assert!(
+            parts.contains("xridge + ") && parts.ends_with("xknn"),
+            "{parts}"
+        );
 
         let report = trained
             .write(vec![(
@@ -1018,7 +1118,7 @@ mod tests {
         assert!(report.kinds[0].best == "ridge" || report.kinds[0].best == "knn");
         let selection = report.selection.as_ref().expect("selection");
         assert_eq!(selection.bundle, bundle);
-        assert_eq!(selection.single.len(), 2);
+        assert_eq!(selection.single.len(), 3);
 
         // The report on disk is the one returned.
         let on_disk: TrainReport =
@@ -1046,7 +1146,7 @@ mod tests {
 
         // Scoring the saved models on the same dataset gives a row per family.
         let scores = score_saved(&out, &data).expect("scores");
-        assert_eq!(scores.len(), 2);
+        assert_eq!(scores.len(), 3);
         assert!(scores.iter().all(|s| s.metrics.n == 80));
 
         // The output now exists: without `force` a second run is refused before training.

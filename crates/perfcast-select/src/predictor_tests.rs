@@ -20,6 +20,7 @@ use perfcast_models::features::row;
 use crate::bundle::{Bundle, FORMAT, write_bundle};
 use crate::select::Budget;
 use crate::{ModulePrediction, Predictor};
+use perfcast_predict::blend::Blend;
 use perfcast_predict::predictor::is_raised;
 
 fn ctx(batch: usize, phase: Phase) -> Context {
@@ -105,9 +106,9 @@ fn set(kind: ModuleKind, n: usize, ms_per_flop: f64) -> TrainSet {
     }
 }
 
-/// A bundle with ridge (conv2d), trees (relu), k-NN (matmul), a shared MEDN (linear and
-/// maxpool2d) and a single-task MLP (batchnorm2d), trained on labels at `ms_per_flop`; other
-/// kinds fall back.
+/// A bundle with a blend of ridge and a shared MEDN (conv2d), a blend of trees and ridge
+/// (relu), k-NN (matmul), the shared MEDN (linear and maxpool2d) and a single-task MLP
+/// (batchnorm2d), trained on labels at `ms_per_flop`; other kinds fall back.
 fn bundle(dir: &std::path::Path, ms_per_flop: f64) -> Bundle {
     let quick = MednParams {
         width: 16,
@@ -127,26 +128,35 @@ fn bundle(dir: &std::path::Path, ms_per_flop: f64) -> Bundle {
     .into_iter()
     .map(|k| (k, set(k, 40, ms_per_flop)))
     .collect();
-    let shared = quick
+    let mut shared = quick
         .fit_shared(&[
             sets[&ModuleKind::Linear].clone(),
             sets[&ModuleKind::MaxPool2d].clone(),
+            sets[&ModuleKind::Conv2d].clone(),
         ])
         .unwrap();
+    let ridge = |k: ModuleKind| -> Box<dyn Regressor> {
+        Box::new(RidgeParams::default().fit(&sets[&k]).unwrap())
+    };
+    let conv_medn: Box<dyn Regressor> = Box::new(shared.pop().unwrap());
     let mut models: Vec<(ModuleKind, SavedModel)> = vec![
         (
             ModuleKind::Conv2d,
-            RidgeParams::default()
-                .fit(&sets[&ModuleKind::Conv2d])
+            Blend::new(vec![ridge(ModuleKind::Conv2d), conv_medn], vec![0.4, 0.6])
                 .unwrap()
                 .to_saved(),
         ),
         (
             ModuleKind::Relu,
-            TreeParams::default()
-                .fit(&sets[&ModuleKind::Relu])
-                .unwrap()
-                .to_saved(),
+            Blend::new(
+                vec![
+                    Box::new(TreeParams::default().fit(&sets[&ModuleKind::Relu]).unwrap()),
+                    ridge(ModuleKind::Relu),
+                ],
+                vec![2.0 / 3.0, 1.0 / 3.0],
+            )
+            .unwrap()
+            .to_saved(),
         ),
         (
             ModuleKind::Matmul,
@@ -219,6 +229,15 @@ fn queries() -> Vec<(ModuleSpec, Context)> {
             }
         }
     }
+    // More conv2d queries than a blend predicts its other parts for at once (64).
+    for i in 0..150 {
+        let phase = if i % 3 == 0 {
+            Phase::Training
+        } else {
+            Phase::Inference
+        };
+        out.push((spec(ModuleKind::Conv2d, i), ctx(1 + i % 5, phase)));
+    }
     // Far outside: extrapolated at the nearest trained configuration.
     out.push((
         ModuleSpec::Linear(Linear {
@@ -260,6 +279,7 @@ fn fast_paths_match_the_reference_path_exactly() {
     assert!(reference.iter().any(|p| p.fallback));
     assert!(reference.iter().any(|p| p.model == "medn-shared"));
     assert!(reference.iter().any(|p| p.model == "mlp"));
+    assert!(reference.iter().any(|p| p.model == "blend"));
     for ((s, c), r) in queries.iter().zip(&reference) {
         assert_eq!(
             &predictor.predict_module(s, c).unwrap(),

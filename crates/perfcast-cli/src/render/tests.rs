@@ -282,6 +282,7 @@ fn model_report(kind: ModuleKind, model: &str, test_mape: f64, us: f64) -> Model
             size_bytes: 20_480,
         },
         file: format!("{kind}/{model}.json"),
+        parts: None,
     }
 }
 

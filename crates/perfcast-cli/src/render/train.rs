@@ -41,6 +41,11 @@ pub fn train(report: &TrainReport, out: &Path) -> String {
                 sig3(m.cost.size_bytes as f64 / 1024.0)
             ));
         }
+        for m in &k.models {
+            if let Some(parts) = &m.parts {
+                t.push_str(&format!("  {} = {parts} (geometric mean)\n", m.model));
+            }
+        }
     }
     if let Some(sel) = &report.selection {
         t.push_str(&format!(
