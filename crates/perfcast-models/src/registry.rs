@@ -84,6 +84,11 @@ pub trait FamilyParams:
     fn set_observer(&mut self, _observer: Arc<dyn Observer>) {}
 }
 
+/// Saved forms no family fits: built from other families' fitted models. `blend` (the
+/// geometric mean of two candidates) is made by auto-selection (perfcast-select) from the
+/// candidates' out-of-fold predictions.
+pub const COMPOSED: &[&str] = &["blend"];
+
 /// How a family predicts devices it never measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CrossDevice {

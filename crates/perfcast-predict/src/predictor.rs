@@ -208,6 +208,21 @@ fn blend_rest(
     Ok(logs)
 }
 
+/// The buffers [`Predictor::predict_many_as_given`] fills, kept per thread between calls
+/// (taken out while in use, so a nested call simply starts with empty ones).
+#[derive(Default)]
+struct Scratch {
+    rows: Vec<f64>,
+    phases: Vec<Phase>,
+    index: Vec<usize>,
+    out: Vec<f64>,
+    batch: Encoded,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::Cell<Scratch> = std::cell::Cell::new(Scratch::default());
+}
+
 /// Rows of a blend's other parts predicted together ([`blend_rest`]).
 const BLEND_BLOCK: usize = 64;
 
@@ -510,12 +525,21 @@ impl Predictor {
             .iter()
             .map(|k| self.bundle.model(*k).map_or("", |m| m.name()))
             .collect();
-        let (mut rows, mut phases, mut index, mut out) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        // This thread's buffers of the last call, emptied: a batch's rows and encoded MEDN
+        // inputs run to hundreds of KiB, which a fresh allocation maps and faults in on every
+        // call (and two threads doing so wait on each other in the kernel).
+        let mut scratch = SCRATCH.take();
+        let Scratch {
+            rows,
+            phases,
+            index,
+            out,
+            batch,
+        } = &mut scratch;
+        batch.clear();
         // Rows of a MEDN group encoded and waiting for one pass of its network: the group,
         // the model that runs it, the rows and their queries.
         let mut waiting: Option<(usize, &FittedMedn)> = None;
-        let mut batch = Encoded::default();
         let mut pending: Vec<usize> = Vec::new();
         fn flush(
             medn: &FittedMedn,
@@ -537,7 +561,7 @@ impl Predictor {
             if let Some((g, medn)) = waiting
                 && Some(g) != group
             {
-                flush(medn, &mut batch, &mut pending, &mut out, &mut ms);
+                flush(medn, batch, &mut pending, out, &mut ms);
                 waiting = None;
             }
             let list = &by_kind[k];
@@ -566,7 +590,7 @@ impl Predictor {
                 for &i in chunk {
                     let (spec, context) = queries[i];
                     let start = rows.len();
-                    Self::row_for(model, spec, context, device, &mut rows);
+                    Self::row_for(model, spec, context, device, rows);
                     if outside_of(checks, &rows[start..]) {
                         let warned = self.range_warnings(kind, &rows[start..]);
                         *slot(&mut warnings, n, i, Vec::new()) = warned;
@@ -581,7 +605,7 @@ impl Predictor {
                             *slot(&mut scale, n, i, None) = Some((e.roofline, e.near_roofline));
                             rows.truncate(start);
                             if multi {
-                                Self::row_for(model, &e.spec, &e.context, device, &mut rows);
+                                Self::row_for(model, &e.spec, &e.context, device, rows);
                             } else {
                                 rows.extend_from_slice(&e.row);
                             }
@@ -593,7 +617,7 @@ impl Predictor {
                 }
                 if let Some((g, m)) = medn {
                     if let Some(blend) = blend {
-                        let logs = blend_rest(blend, kind, &rows, &phases)?;
+                        let logs = blend_rest(blend, kind, rows, phases)?;
                         for (&i, rest) in index.iter().zip(logs) {
                             *slot(&mut blended, n, i, None) = Some(rest);
                         }
@@ -604,30 +628,34 @@ impl Predictor {
                         phases.len(),
                         index.len(),
                     )?;
-                    for ((x, phase), &i) in rows.chunks_exact(width).zip(&phases).zip(&index) {
-                        m.encode_row(x, *phase, &mut batch)?;
+                    for ((x, phase), &i) in rows
+                        .chunks_exact(width)
+                        .zip(phases.iter())
+                        .zip(index.iter())
+                    {
+                        m.encode_row(x, *phase, batch)?;
                         pending.push(i);
                     }
                     waiting = Some((g, m));
                     if batch.len() >= KIND_CHUNK {
-                        flush(m, &mut batch, &mut pending, &mut out, &mut ms);
+                        flush(m, batch, &mut pending, out, &mut ms);
                     }
                 } else if !index.is_empty() {
                     out.clear();
                     out.resize(index.len(), 0.0);
                     if multi {
-                        model.predict_tasks(&rows, &phases, &mut out)?;
+                        model.predict_tasks(rows, phases, out)?;
                     } else {
-                        model.predict_rows(&rows, &mut out)?;
+                        model.predict_rows(rows, out)?;
                     }
-                    for (&i, v) in index.iter().zip(&out) {
+                    for (&i, v) in index.iter().zip(out.iter()) {
                         ms[i] = *v;
                     }
                 }
             }
         }
         if let Some((_, medn)) = waiting {
-            flush(medn, &mut batch, &mut pending, &mut out, &mut ms);
+            flush(medn, batch, &mut pending, out, &mut ms);
         }
         for (v, b) in ms.iter_mut().zip(&blended) {
             if let Some((w, rest)) = b {
@@ -635,6 +663,7 @@ impl Predictor {
                 *v = (w * v.ln() + rest).exp();
             }
         }
+        SCRATCH.set(scratch);
         let mut predictions = Vec::with_capacity(n);
         for (i, ((spec, _), (ms, k))) in queries.iter().zip(ms.iter().zip(&kind_of)).enumerate() {
             if let Some(p) = fallback.get_mut(i).and_then(Option::take) {

@@ -135,17 +135,12 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         a.models,
         dir.display()
     ));
-    let plan = TrainPlan {
-        models: a.models.split(',').map(|m| m.trim().to_string()).collect(),
-        force: true,
-        folds: 3,
-        set: vec!["medn.max_steps=10000".into()],
-        bundle: Some(a.bundle.clone()),
-        ..TrainPlan::new(
-            vec![data.clone()],
-            format!("{}.train", dir.display()).into(),
-        )
-    };
+    let plan = TrainPlan::quickstart(
+        vec![data.clone()],
+        format!("{}.train", dir.display()).into(),
+        a.models.split(',').map(|m| m.trim().to_string()).collect(),
+        a.bundle.clone(),
+    );
     let code = train::run_plan(&plan, Format::Text, ui)?;
     if code != ExitCode::SUCCESS {
         return Ok(code);

@@ -237,7 +237,8 @@ fn unknown_names_list_the_registry() {
 
 /// The two halves of a family agree: every saved-form tag a family's row names is one the
 /// light predictor reads (`perfcast_predict::registry::FAMILIES`), and every tag it reads
-/// belongs to a family.
+/// belongs to a family or is one of the forms composed from fitted models
+/// (`registry::COMPOSED`).
 #[test]
 fn every_saved_tag_is_read_by_the_predictor() {
     let readable = perfcast_predict::registry::tags();
@@ -257,9 +258,16 @@ fn every_saved_tag_is_read_by_the_predictor() {
             named.push(*tag);
         }
     }
+    for tag in registry::COMPOSED {
+        assert!(readable.contains(tag), "composed `{tag}` is unreadable");
+        assert!(!named.contains(tag), "composed `{tag}` is also a family's");
+    }
     for row in perfcast_predict::registry::FAMILIES {
         for tag in row.tags {
-            assert!(named.contains(tag), "no family saves as `{tag}`");
+            assert!(
+                named.contains(tag) || registry::COMPOSED.contains(tag),
+                "no family saves as `{tag}`"
+            );
         }
     }
 }
