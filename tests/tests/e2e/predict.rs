@@ -27,7 +27,8 @@ fn train_writes_a_bundle_that_predict_and_bundle_show_use() {
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let sel = &report["selection"];
     assert_eq!(sel["kinds"].as_array().unwrap().len(), 2);
-    assert_eq!(sel["single"].as_array().unwrap().len(), 3);
+    // Three families and their blend.
+    assert_eq!(sel["single"].as_array().unwrap().len(), 4);
     // Auto-selection is never worse in cross-validation than one family everywhere, and its
     // held-out figure is reported beside theirs.
     assert!(sel["overall"]["mape"].as_f64().unwrap().is_finite());
@@ -44,7 +45,7 @@ fn train_writes_a_bundle_that_predict_and_bundle_show_use() {
     let manifest: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(manifest["format"], 1);
     let linear = &manifest["kinds"]["linear"];
-    assert_eq!(linear["candidates"].as_array().unwrap().len(), 3);
+    assert_eq!(linear["candidates"].as_array().unwrap().len(), 4);
     assert!(linear["ranges"].as_array().unwrap().len() > 10);
 
     // One module from flags.

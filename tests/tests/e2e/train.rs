@@ -88,7 +88,11 @@ fn train_saves_every_model_and_eval_reloads_them() {
     assert_eq!(kinds.len(), 2);
     for k in kinds {
         let entries = k["models"].as_array().unwrap();
-        assert_eq!(entries.len(), 4);
+        // The four families, then the best blend of two of them, which names its parts.
+        assert_eq!(entries.len(), 5);
+        assert_eq!(entries[4]["model"], "blend");
+        let parts = entries[4]["parts"].as_str().unwrap();
+        assert_eq!(parts.matches(" + ").count(), 1, "{parts}");
         for m in entries {
             let mape = m["test"]["mape"].as_f64().unwrap();
             assert!(mape.is_finite() && mape >= 0.0, "{m}");
@@ -128,7 +132,8 @@ fn train_saves_every_model_and_eval_reloads_them() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(rows.as_array().unwrap().len(), 8);
+    // Two kinds x (four families and their blend), each reloaded and scored.
+    assert_eq!(rows.as_array().unwrap().len(), 10);
 
     // A corrupt saved model is refused with its path.
     std::fs::write(models.join("relu/knn.json"), b"{\"model\":\"knn\",").unwrap();
@@ -288,8 +293,8 @@ fn train_fits_medn_and_the_mlp_saves_checkpoints_and_compares_a_shared_network()
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    // Two kinds x (ridge, medn, mlp, and the networks shared by both kinds).
-    assert_eq!(rows.as_array().unwrap().len(), 10);
+    // Two kinds x (ridge, medn, mlp, the networks shared by both kinds, and a blend).
+    assert_eq!(rows.as_array().unwrap().len(), 12);
 
     // A bad hyper-parameter is named before anything is fitted.
     let o = run(&[
