@@ -763,7 +763,7 @@ fn select_bundle(
     let mut selections = Vec::new();
     for (k, data) in report.kinds.iter().zip(kinds) {
         let cands = candidates(k);
-        let selection = crate::select::select(k.kind.name(), &cands, budget)?;
+        let mut selection = crate::select::select(k.kind.name(), &cands, budget)?;
         let chosen = k
             .models
             .iter()
@@ -771,6 +771,10 @@ fn select_bundle(
             .ok_or_else(|| {
                 Error::Input(format!("selected `{}` has no report", selection.chosen))
             })?;
+        // A blend says what it blends wherever the choice is shown (`bundle show`, reports).
+        if let Some(parts) = &chosen.parts {
+            selection.why = format!("{}; blend = {parts}", selection.why);
+        }
         let model = fitted(&chosen.file)
             .ok_or_else(|| Error::Input(format!("selected `{}` was not saved", chosen.file)))?;
         entries.insert(
@@ -1170,6 +1174,12 @@ mod tests {
         assert_eq!(
             std::fs::read(out.join("plots").join("linear-x.svg")).expect("extra"),
             b"<svg/>"
+        );
+        let why = &selection.kinds[0].selection.why;
+        assert_eq!(
+            why.contains("; blend = "),
+            selection.kinds[0].selection.chosen == BLEND,
+            "{why}"
         );
         let loaded = crate::Bundle::load(&bundle).expect("bundle loads");
         assert_eq!(
