@@ -15,11 +15,16 @@ use perfcast_core::Phase;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::features::FeatureSchema;
+use crate::features::{FeatureSchema, inference_row_from_training};
 use crate::matrix::Matrix;
-use crate::regressor::{Regressor, SavedForm, SavedModel};
+use crate::regressor::{Regressor, SavedForm, SavedModel, check_tasks};
 
 const MODEL: &str = "blend";
+
+/// Rows a part that is not multi-task predicts together in [`Blend::add_part_logs`] (their
+/// rewritten rows stay a small buffer: one of a whole batch would be mapped and faulted in
+/// afresh by every call).
+const BLOCK: usize = 64;
 
 /// Most parts of a blend: each part adds its prediction time.
 pub const MAX_PARTS: usize = 4;
@@ -128,6 +133,62 @@ impl Blend {
             .map(|(p, w)| (p.as_ref(), *w))
     }
 
+    /// The first part that is a `T`: its index, the part and its weight.
+    pub fn first_part<T: 'static>(&self) -> Option<(usize, &T, f64)> {
+        self.parts_dyn().enumerate().find_map(|(i, (p, w))| {
+            let any: &dyn std::any::Any = p;
+            Some((i, any.downcast_ref::<T>()?, w))
+        })
+    }
+
+    /// Adds `w ln p` of every part but `skip` to `logs`, one per row of `rows` (training-phase
+    /// rows asked for in `phases`, as [`Regressor::predict_tasks`] takes them), in part order:
+    /// multi-task parts read the rows as given; the others each row in its own phase, rewritten
+    /// from the training-phase row ([`inference_row_from_training`]: the same bits as building
+    /// it, at a fraction of the cost of [`crate::features::row_in_phase`]) [`BLOCK`] rows at a time.
+    pub fn add_part_logs(
+        &self,
+        rows: &[f64],
+        phases: &[Phase],
+        skip: Option<usize>,
+        logs: &mut [f64],
+    ) -> Result<()> {
+        let width = check_tasks(self.schema(), rows.len(), phases.len(), logs.len())?;
+        let extended = crate::device_features::is_extended(self.schema());
+        let kind = self.schema().kind;
+        let (mut own, mut scratch) = (Vec::new(), Vec::new());
+        for (j, (part, w)) in self.parts_dyn().enumerate() {
+            if Some(j) == skip {
+                continue;
+            }
+            for (b, (block, ph)) in rows
+                .chunks(BLOCK * width)
+                .zip(phases.chunks(BLOCK))
+                .enumerate()
+            {
+                scratch.clear();
+                scratch.resize(ph.len(), 0.0);
+                if part.multi_task() || extended {
+                    // (An extended row's rewrite needs the whole device block: the default.)
+                    part.predict_tasks(block, ph, &mut scratch)?;
+                } else {
+                    own.clear();
+                    for (x, phase) in block.chunks_exact(width).zip(ph) {
+                        match phase {
+                            Phase::Training => own.extend_from_slice(x),
+                            Phase::Inference => inference_row_from_training(kind, x, &mut own),
+                        }
+                    }
+                    part.predict_rows(&own, &mut scratch)?;
+                }
+                for (l, p) in logs[b * BLOCK..].iter_mut().zip(&scratch) {
+                    *l += w * p.ln();
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The parts' family names and weights, in order.
     pub fn parts(&self) -> impl Iterator<Item = (&'static str, f64)> + '_ {
         self.parts
@@ -195,7 +256,10 @@ impl Regressor for Blend {
     }
 
     fn predict_tasks(&self, rows: &[f64], phases: &[Phase], out: &mut [f64]) -> Result<()> {
-        self.combine(out, |part, dst| part.predict_tasks(rows, phases, dst))
+        out.fill(0.0);
+        self.add_part_logs(rows, phases, None, out)?;
+        out.iter_mut().for_each(|v| *v = v.exp());
+        Ok(())
     }
 
     fn size_bytes(&self) -> usize {

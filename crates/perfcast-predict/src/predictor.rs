@@ -14,7 +14,7 @@ use crate::blend::Blend;
 use crate::bundle::Bundle;
 use crate::compose::RunShape;
 use crate::error::{Error, Result};
-use crate::features::{MAX_ROW, inference_row_from_training, row, row_into};
+use crate::features::{MAX_ROW, row, row_into};
 use crate::medn::{Encoded, FittedMedn};
 use crate::regressor::Regressor;
 
@@ -138,74 +138,25 @@ pub struct Predictor {
 }
 
 /// The model of `kind` as a MEDN, when it is one or a blend holds one (the blend's other
-/// parts are then predicted beside the MEDN's batch: [`blend_of`]).
+/// parts are then predicted beside the MEDN's batch: [`blend_rest`]).
 fn medn_of(bundle: &Bundle, kind: ModuleKind) -> Option<&FittedMedn> {
     let model: &dyn std::any::Any = bundle.model(kind)?;
     model.downcast_ref::<FittedMedn>().or_else(|| {
-        model
-            .downcast_ref::<Blend>()?
-            .parts_dyn()
-            .find_map(|(p, _)| {
-                let part: &dyn std::any::Any = p;
-                part.downcast_ref::<FittedMedn>()
-            })
+        let (_, medn, _) = model.downcast_ref::<Blend>()?.first_part::<FittedMedn>()?;
+        Some(medn)
     })
 }
 
-/// For each query (its training-phase row in `rows`, asked for in `phases`), the weight of
-/// the blend's MEDN part and the sum of its other parts' weighted log predictions. Multi-task
-/// parts read the training-phase rows; the others the query's own, rewritten from them
-/// ([`inference_row_from_training`]: the same bits as building it, and the same row whether the
-/// query was extrapolated or not) [`BLEND_BLOCK`] rows at a time, so the scratch stays small
-/// (a buffer of a whole chunk's rows is mapped and faulted in afresh by every call, and with
-/// two threads that cost a quarter of the throughput).
-fn blend_rest(
-    blend: &Blend,
-    kind: ModuleKind,
-    rows: &[f64],
-    phases: &[Phase],
-) -> Result<Vec<(f64, f64)>> {
-    let mut logs = vec![(0.0, 0.0); phases.len()];
-    let width = if phases.is_empty() {
-        0
-    } else {
-        rows.len() / phases.len()
-    };
-    let (mut own, mut scratch) = (Vec::new(), Vec::new());
-    let mut batched = false;
-    for (part, w) in blend.parts_dyn() {
-        let any: &dyn std::any::Any = part;
-        // The first MEDN part is [`medn_of`]'s: it runs in the batch.
-        if !batched && any.is::<FittedMedn>() {
-            batched = true;
-            logs.iter_mut().for_each(|l| l.0 = w);
-            continue;
-        }
-        for (b, (block, ph)) in rows
-            .chunks(BLEND_BLOCK * width.max(1))
-            .zip(phases.chunks(BLEND_BLOCK))
-            .enumerate()
-        {
-            scratch.clear();
-            scratch.resize(ph.len(), 0.0);
-            if part.multi_task() {
-                part.predict_tasks(block, ph, &mut scratch)?;
-            } else {
-                own.clear();
-                for (x, phase) in block.chunks_exact(width).zip(ph) {
-                    match phase {
-                        Phase::Training => own.extend_from_slice(x),
-                        Phase::Inference => inference_row_from_training(kind, x, &mut own),
-                    }
-                }
-                part.predict_rows(&own, &mut scratch)?;
-            }
-            for (l, p) in logs[b * BLEND_BLOCK..].iter_mut().zip(&scratch) {
-                l.1 += w * p.ln();
-            }
-        }
-    }
-    Ok(logs)
+/// For each query (its training-phase row in `rows`, asked for in `phases`) of a blend whose
+/// first MEDN part ([`medn_of`]'s) runs in its group's batch: that part's weight and the sum
+/// of the other parts' weighted log predictions.
+fn blend_rest(blend: &Blend, rows: &[f64], phases: &[Phase]) -> Result<Vec<(f64, f64)>> {
+    let (skip, w) = blend
+        .first_part::<FittedMedn>()
+        .map_or((None, 0.0), |(i, _, w)| (Some(i), w));
+    let mut rest = vec![0.0; phases.len()];
+    blend.add_part_logs(rows, phases, skip, &mut rest)?;
+    Ok(rest.into_iter().map(|r| (w, r)).collect())
 }
 
 /// The buffers [`Predictor::predict_many_as_given`] fills, kept per thread between calls
@@ -222,9 +173,6 @@ struct Scratch {
 thread_local! {
     static SCRATCH: std::cell::Cell<Scratch> = std::cell::Cell::new(Scratch::default());
 }
-
-/// Rows of a blend's other parts predicted together ([`blend_rest`]).
-const BLEND_BLOCK: usize = 64;
 
 /// The model of `kind` as a blend, when it is one.
 fn blend_of(model: &dyn Regressor) -> Option<&Blend> {
@@ -440,25 +388,7 @@ impl Predictor {
             let mut x = Vec::with_capacity(MAX_ROW);
             Self::row_for(model, spec, context, &self.bundle.manifest.device, &mut x);
             if !self.outside(kind, &x) {
-                // A blend with a multi-task part read the training-phase row `x`: the other
-                // parts read the query's own.
-                let blend =
-                    blend_of(model).filter(|b| b.multi_task() && context.phase != Phase::Training);
-                let ms = if let Some(blend) = blend {
-                    let mut own = Vec::with_capacity(MAX_ROW);
-                    inference_row_from_training(kind, &x, &mut own);
-                    let mut log = 0.0;
-                    for (part, w) in blend.parts_dyn() {
-                        let mut out = [0.0];
-                        if part.multi_task() {
-                            part.predict_tasks(&x, &[context.phase], &mut out)?;
-                        } else {
-                            out[0] = part.predict_row(&own)?;
-                        }
-                        log += w * out[0].ln();
-                    }
-                    log.exp()
-                } else if model.multi_task() {
+                let ms = if model.multi_task() {
                     let mut out = [0.0];
                     model.predict_tasks(&x, &[context.phase], &mut out)?;
                     out[0]
@@ -617,7 +547,7 @@ impl Predictor {
                 }
                 if let Some((g, m)) = medn {
                     if let Some(blend) = blend {
-                        let logs = blend_rest(blend, kind, rows, phases)?;
+                        let logs = blend_rest(blend, rows, phases)?;
                         for (&i, rest) in index.iter().zip(logs) {
                             *slot(&mut blended, n, i, None) = Some(rest);
                         }

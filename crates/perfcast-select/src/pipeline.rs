@@ -623,46 +623,19 @@ fn fit_shared(
             .iter()
             .zip(kinds)
             .zip(reports.iter_mut())
-            .zip(&cv_pred)
+            .zip(cv_pred)
         {
             let per_kind = kind_report
                 .models
                 .iter()
                 .find(|m| m.model == p.name())
                 .map(|m| m.test.mape);
-            let test = score(model, &k.test)?;
-            let pred = model.predict(&k.test.x)?;
+            let shared_mape = add_candidate(k, kind_report, files, (&family, model), cv, None)?;
             shared.push(SharedReport {
                 model: p.name().to_string(),
                 kind: k.kind,
                 per_kind_mape: per_kind,
-                shared_mape: test.mape,
-            });
-            let file = format!("{}/{family}.json", k.kind.name());
-            kind_report.models.push(ModelReport {
-                model: family.clone(),
-                cv: Metrics::compute(cv, &k.train.y)
-                    .ok_or_else(|| Error::Input("no cross-validated predictions".into()))?,
-                test_mape_by_phase: phase_mapes(&k.test, &pred),
-                cv_mape_by_phase: phase_mapes(&k.train, cv),
-                test,
-                cost: prediction_cost(model, &k.test)?,
-                file: file.clone(),
-                parts: None,
-            });
-            if let Some(best) = kind_report
-                .models
-                .iter()
-                .min_by(|a, b| a.test.mape.total_cmp(&b.test.mape))
-            {
-                kind_report.best = best.model.clone();
-            }
-            files.push(FittedFile {
-                file,
-                saved: model.to_saved(),
-                predictions: pred,
-                cv_predictions: cv.clone(),
-                checkpoint: None,
+                shared_mape,
             });
         }
     }
@@ -696,23 +669,44 @@ fn add_blend(k: &KindData, r: &mut KindReport, files: &mut Vec<FittedFile>) -> R
             .collect(),
         pick.weights.to_vec(),
     )?;
+    let parts = model
+        .parts()
+        .map(|(name, w)| format!("{w:.2}x{name}"))
+        .collect::<Vec<_>>()
+        .join(" + ");
+    add_candidate(k, r, files, (BLEND, &model), pick.predictions, Some(parts))?;
+    Ok(())
+}
+
+/// Adds a model fitted outside the per-family loop (a shared network, a blend) to the kind's
+/// candidates as family `name`, with its out-of-fold predictions `cv` (training-row order):
+/// scored and timed on the held-out rows, its file queued, the kind's best refreshed. Returns
+/// its held-out MAPE.
+fn add_candidate(
+    k: &KindData,
+    r: &mut KindReport,
+    files: &mut Vec<FittedFile>,
+    (name, model): (&str, &dyn Regressor),
+    cv: Vec<f64>,
+    parts: Option<String>,
+) -> Result<f64> {
     let pred = model.predict(&k.test.x)?;
-    let file = format!("{}/{BLEND}.json", k.kind.name());
+    let metrics = |pred: &[f64], data: &TrainSet| {
+        Metrics::compute(pred, &data.y)
+            .ok_or_else(|| Error::Input(format!("no rows to score `{name}` on")))
+    };
+    let test = metrics(&pred, &k.test)?;
+    let mape = test.mape;
+    let file = format!("{}/{name}.json", k.kind.name());
     r.models.push(ModelReport {
-        model: BLEND.to_string(),
-        cv: pick.cv,
-        test: score(&model, &k.test)?,
+        model: name.to_string(),
+        cv: metrics(&cv, &k.train)?,
         test_mape_by_phase: phase_mapes(&k.test, &pred),
-        cv_mape_by_phase: phase_mapes(&k.train, &pick.predictions),
-        cost: prediction_cost(&model, &k.test)?,
+        cv_mape_by_phase: phase_mapes(&k.train, &cv),
+        test,
+        cost: prediction_cost(model, &k.test)?,
         file: file.clone(),
-        parts: Some(
-            model
-                .parts()
-                .map(|(name, w)| format!("{w:.2}x{name}"))
-                .collect::<Vec<_>>()
-                .join(" + "),
-        ),
+        parts,
     });
     if let Some(best) = r
         .models
@@ -725,10 +719,10 @@ fn add_blend(k: &KindData, r: &mut KindReport, files: &mut Vec<FittedFile>) -> R
         file,
         saved: model.to_saved(),
         predictions: pred,
-        cv_predictions: pick.predictions,
+        cv_predictions: cv,
         checkpoint: None,
     });
-    Ok(())
+    Ok(mape)
 }
 
 /// The family name of blends in reports and bundles.
