@@ -543,6 +543,9 @@ pub struct HoldOut {
     /// Per set: whether predictions below the spec roofline are raised to it before scoring,
     /// as the predictor does for GPUs (missing: no).
     pub raise: Vec<bool>,
+    /// Per set: whether models are fitted on it when another device is held out (missing:
+    /// yes). A data fault's table is still scored when its device is held out, never learned.
+    pub trained: Vec<bool>,
     /// What is fitted, for errors (`` `linear`, ridge-xdev ``).
     pub label: String,
 }
@@ -569,13 +572,14 @@ pub fn leave_devices_out(
     for (train, held) in crate::split::leave_one_out(&names) {
         let i = held[0];
         let device = &sets[i].0;
-        let pick = |idx: &[usize]| -> Vec<&TrainSet> {
+        let pick = |idx: &[usize], training: bool| -> Vec<&TrainSet> {
             idx.iter()
+                .filter(|&&j| !training || options.trained.get(j).copied().unwrap_or(true))
                 .map(|&j| &sets[j].1)
                 .filter(|s| !s.is_empty())
                 .collect()
         };
-        let tests = pick(&held);
+        let tests = pick(&held, false);
         if tests.is_empty() || !options.held.get(i).copied().unwrap_or(true) {
             continue;
         }
@@ -586,7 +590,7 @@ pub fn leave_devices_out(
             joined = concat(&tests)?;
             &joined
         };
-        let rest = concat(&pick(&train))?;
+        let rest = concat(&pick(&train, true))?;
         let model = params.fit(&rest).map_err(|e| {
             if options.label.is_empty() {
                 e.context(format!("`{device}` left out"))

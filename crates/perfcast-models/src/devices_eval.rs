@@ -50,6 +50,9 @@ pub struct DevicesPlan {
     /// Drop the held-out devices' `launch_us` from their specs, so the util model's launch
     /// floor for them comes from the training devices alone.
     pub no_launch_us: bool,
+    /// Leave the tables the GEMM consistency check flags (`perfcast datasets check`) out of
+    /// training; a flagged table is still scored when its device is held out.
+    pub exclude_flagged: bool,
 }
 
 impl Default for DevicesPlan {
@@ -68,6 +71,7 @@ impl Default for DevicesPlan {
             mask: Vec::new(),
             keep_predictions: false,
             no_launch_us: false,
+            exclude_flagged: false,
         }
     }
 }
@@ -92,6 +96,9 @@ pub struct KindResult {
     pub phase: PhaseFilter,
     /// Devices with rows of the kind.
     pub devices: Vec<String>,
+    /// Devices whose table of the kind the consistency check flagged and training left out
+    /// (`--exclude-flagged`).
+    pub excluded: Vec<String>,
     /// Per family.
     pub models: Vec<FamilyResult>,
 }
@@ -225,6 +232,16 @@ pub fn evaluate_devices(
             "no module kind is measured on two devices or more".into(),
         ));
     }
+    // (device name, kind) of every table the GEMM consistency check flags.
+    let flagged: Vec<(String, ModuleKind)> = if plan.exclude_flagged {
+        let report = perfcast_data::consistency::gemm_consistency(dirs)?;
+        report
+            .iter()
+            .filter_map(|c| c.faulty_kind(&report).map(|k| (c.device.clone(), k)))
+            .collect()
+    } else {
+        Vec::new()
+    };
     let mut out = DevicesEval::default();
     observer.begin(DEVICES_STAGE, (kinds.len() * plan.models.len()) as u64);
     for kind in kinds {
@@ -237,6 +254,9 @@ pub fn evaluate_devices(
                     plan.holdout.is_empty() || names_device(dir.root(), device, &plan.holdout),
                 );
                 options.raise.push(device.kind == DeviceKind::Gpu);
+                options
+                    .trained
+                    .push(!flagged.contains(&(device.name.clone(), kind)));
             }
         }
         if sets.len() < 2 {
@@ -296,6 +316,11 @@ pub fn evaluate_devices(
             kind,
             phase: plan.phase,
             devices: sets.iter().map(|(n, _)| n.clone()).collect(),
+            excluded: flagged
+                .iter()
+                .filter(|(_, k)| *k == kind)
+                .map(|(d, _)| d.clone())
+                .collect(),
             models,
         });
     }
@@ -689,6 +714,91 @@ mod tests {
             .collect();
         dir.write(ModuleKind::Linear, &records).expect("write");
         dir
+    }
+
+    /// A GPU whose linear GEMMs run at `lin` of its peak and bmm at `mm` (16 sizes each, in
+    /// the consistency check's work range).
+    fn gemm_dataset(root: &Path, name: &str, lin: f64, mm: f64) -> DatasetDir {
+        let device = perfcast_core::testing::gpu(name, 10_000.0, 500.0);
+        let dir = DatasetDir::create_or_open(root.join(name), &device).expect("dataset");
+        let record = |spec: ModuleSpec, efficiency: f64| {
+            let flops = perfcast_core::features::derive(&spec, 1).flops;
+            Record {
+                spec,
+                context: Context {
+                    batch: 1,
+                    phase: Phase::Inference,
+                    threads: 1,
+                    utilisation: 0.0,
+                },
+                backend: "published".into(),
+                outcome: Outcome::Ok(Timing::median_only(
+                    flops / (device.peak_gflops * 1e9) * 1e3 / efficiency,
+                )),
+                perfcast_version: "test".into(),
+                timestamp: 0,
+            }
+        };
+        let sizes = (0..16).map(|i| 1024 + 64 * i);
+        let linear: Vec<Record> = sizes
+            .clone()
+            .map(|s| {
+                let spec = format!(
+                    r#"{{"kind":"linear","tokens":{s},"in_features":{s},"out_features":{s}}}"#
+                );
+                record(ModuleSpec::from_json(&spec).expect("spec"), lin)
+            })
+            .collect();
+        let matmul: Vec<Record> = sizes
+            .map(|s| {
+                let spec = format!(r#"{{"kind":"matmul","m":{s},"k":{s},"n":{s}}}"#);
+                record(ModuleSpec::from_json(&spec).expect("spec"), mm)
+            })
+            .collect();
+        dir.write(ModuleKind::Linear, &linear).expect("write");
+        dir.write(ModuleKind::Matmul, &matmul).expect("write");
+        dir
+    }
+
+    #[test]
+    fn a_flagged_table_is_left_out_of_training_but_still_scored() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dirs = vec![
+            gemm_dataset(tmp.path(), "a", 0.7, 0.6),
+            gemm_dataset(tmp.path(), "b", 0.75, 0.65),
+            gemm_dataset(tmp.path(), "c", 0.65, 0.55),
+            // The P4 pattern: linear far below its own bmm.
+            gemm_dataset(tmp.path(), "p4", 0.15, 0.5),
+        ];
+        let plan = |exclude_flagged| DevicesPlan {
+            models: vec!["ridge".into()],
+            modules: vec![ModuleKind::Linear, ModuleKind::Matmul],
+            exclude_flagged,
+            ..DevicesPlan::default()
+        };
+        let kept = evaluate_devices(&dirs, &plan(false), &Silent).expect("kept");
+        let left_out = evaluate_devices(&dirs, &plan(true), &Silent).expect("left out");
+        let scores = |out: &DevicesEval, kind: usize| -> Vec<(String, usize, f64)> {
+            out.kinds[kind].models[0]
+                .devices
+                .iter()
+                .map(|d| (d.device.clone(), d.train_rows, d.metrics.mape))
+                .collect()
+        };
+        assert!(kept.kinds.iter().all(|k| k.excluded.is_empty()));
+        assert_eq!(left_out.kinds[0].excluded, ["p4"]);
+        assert!(left_out.kinds[1].excluded.is_empty());
+        let (kept_linear, linear) = (scores(&kept, 0), scores(&left_out, 0));
+        // Every device is still scored, the flagged one too (trained on the other three).
+        assert_eq!(linear.len(), 4);
+        assert_eq!(linear[3].0, "p4");
+        assert_eq!(linear[3].1, 48);
+        // The others train on two devices' linear rows instead of three, and predict better
+        // without the P4's slow table.
+        assert_eq!((kept_linear[0].1, linear[0].1), (48, 32));
+        assert!(linear[0].2 < kept_linear[0].2, "{linear:?} {kept_linear:?}");
+        // The bmm tables are not flagged: the same training either way.
+        assert_eq!(scores(&kept, 1), scores(&left_out, 1));
     }
 
     #[test]

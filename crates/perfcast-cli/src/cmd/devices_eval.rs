@@ -92,6 +92,10 @@ pub struct EvalDevicesArgs {
     /// Drop held-out devices' `launch_us` (measured launch floor): `util` uses training floors
     #[arg(long)]
     pub no_launch_us: bool,
+    /// Leave the tables `perfcast datasets check` flags out of training (still scored when
+    /// their device is held out), as `train --exclude-flagged` does
+    #[arg(long)]
+    pub exclude_flagged: bool,
     /// Output format
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
@@ -140,6 +144,7 @@ pub fn eval_devices(a: EvalDevicesArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         mask: a.mask,
         keep_predictions: a.predictions.is_some(),
         no_launch_us: a.no_launch_us,
+        exclude_flagged: a.exclude_flagged,
     };
     run_devices(&a.data, &plan, a.predictions.as_deref(), a.format, ui)
 }

@@ -65,6 +65,12 @@ pub fn devices(results: &[KindResult]) -> String {
                 "({raised} GPU predictions below the spec roofline raised to it, as the predictor does)\n"
             ));
         }
+        if !r.excluded.is_empty() {
+            t.push_str(&format!(
+                "(flagged by the consistency check, left out of training: {})\n",
+                r.excluded.join(", ")
+            ));
+        }
         t.push('\n');
     }
     t
