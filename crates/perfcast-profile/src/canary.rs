@@ -3,8 +3,10 @@
 //! On a shared machine whole stretches of a run come out 8-40% slow (another tenant, a busy
 //! core, memory placement). Interference only ever adds time, so a stretch whose canary came out
 //! slower than the fastest canary of the run was disturbed: its rows are measured again later,
-//! each visit bracketed by canaries again, and every row keeps its fastest clean visit (the
-//! fastest visit of all when none was clean).
+//! each visit bracketed by canaries again, and every row keeps its fastest clean visit. A row
+//! with no clean visit keeps its fastest visit divided by how much slower its stretch's canary
+//! read, to the power this run fitted on the rows that had both kinds of visit (the exponent is
+//! 0, no correction, when those rows show no such relation or are too few).
 
 use perfcast_core::{Context, ModuleSpec, Phase};
 use perfcast_data::Timing;
@@ -150,6 +152,158 @@ pub fn fastest_clean(visits: &[(Timing, bool)]) -> Option<Timing> {
     fastest(true).or_else(|| fastest(false))
 }
 
+/// How much slower than the run's best the canary read around stretch `s`: the geometric mean of
+/// its two bracketing readings over `best` (one reading when the other is missing; 1 when both
+/// are, or when it read faster).
+pub fn stretch_slowdown(readings: &[Option<f64>], best: f64, s: usize) -> f64 {
+    let at = |i: usize| readings.get(i).copied().flatten();
+    let ms = match (at(s), at(s + 1)) {
+        (Some(a), Some(b)) => (a * b).sqrt(),
+        (Some(a), None) | (None, Some(a)) => a,
+        (None, None) => return 1.0,
+    };
+    if best > 0.0 && ms.is_finite() {
+        (ms / best).max(1.0)
+    } else {
+        1.0
+    }
+}
+
+/// Fewest (disturbed, clean) visit pairs an exponent is fitted on.
+pub const MIN_CORRECTION_PAIRS: usize = 20;
+
+/// How the canary's slowdown carries over to the rows, fitted on pairs of one row's disturbed
+/// and clean visits: `(disturbed / clean time, the disturbed stretch's slowdown)`. The exponent
+/// `a` in [0, 1] of `disturbed = clean * slowdown^a` with the least mean |ln| residual (a grid
+/// of hundredths: robust to the few rows a burst hit harder, and never further from the clean
+/// visits than no correction, `a = 0`); `None` with fewer than [`MIN_CORRECTION_PAIRS`] pairs
+/// or no slowdown among them.
+pub fn fit_slowdown_exponent(pairs: &[(f64, f64)]) -> Option<f64> {
+    let logs: Vec<(f64, f64)> = pairs
+        .iter()
+        .filter(|(r, s)| r.is_finite() && *r > 0.0 && s.is_finite() && *s >= 1.0)
+        .map(|(r, s)| (r.ln(), s.ln()))
+        .collect();
+    if logs.len() < MIN_CORRECTION_PAIRS || logs.iter().all(|(_, s)| *s <= 0.0) {
+        return None;
+    }
+    let residual = |a: f64| logs.iter().map(|(r, s)| (r - a * s).abs()).sum::<f64>();
+    (0..=100)
+        .map(|i| f64::from(i) / 100.0)
+        .min_by(|a, b| residual(*a).total_cmp(&residual(*b)))
+}
+
+/// Mean |ln r| over pairs `(r, _)`: how far disturbed visits lie from clean ones.
+pub fn mean_gap(pairs: &[(f64, f64)]) -> f64 {
+    pairs.iter().map(|(r, _)| r.ln().abs()).sum::<f64>() / pairs.len().max(1) as f64
+}
+
+/// The (disturbed / clean time, slowdown) pairs of rows that have both kinds of visit, every
+/// visit judged against the fastest of `readings`.
+pub fn visit_pairs(
+    visits: &[Vec<(Timing, usize)>],
+    readings: &[Option<f64>],
+    tolerance: f64,
+) -> Vec<(f64, f64)> {
+    let slow = slow_stretches(readings, tolerance);
+    let is_slow = |s: usize| slow.get(s).copied().unwrap_or(false);
+    let best = readings.iter().flatten().copied().reduce(f64::min);
+    let slowdown = |s: usize| best.map_or(1.0, |b| stretch_slowdown(readings, b, s));
+    let mut pairs = Vec::new();
+    for row in visits {
+        let clean = row
+            .iter()
+            .filter(|(_, s)| !is_slow(*s))
+            .map(|(t, _)| t.median_ms)
+            .reduce(f64::min);
+        if let Some(clean) = clean {
+            pairs.extend(
+                row.iter()
+                    .filter(|(_, s)| is_slow(*s))
+                    .map(|(t, s)| (t.median_ms / clean, slowdown(*s))),
+            );
+        }
+    }
+    pairs
+}
+
+/// `timing` with every statistic divided by `factor` (a disturbed visit brought back to the
+/// machine's undisturbed speed).
+pub fn deflated(timing: &Timing, factor: f64) -> Timing {
+    let f = |v: f64| v / factor;
+    Timing {
+        median_ms: f(timing.median_ms),
+        min_ms: timing.min_ms.map(f),
+        mad_ms: timing.mad_ms.map(f),
+        p10_ms: timing.p10_ms.map(f),
+        p90_ms: timing.p90_ms.map(f),
+        repetitions: timing.repetitions,
+    }
+}
+
+/// What [`settle`] keeps of the visits.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Settled {
+    /// Per row: the timing it keeps (`None` without any visit).
+    pub kept: Vec<Option<Timing>>,
+    /// Rows with no clean visit.
+    pub still_disturbed: usize,
+    /// See [`CanaryReport::exponent`].
+    pub exponent: Option<f64>,
+    /// See [`CanaryReport::pairs`].
+    pub pairs: usize,
+    /// See [`CanaryReport::pair_error`].
+    pub pair_error: Option<(f64, f64)>,
+}
+
+/// Each row's timing from its visits `(timing, stretch)`, judged against the fastest of
+/// `readings`: its fastest clean visit; with none, its fastest visit divided by its stretch's
+/// slowdown to the power fitted on the rows that have both kinds of visit.
+pub fn settle(
+    visits: &[Vec<(Timing, usize)>],
+    readings: &[Option<f64>],
+    tolerance: f64,
+) -> Settled {
+    let slow = slow_stretches(readings, tolerance);
+    let is_slow = |s: usize| slow.get(s).copied().unwrap_or(false);
+    let best = readings.iter().flatten().copied().reduce(f64::min);
+    let slowdown = |s: usize| best.map_or(1.0, |b| stretch_slowdown(readings, b, s));
+    let pairs = visit_pairs(visits, readings, tolerance);
+    let exponent = fit_slowdown_exponent(&pairs);
+    let pair_error = exponent.map(|a| {
+        let corrected: Vec<(f64, f64)> = pairs.iter().map(|(r, s)| (r / s.powf(a), *s)).collect();
+        (mean_gap(&pairs), mean_gap(&corrected))
+    });
+    let mut still_disturbed = 0;
+    let kept = visits
+        .iter()
+        .map(|row| {
+            let judged: Vec<(Timing, bool)> = row
+                .iter()
+                .map(|(t, s)| {
+                    if is_slow(*s) {
+                        let factor = slowdown(*s).powf(exponent.unwrap_or(0.0));
+                        (deflated(t, factor), false)
+                    } else {
+                        (t.clone(), true)
+                    }
+                })
+                .collect();
+            if !judged.is_empty() && judged.iter().all(|(_, clean)| !clean) {
+                still_disturbed += 1;
+            }
+            fastest_clean(&judged)
+        })
+        .collect();
+    Settled {
+        kept,
+        still_disturbed,
+        exponent,
+        pairs: pairs.len(),
+        pair_error,
+    }
+}
+
 /// What the canary saw over a run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct CanaryReport {
@@ -161,8 +315,21 @@ pub struct CanaryReport {
     pub disturbed: usize,
     /// Of those, rows measured again (the rest ran out of the re-measuring budget).
     pub remeasured: usize,
-    /// Disturbed rows with no clean visit in the end (they keep their fastest visit).
+    /// Disturbed rows with no clean visit in the end (they keep their fastest visit, corrected
+    /// by [`CanaryReport::exponent`]).
     pub still_disturbed: usize,
+    /// The fitted exponent of the canary's slowdown (see [`fit_slowdown_exponent`]); `None`:
+    /// too few rows had both a disturbed and a clean visit, and nothing was corrected.
+    pub exponent: Option<f64>,
+    /// (disturbed, clean) visit pairs it was fitted on.
+    pub pairs: usize,
+    /// Mean |ln(disturbed / clean)| over those pairs before and after the correction: how
+    /// much closer the correction brings a disturbed visit to the clean one.
+    pub pair_error: Option<(f64, f64)>,
+    /// Re-measuring stopped early: the rows' disturbed visits already lay within half the
+    /// tolerance of their clean ones (mean over at least [`MIN_CORRECTION_PAIRS`] pairs), so
+    /// the canary saw noise the rows did not.
+    pub stopped_early: bool,
 }
 
 #[cfg(test)]
@@ -210,6 +377,83 @@ mod tests {
         let none_clean = fastest_clean(&[(timing(13.0), false), (timing(12.0), false)]);
         assert_eq!(none_clean.unwrap().median_ms, 12.0);
         assert_eq!(fastest_clean(&[]), None);
+    }
+
+    #[test]
+    fn the_slowdown_exponent_is_fitted_from_pairs_and_bounded() {
+        // Rows slowed by the canary's slowdown to the power 0.6 (with a little noise).
+        let pairs: Vec<(f64, f64)> = (0..40)
+            .map(|i| {
+                let s = 1.1 + 0.02 * i as f64;
+                let noise = if i % 2 == 0 { 1.01 } else { 0.99 };
+                (s.powf(0.6) * noise, s)
+            })
+            .collect();
+        let a = fit_slowdown_exponent(&pairs).unwrap();
+        assert!((a - 0.6).abs() < 0.06, "{a}");
+        // A few rows a burst hit far harder do not pull it.
+        let mut hit = pairs.clone();
+        for p in hit.iter_mut().take(5) {
+            p.0 *= 3.0;
+        }
+        let b = fit_slowdown_exponent(&hit).unwrap();
+        assert!((b - 0.6).abs() < 0.1, "{b}");
+        // Too few pairs, or none slowed: no exponent.
+        assert_eq!(
+            fit_slowdown_exponent(&pairs[..MIN_CORRECTION_PAIRS - 1]),
+            None
+        );
+        assert_eq!(fit_slowdown_exponent(&vec![(1.2, 1.0); 30]), None);
+        // Rows slowed more than the canary, or sped up: clamped to [0, 1].
+        let more: Vec<(f64, f64)> = pairs.iter().map(|(_, s)| (s * s, *s)).collect();
+        assert_eq!(fit_slowdown_exponent(&more), Some(1.0));
+        let faster: Vec<(f64, f64)> = pairs.iter().map(|(_, s)| (1.0 / s, *s)).collect();
+        assert_eq!(fit_slowdown_exponent(&faster), Some(0.0));
+    }
+
+    #[test]
+    fn rows_without_a_clean_visit_are_brought_back_by_the_fitted_slowdown() {
+        // Stretches 0-29 clean (readings 10), 30-59 slow (readings 12.1: slowdown 1.1 to 1.21).
+        let mut readings: Vec<Option<f64>> = vec![Some(10.0); 31];
+        readings.extend((0..30).map(|i| Some(if i % 2 == 0 { 12.1 } else { 11.0 })));
+        let slowdown = |s: usize| stretch_slowdown(&readings, 10.0, s);
+        // 30 rows seen both disturbed and clean, slowed by the slowdown to the power 0.5.
+        let mut visits: Vec<Vec<(Timing, usize)>> = (0..30)
+            .map(|i| {
+                let clean = 1.0 + i as f64;
+                let s = 30 + i;
+                vec![(timing(clean * slowdown(s).sqrt()), s), (timing(clean), i)]
+            })
+            .collect();
+        // One row seen only disturbed, in the slowest stretch.
+        visits.push(vec![(timing(2.0 * slowdown(31).sqrt()), 31)]);
+        let settled = settle(&visits, &readings, 0.07);
+        let a = settled.exponent.unwrap();
+        assert!((a - 0.5).abs() < 1e-9, "{a}");
+        assert_eq!((settled.pairs, settled.still_disturbed), (30, 1));
+        let (before, after) = settled.pair_error.unwrap();
+        assert!(before > 0.04 && after < 1e-9, "{before} {after}");
+        assert!((mean_gap(&visit_pairs(&visits, &readings, 0.07)) - before).abs() < 1e-12);
+        // Rows with a clean visit keep it; the other is brought back to its undisturbed 2 ms.
+        assert_eq!(settled.kept[3].as_ref().unwrap().median_ms, 4.0);
+        assert!((settled.kept[30].as_ref().unwrap().median_ms - 2.0).abs() < 1e-9);
+        // Too few rows with both visits: nothing is corrected.
+        let few = settle(&visits[25..], &readings, 0.07);
+        assert_eq!(few.exponent, None);
+        assert!((few.kept[5].as_ref().unwrap().median_ms - 2.0 * slowdown(31).sqrt()).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_stretch_slowdown_reads_both_brackets() {
+        let r = [Some(10.0), Some(12.1), None, None, Some(9.0)];
+        assert!((stretch_slowdown(&r, 10.0, 0) - 1.1).abs() < 1e-12);
+        assert!((stretch_slowdown(&r, 10.0, 1) - 1.21).abs() < 1e-12);
+        assert_eq!(stretch_slowdown(&r, 10.0, 2), 1.0);
+        // Faster than the best (a best taken from another run): no slowdown.
+        assert_eq!(stretch_slowdown(&r, 10.0, 3), 1.0);
+        let t = deflated(&timing(12.0), 1.2);
+        assert!((t.median_ms - 10.0).abs() < 1e-12 && (t.min_ms.unwrap() - 9.0).abs() < 1e-12);
+        assert_eq!(t.repetitions, Some(7));
     }
 
     #[test]

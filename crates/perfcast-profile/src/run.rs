@@ -14,7 +14,10 @@ use perfcast_data::{DatasetDir, Outcome, Record, Timing, measurement_key};
 use serde::Serialize;
 
 use crate::backend::Backend;
-use crate::canary::{Canary, CanaryConfig, CanaryReport, fastest_clean, slow_stretches};
+use crate::canary::{
+    Canary, CanaryConfig, CanaryReport, MIN_CORRECTION_PAIRS, mean_gap, settle, slow_stretches,
+    visit_pairs,
+};
 use crate::error::{Error, Result};
 use crate::load::LoadGenerator;
 use crate::ops::{catch, estimated_bytes, prepare};
@@ -35,6 +38,9 @@ pub struct RunOptions {
     pub resume: bool,
     /// Refuse configurations whose estimated footprint exceeds this many bytes.
     pub max_bytes: f64,
+    /// Re-measuring disturbed rows stops here even within the canary's budget share (a caller
+    /// with a wall-time budget, such as the quickstart); `None`: no such limit.
+    pub remeasure_until: Option<Instant>,
 }
 
 impl RunOptions {
@@ -53,6 +59,7 @@ impl RunOptions {
             max_bytes: (sweep.max_mib * 1048576.0).min(0.5 * device.memory_gb * 1e9),
             device,
             resume,
+            remeasure_until: None,
         }
     }
 }
@@ -438,7 +445,13 @@ pub fn run_jobs(
             max_bytes: options.max_bytes,
             config: *config,
             canary: c,
-            budget_s: config.budget_share * started.elapsed().as_secs_f64(),
+            budget_s: (config.budget_share * started.elapsed().as_secs_f64()).min(
+                options.remeasure_until.map_or(f64::INFINITY, |until| {
+                    until
+                        .saturating_duration_since(Instant::now())
+                        .as_secs_f64()
+                }),
+            ),
         };
         match revisit.run(measured, readings, on_event, interrupted) {
             Ok(report) => canary_report = Some(report),
@@ -509,6 +522,7 @@ impl Revisit<'_> {
             on_event(Event::Remeasuring { rows: rows.len() });
         }
         let mut done = 0;
+        let mut stopped_early = false;
         'retries: for _ in 0..self.config.retries {
             let slow = slow_stretches(&readings, tolerance);
             let pending: Vec<usize> = (0..rows.len())
@@ -539,25 +553,34 @@ impl Revisit<'_> {
                     on_event(Event::Remeasured { done });
                 }
                 readings.push(self.canary.read());
+                // Rows seen both disturbed and clean that barely differ: what the canary saw
+                // did not reach the rows, and the rest of the budget is better left unspent.
+                let visits: Vec<Vec<(Timing, usize)>> =
+                    rows.iter().map(|(_, v)| v.clone()).collect();
+                let pairs = visit_pairs(&visits, &readings, tolerance);
+                if pairs.len() >= MIN_CORRECTION_PAIRS && mean_gap(&pairs) < tolerance / 2.0 {
+                    stopped_early = true;
+                    break 'retries;
+                }
             }
         }
         // Judge every visit against the fastest reading of the whole run.
-        let slow = slow_stretches(&readings, tolerance);
-        let mut report = CanaryReport {
+        let visits: Vec<Vec<(Timing, usize)>> = rows.iter().map(|(_, v)| v.clone()).collect();
+        let settled = settle(&visits, &readings, tolerance);
+        let report = CanaryReport {
             readings_ms: readings.iter().flatten().copied().collect(),
             best_ms: readings.iter().flatten().copied().reduce(f64::min),
             disturbed: rows.len(),
             remeasured: rows.iter().filter(|(_, visits)| visits.len() > 1).count(),
-            still_disturbed: 0,
+            still_disturbed: settled.still_disturbed,
+            exponent: settled.exponent,
+            pairs: settled.pairs,
+            pair_error: settled.pair_error,
+            stopped_early,
         };
         let mut kept: BTreeMap<ModuleKind, Vec<(String, Timing)>> = BTreeMap::new();
-        for (job, visits) in &rows {
-            let judged: Vec<(Timing, bool)> =
-                visits.iter().map(|(t, s)| (t.clone(), !slow[*s])).collect();
-            if judged.iter().all(|(_, clean)| !clean) {
-                report.still_disturbed += 1;
-            }
-            if let Some(best) = fastest_clean(&judged) {
+        for ((job, _), best) in rows.iter().zip(settled.kept) {
+            if let Some(best) = best {
                 let key = measurement_key(
                     &job.sample.spec,
                     &job.sample.context(job.phase),

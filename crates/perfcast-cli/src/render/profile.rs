@@ -40,16 +40,33 @@ pub fn summary(modules: &[ModuleKind], summary: &RunSummary) -> String {
 }
 
 /// One line on what the interference canary saw.
-fn canary_line(c: &perfcast_profile::canary::CanaryReport) -> String {
+pub fn canary_line(c: &perfcast_profile::canary::CanaryReport) -> String {
     let best = c.best_ms.map_or("-".into(), crate::output::fmt_ms);
     let worst = c.readings_ms.iter().copied().reduce(f64::max);
     let spread = match (c.best_ms, worst) {
         (Some(b), Some(w)) if b > 0.0 => format!(", slowest +{:.0}%", 100.0 * (w / b - 1.0)),
         _ => String::new(),
     };
+    let correction = match (c.exponent, c.pair_error) {
+        (Some(a), Some((before, after))) if c.still_disturbed > 0 => format!(
+            ", divided by their stretch's slowdown^{a:.2}: on {} rows seen both ways the mean gap \
+             to the clean visit goes {:.1}% -> {:.1}%",
+            c.pairs,
+            100.0 * before.exp_m1(),
+            100.0 * after.exp_m1()
+        ),
+        _ => String::new(),
+    };
+    let stopped = match c.pair_error {
+        Some((before, _)) if c.stopped_early => format!(
+            "; re-measuring stopped early, disturbed visits were within {:.1}% of clean ones",
+            100.0 * before.exp_m1()
+        ),
+        _ => String::new(),
+    };
     format!(
         "\ncanary: {} readings, best {best}{spread}; {} rows measured while disturbed, {} of \
-         them measured again ({} without a clean visit keep their fastest)\n",
+         them measured again ({} without a clean visit keep their fastest{correction}){stopped}\n",
         c.readings_ms.len(),
         c.disturbed,
         c.remeasured,
