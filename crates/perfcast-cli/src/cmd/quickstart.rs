@@ -1,6 +1,7 @@
-//! `perfcast quickstart`: profile this machine with a small sweep, train every candidate,
-//! auto-select, write `checkpoints/<bundle>/`, fit the host-cost terms, and predict a few zoo
-//! networks. Each step is the library call its own command makes, with a typed plan.
+//! `perfcast quickstart`: profile the layers of a few zoo networks and a small sweep on this
+//! machine, train every candidate, auto-select, write `checkpoints/<bundle>/`, fit the
+//! host-cost terms, and predict those networks. Each step is the library call its own command
+//! makes, with a typed plan.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -63,13 +64,16 @@ pub struct QuickstartArgs {
     fast: bool,
     /// Target wall time (`8m`, `90s`, `0`): after the random sweep and the networks' layers,
     /// rounds of conv2d, linear and matmul configurations chosen where the models disagree
-    /// most are measured until training and calibration are all that is left (`0`: none)
+    /// most are measured until training and calibration are all that is left (`0`: none);
+    /// re-measuring rows the interference canary found disturbed also stops where the rest
+    /// would no longer fit
     #[arg(long, default_value = "8m30s", value_parser = parse_duration_s)]
     budget: f64,
 }
 
 /// Seconds kept for training and calibration after the last active round (about 60 s on an
-/// idle 2-core machine).
+/// idle 2-core machine). Re-measuring disturbed rows stops there too: in the VM's slow phases
+/// it alone took the quickstart past 10 minutes (10 min 12 s with no active round).
 const RESERVE_S: f64 = 75.0;
 
 pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
@@ -82,39 +86,68 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         &perfcast_core::CpuTopology::detect().model,
     ));
     let started = Instant::now();
+    let device = profile::probe_device(&data, ui)?;
+    perfcast_data::DatasetDir::create_or_open(&data, &device)?;
+    let budget_s = if a.fast { 0.0 } else { a.budget };
+    // With a budget, re-measuring stops where the rest would no longer fit it.
+    let until = |left_s: f64| {
+        (budget_s > 0.0).then(|| started + std::time::Duration::from_secs_f64(left_s.max(0.0)))
+    };
+    let remeasure_until = until(budget_s - RESERVE_S);
+    let predicted = NetworkChoice::zoo_all(&a.networks, None)?;
+    let calibration = NetworkChoice::zoo_all(&a.calibration_networks, None)?;
+    let calibration_batch = [1, 4];
+    // The networks' own layers first: they are what the predicted networks are made of, so
+    // they get the machine's calm stretches and the re-measuring time before the sweep.
+    if a.fast {
+        ui.info("1/5 skipped (--fast): the networks' own layers are not profiled");
+    } else {
+        ui.info(format!(
+            "1/5 profiling the layers of {} (batch {:?}) and of the calibration networks {} into `{}` (resumable)",
+            a.networks.join(", "),
+            a.batch,
+            a.calibration_networks.join(", "),
+            data.display()
+        ));
+        let bars = Bars::new(ui);
+        let mut timed = 0;
+        for (nets, batch) in [
+            (&predicted, &a.batch[..]),
+            (&calibration, &calibration_batch[..]),
+        ] {
+            let done = profile_layers(nets, batch, 1, &data, remeasure_until, bars.as_ref())?;
+            timed += done.timed;
+            if !done.canary.readings_ms.is_empty() {
+                emit(&crate::render::profile::canary_line(&done.canary))?;
+            }
+        }
+        ui.info(format!("    {timed} new layer measurements"));
+    }
     let (configurations, kinds) = quickstart_size(a.samples);
     ui.info(format!(
-        "1/5 profiling {configurations} configurations over {kinds} kinds into `{}` (resumable)",
-        data.display()
+        "2/5 [{:.0} s] profiling {configurations} configurations over {kinds} kinds",
+        started.elapsed().as_secs_f64()
     ));
-    let device = profile::probe_device(&data, ui)?;
-    let options = |s: &Sweep| RunOptions::for_sweep(s, &data, Backend::Flex, device.clone(), true);
+    let options = |s: &Sweep, remeasure_until| RunOptions {
+        remeasure_until,
+        ..RunOptions::for_sweep(s, &data, Backend::Flex, device.clone(), true)
+    };
     for sweep in &quickstart_sweeps(a.samples)? {
-        let code = profile::profile(sweep, &options(sweep), None, Format::Text, ui)?;
+        let code = profile::profile(
+            sweep,
+            &options(sweep, remeasure_until),
+            None,
+            Format::Text,
+            ui,
+        )?;
         if code != ExitCode::SUCCESS {
             return Ok(code);
         }
     }
-    let predicted = NetworkChoice::zoo_all(&a.networks, None)?;
-    let calibration = NetworkChoice::zoo_all(&a.calibration_networks, None)?;
-    let calibration_batch = [1, 4];
-    if a.fast {
-        ui.info("2/5 skipped (--fast): the networks' own layers are not profiled");
-    } else {
-        ui.info(format!(
-            "2/5 profiling the layers of {} (batch {:?}) and of the calibration networks {}",
-            a.networks.join(", "),
-            a.batch,
-            a.calibration_networks.join(", ")
-        ));
-        let bars = Bars::new(ui);
-        let n = profile_layers(&predicted, &a.batch, 1, &data, bars.as_ref())?
-            + profile_layers(&calibration, &calibration_batch, 1, &data, bars.as_ref())?;
-        ui.info(format!("    {n} new layer measurements"));
-    }
-    let mut clock = RoundClock::new(started, if a.fast { 0.0 } else { a.budget }, RESERVE_S);
+    let mut clock = RoundClock::new(started, budget_s, RESERVE_S);
     ui.info(format!(
-        "3/5 active rounds for {:.0} s: configurations where the models disagree most",
+        "3/5 [{:.0} s] active rounds for {:.0} s: configurations where the models disagree most",
+        started.elapsed().as_secs_f64(),
         clock.left_s().max(0.0)
     ));
     while let Some(seed) = clock.next_round() {
@@ -123,7 +156,13 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             ..ActivePlan::default()
         };
         for sweep in &active_sweeps(a.samples)? {
-            let code = profile::profile(sweep, &options(sweep), Some(&plan), Format::Text, ui)?;
+            let code = profile::profile(
+                sweep,
+                &options(sweep, remeasure_until),
+                Some(&plan),
+                Format::Text,
+                ui,
+            )?;
             if code != ExitCode::SUCCESS {
                 return Ok(code);
             }
@@ -131,7 +170,8 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     }
     let dir = bundle_dir(&a.bundle);
     ui.info(format!(
-        "4/5 training {} on every kind, auto-selecting into `{}`",
+        "4/5 [{:.0} s] training {} on every kind, auto-selecting into `{}`",
+        started.elapsed().as_secs_f64(),
         a.models,
         dir.display()
     ));
@@ -149,7 +189,8 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         ui.info("5/5 predicting zoo networks (host-cost calibration skipped: --fast)");
     } else {
         ui.info(format!(
-            "5/5 measuring {} end to end to fit the host-cost terms, then predicting",
+            "5/5 [{:.0} s] measuring {} end to end to fit the host-cost terms, then predicting",
+            started.elapsed().as_secs_f64(),
             a.calibration_networks.join(", ")
         ));
         let measure = MeasurePlan::calibration(calibration_batch.to_vec());
