@@ -18,7 +18,7 @@ use crate::device_features::{
 use crate::error::{Error, Result};
 use crate::eval::ModelParams;
 use crate::features::TrainSet;
-use crate::source::{PhaseFilter, device_set};
+use crate::source::{PhaseFilter, device_set, flagged_tables};
 
 /// What `perfcast eval devices` evaluates.
 #[derive(Clone, Debug)]
@@ -234,10 +234,9 @@ pub fn evaluate_devices(
     }
     // (device name, kind) of every table the GEMM consistency check flags.
     let flagged: Vec<(String, ModuleKind)> = if plan.exclude_flagged {
-        let report = perfcast_data::consistency::gemm_consistency(dirs)?;
-        report
-            .iter()
-            .filter_map(|c| c.faulty_kind(&report).map(|k| (c.device.clone(), k)))
+        flagged_tables(dirs)?
+            .into_iter()
+            .map(|(device, kind, _)| (device, kind))
             .collect()
     } else {
         Vec::new()

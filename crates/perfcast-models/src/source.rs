@@ -83,6 +83,24 @@ pub struct TrainSource {
     pub excluded: Vec<(String, ModuleKind)>,
 }
 
+/// The GEMM consistency check over `dirs` (`perfcast datasets check`): each flagged device with
+/// the table at fault and why. Empty with fewer than three devices to compare.
+pub fn flagged_tables(dirs: &[DatasetDir]) -> Result<Vec<Flagged>> {
+    let report = perfcast_data::consistency::gemm_consistency(dirs)?;
+    Ok(report
+        .iter()
+        .filter_map(|c| {
+            c.faulty_kind(&report).map(|k| {
+                let why = format!(
+                    "linear/bmm efficiency {:.2}/{:.2}, ln ratio {:+.2} against the others' {:+.2}",
+                    c.linear_efficiency, c.matmul_efficiency, c.log_ratio, c.others_log_ratio
+                );
+                (c.device.clone(), k, why)
+            })
+        })
+        .collect())
+}
+
 impl TrainSource {
     /// The source over resolved datasets ([`perfcast_data::resolve_datasets`]).
     pub fn new(dirs: Vec<DatasetDir>) -> Result<TrainSource> {
@@ -103,22 +121,9 @@ impl TrainSource {
         })
     }
 
-    /// The GEMM consistency check over the datasets (`perfcast datasets check`): each flagged
-    /// device with the table at fault. Empty with fewer than three devices to compare.
+    /// The GEMM consistency check over the datasets ([`flagged_tables`]).
     pub fn flagged(&self) -> Result<Vec<Flagged>> {
-        let report = perfcast_data::consistency::gemm_consistency(&self.dirs)?;
-        Ok(report
-            .iter()
-            .filter_map(|c| {
-                c.faulty_kind(&report).map(|k| {
-                    let why = format!(
-                        "linear/bmm efficiency {:.2}/{:.2}, ln ratio {:+.2} against the others' {:+.2}",
-                        c.linear_efficiency, c.matmul_efficiency, c.log_ratio, c.others_log_ratio
-                    );
-                    (c.device.clone(), k, why)
-                })
-            })
-            .collect())
+        flagged_tables(&self.dirs)
     }
 
     /// Whether rows of several datasets are stacked.

@@ -45,6 +45,17 @@ impl Default for CanaryConfig {
 }
 
 impl CanaryConfig {
+    /// Seconds re-measuring may take after `measured_s` of measuring: the budget share of it,
+    /// and no later than `until` (a caller's wall-time budget).
+    pub fn remeasure_budget_s(&self, measured_s: f64, until: Option<std::time::Instant>) -> f64 {
+        let left = until.map_or(f64::INFINITY, |until| {
+            until
+                .saturating_duration_since(std::time::Instant::now())
+                .as_secs_f64()
+        });
+        (self.budget_share * measured_s).min(left)
+    }
+
     /// Checks the values; the message names the field.
     pub fn validate(&self) -> std::result::Result<(), String> {
         if !(self.every_s.is_finite() && self.every_s > 0.0) {
@@ -201,7 +212,7 @@ pub fn mean_gap(pairs: &[(f64, f64)]) -> f64 {
 /// The (disturbed / clean time, slowdown) pairs of rows that have both kinds of visit, every
 /// visit judged against the fastest of `readings`.
 pub fn visit_pairs(
-    visits: &[Vec<(Timing, usize)>],
+    visits: &[&[(Timing, usize)]],
     readings: &[Option<f64>],
     tolerance: f64,
 ) -> Vec<(f64, f64)> {
@@ -210,7 +221,7 @@ pub fn visit_pairs(
     let best = readings.iter().flatten().copied().reduce(f64::min);
     let slowdown = |s: usize| best.map_or(1.0, |b| stretch_slowdown(readings, b, s));
     let mut pairs = Vec::new();
-    for row in visits {
+    for &row in visits {
         let clean = row
             .iter()
             .filter(|(_, s)| !is_slow(*s))
@@ -259,11 +270,7 @@ pub struct Settled {
 /// Each row's timing from its visits `(timing, stretch)`, judged against the fastest of
 /// `readings`: its fastest clean visit; with none, its fastest visit divided by its stretch's
 /// slowdown to the power fitted on the rows that have both kinds of visit.
-pub fn settle(
-    visits: &[Vec<(Timing, usize)>],
-    readings: &[Option<f64>],
-    tolerance: f64,
-) -> Settled {
+pub fn settle(visits: &[&[(Timing, usize)]], readings: &[Option<f64>], tolerance: f64) -> Settled {
     let slow = slow_stretches(readings, tolerance);
     let is_slow = |s: usize| slow.get(s).copied().unwrap_or(false);
     let best = readings.iter().flatten().copied().reduce(f64::min);
@@ -330,6 +337,30 @@ pub struct CanaryReport {
     /// tolerance of their clean ones (mean over at least [`MIN_CORRECTION_PAIRS`] pairs), so
     /// the canary saw noise the rows did not.
     pub stopped_early: bool,
+}
+
+impl CanaryReport {
+    /// The report of a run whose rows `settled` settled over `readings`; `disturbed` and
+    /// `remeasured` count rows.
+    pub fn of(
+        readings: &[Option<f64>],
+        settled: &Settled,
+        disturbed: usize,
+        remeasured: usize,
+        stopped_early: bool,
+    ) -> CanaryReport {
+        CanaryReport {
+            readings_ms: readings.iter().flatten().copied().collect(),
+            best_ms: readings.iter().flatten().copied().reduce(f64::min),
+            disturbed,
+            remeasured,
+            still_disturbed: settled.still_disturbed,
+            exponent: settled.exponent,
+            pairs: settled.pairs,
+            pair_error: settled.pair_error,
+            stopped_early,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -427,18 +458,19 @@ mod tests {
             .collect();
         // One row seen only disturbed, in the slowest stretch.
         visits.push(vec![(timing(2.0 * slowdown(31).sqrt()), 31)]);
-        let settled = settle(&visits, &readings, 0.07);
+        let rows: Vec<&[(Timing, usize)]> = visits.iter().map(Vec::as_slice).collect();
+        let settled = settle(&rows, &readings, 0.07);
         let a = settled.exponent.unwrap();
         assert!((a - 0.5).abs() < 1e-9, "{a}");
         assert_eq!((settled.pairs, settled.still_disturbed), (30, 1));
         let (before, after) = settled.pair_error.unwrap();
         assert!(before > 0.04 && after < 1e-9, "{before} {after}");
-        assert!((mean_gap(&visit_pairs(&visits, &readings, 0.07)) - before).abs() < 1e-12);
+        assert!((mean_gap(&visit_pairs(&rows, &readings, 0.07)) - before).abs() < 1e-12);
         // Rows with a clean visit keep it; the other is brought back to its undisturbed 2 ms.
         assert_eq!(settled.kept[3].as_ref().unwrap().median_ms, 4.0);
         assert!((settled.kept[30].as_ref().unwrap().median_ms - 2.0).abs() < 1e-9);
         // Too few rows with both visits: nothing is corrected.
-        let few = settle(&visits[25..], &readings, 0.07);
+        let few = settle(&rows[25..], &readings, 0.07);
         assert_eq!(few.exponent, None);
         assert!((few.kept[5].as_ref().unwrap().median_ms - 2.0 * slowdown(31).sqrt()).abs() < 1e-9);
     }

@@ -351,13 +351,7 @@ pub fn profile_layers(
     }
     // Blocks measured while the canary read slow, timed again (once per retry) in stretches
     // of their own.
-    let budget_s = (config.budget_share * started.elapsed().as_secs_f64()).min(
-        remeasure_until.map_or(f64::INFINITY, |until| {
-            until
-                .saturating_duration_since(Instant::now())
-                .as_secs_f64()
-        }),
-    );
+    let budget_s = config.remeasure_budget_s(started.elapsed().as_secs_f64(), remeasure_until);
     let remeasuring = Instant::now();
     let slow_at_first = slow_stretches(&readings, config.tolerance);
     // Counted in layer rows, as `profile` counts rows.
@@ -394,21 +388,24 @@ pub fn profile_layers(
             remeasured.insert(i);
         }
     }
-    let all: Vec<Vec<(Timing, usize)>> = blocks
+    let all: Vec<&[(Timing, usize)]> = blocks
         .iter()
-        .flat_map(|b| b.visits.iter().cloned())
+        .flat_map(|b| b.visits.iter().map(Vec::as_slice))
         .collect();
     let settled = settle(&all, &readings, config.tolerance);
-    let mut kept = settled.kept.into_iter();
+    let mut kept = settled.kept.iter();
     let mut replace: BTreeMap<_, HashMap<String, Timing>> = BTreeMap::new();
     for block in &blocks {
         for (layer, visits) in block.network.layers.iter().zip(&block.visits) {
-            let Some(t) = kept.next().flatten() else {
+            let Some(t) = kept.next().and_then(Option::as_ref) else {
                 continue;
             };
-            if visits.len() > 1 || t != visits[0].0 {
+            if visits.len() > 1 || *t != visits[0].0 {
                 let key = measurement_key(&layer.spec, &block.context, Backend::Flex.name());
-                replace.entry(layer.spec.kind()).or_default().insert(key, t);
+                replace
+                    .entry(layer.spec.kind())
+                    .or_default()
+                    .insert(key, t.clone());
             }
         }
     }
@@ -418,17 +415,13 @@ pub fn profile_layers(
     observer.end(LAYERS_STAGE);
     Ok(LayersProfiled {
         timed,
-        canary: CanaryReport {
-            readings_ms: readings.iter().flatten().copied().collect(),
-            best_ms: readings.iter().flatten().copied().reduce(f64::min),
+        canary: CanaryReport::of(
+            &readings,
+            &settled,
             disturbed,
-            remeasured: remeasured.iter().map(|&i| blocks[i].visits.len()).sum(),
-            still_disturbed: settled.still_disturbed,
-            exponent: settled.exponent,
-            pairs: settled.pairs,
-            pair_error: settled.pair_error,
-            stopped_early: false,
-        },
+            remeasured.iter().map(|&i| blocks[i].visits.len()).sum(),
+            false,
+        ),
     })
 }
 

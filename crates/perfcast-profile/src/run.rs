@@ -445,13 +445,8 @@ pub fn run_jobs(
             max_bytes: options.max_bytes,
             config: *config,
             canary: c,
-            budget_s: (config.budget_share * started.elapsed().as_secs_f64()).min(
-                options.remeasure_until.map_or(f64::INFINITY, |until| {
-                    until
-                        .saturating_duration_since(Instant::now())
-                        .as_secs_f64()
-                }),
-            ),
+            budget_s: config
+                .remeasure_budget_s(started.elapsed().as_secs_f64(), options.remeasure_until),
         };
         match revisit.run(measured, readings, on_event, interrupted) {
             Ok(report) => canary_report = Some(report),
@@ -555,8 +550,8 @@ impl Revisit<'_> {
                 readings.push(self.canary.read());
                 // Rows seen both disturbed and clean that barely differ: what the canary saw
                 // did not reach the rows, and the rest of the budget is better left unspent.
-                let visits: Vec<Vec<(Timing, usize)>> =
-                    rows.iter().map(|(_, v)| v.clone()).collect();
+                let visits: Vec<&[(Timing, usize)]> =
+                    rows.iter().map(|(_, v)| v.as_slice()).collect();
                 let pairs = visit_pairs(&visits, &readings, tolerance);
                 if pairs.len() >= MIN_CORRECTION_PAIRS && mean_gap(&pairs) < tolerance / 2.0 {
                     stopped_early = true;
@@ -565,19 +560,15 @@ impl Revisit<'_> {
             }
         }
         // Judge every visit against the fastest reading of the whole run.
-        let visits: Vec<Vec<(Timing, usize)>> = rows.iter().map(|(_, v)| v.clone()).collect();
+        let visits: Vec<&[(Timing, usize)]> = rows.iter().map(|(_, v)| v.as_slice()).collect();
         let settled = settle(&visits, &readings, tolerance);
-        let report = CanaryReport {
-            readings_ms: readings.iter().flatten().copied().collect(),
-            best_ms: readings.iter().flatten().copied().reduce(f64::min),
-            disturbed: rows.len(),
-            remeasured: rows.iter().filter(|(_, visits)| visits.len() > 1).count(),
-            still_disturbed: settled.still_disturbed,
-            exponent: settled.exponent,
-            pairs: settled.pairs,
-            pair_error: settled.pair_error,
+        let report = CanaryReport::of(
+            &readings,
+            &settled,
+            rows.len(),
+            rows.iter().filter(|(_, visits)| visits.len() > 1).count(),
             stopped_early,
-        };
+        );
         let mut kept: BTreeMap<ModuleKind, Vec<(String, Timing)>> = BTreeMap::new();
         for ((job, _), best) in rows.iter().zip(settled.kept) {
             if let Some(best) = best {
