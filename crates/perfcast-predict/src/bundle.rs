@@ -131,6 +131,11 @@ pub struct KindEntry {
     pub selection: Selection,
     /// Range of every feature in training.
     pub ranges: Vec<FeatureRange>,
+    /// Whether the chosen model was refitted on every row (training and held-out) after
+    /// selection (`perfcast train --refit`, the quickstart): `rows` then counts them all, and
+    /// the candidates' figures are those of the fits that selection compared.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub refitted: bool,
 }
 
 /// `manifest.json`.

@@ -112,6 +112,7 @@ pub fn kind_entry(
         candidates,
         selection,
         ranges: feature_ranges(data),
+        refitted: false,
     })
 }
 

@@ -82,6 +82,11 @@ pub struct TrainArgs {
     /// every other NVIDIA GPU left out (T4 24.9 -> 36.1%)
     #[arg(long)]
     exclude_flagged: bool,
+    /// With `--bundle`: refit each kind's chosen model on all its rows (the held-out ones
+    /// too) before writing the bundle, as the quickstart does; the report's figures stay those
+    /// of the fits selection compared
+    #[arg(long, requires = "bundle")]
+    refit: bool,
     /// Output format of the report
     #[arg(long, value_enum, default_value_t)]
     format: Format,
@@ -110,6 +115,7 @@ impl TrainArgs {
             },
             phase: self.phase.filter().phase(),
             exclude_flagged: self.exclude_flagged,
+            refit: self.refit,
         }
     }
 }

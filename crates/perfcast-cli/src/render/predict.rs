@@ -145,8 +145,20 @@ pub fn bundle(manifest: &Manifest) -> String {
     );
     for (kind, e) in &manifest.kinds {
         t.push_str(&format!(
-            "\n{kind}: {} ({} rows), {}\n  {:<12} {:>8} {:>9} {:>9} {:>9}\n",
-            e.chosen, e.rows, e.selection.why, "model", "cv MAPE", "test MAPE", "us/row", "KB"
+            "\n{kind}: {} ({} rows{}), {}\n  {:<12} {:>8} {:>9} {:>9} {:>9}\n",
+            e.chosen,
+            e.rows,
+            if e.refitted {
+                ", refitted on all after selection"
+            } else {
+                ""
+            },
+            e.selection.why,
+            "model",
+            "cv MAPE",
+            "test MAPE",
+            "us/row",
+            "KB"
         ));
         for c in &e.candidates {
             let mark = if c.model == e.chosen {

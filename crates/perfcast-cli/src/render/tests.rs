@@ -211,6 +211,7 @@ fn manifest(host_costs: Option<HostCosts>) -> Manifest {
             min: 1.0,
             max: 8.0,
         }],
+        refitted: false,
     };
     let mut kinds = BTreeMap::new();
     kinds.insert(
