@@ -237,6 +237,10 @@ pub struct SelectionReport {
     pub total_size_bytes: usize,
     /// The same figures with one family for every kind (each family trained on every kind).
     pub single: Vec<SingleSelection>,
+    /// Whether the bundle's models were refitted on every row after selection
+    /// ([`TrainPlan::refit`]); the figures above are those of the fits selection compared.
+    #[serde(default)]
+    pub refitted: bool,
 }
 
 /// One kind's selection.
@@ -567,7 +571,7 @@ pub fn train_and_select(plan: &TrainPlan, observer: Arc<dyn Observer>) -> Result
         } else {
             Vec::new()
         };
-        let (selection, chosen) = select_bundle(
+        let (mut selection, mut chosen) = select_bundle(
             &report,
             &kept,
             &files,
@@ -576,11 +580,11 @@ pub fn train_and_select(plan: &TrainPlan, observer: Arc<dyn Observer>) -> Result
             (&device, trained_devices),
             name,
         )?;
-        report.selection = Some(selection);
-        let mut chosen = chosen;
         if plan.refit {
             refit_chosen(&params, &kept, &files, &mut chosen, observer)?;
+            selection.refitted = true;
         }
+        report.selection = Some(selection);
         bundle = Some(chosen);
     }
     Ok(Trained {
@@ -878,6 +882,7 @@ fn select_bundle(
             mean_predict_us,
             total_size_bytes,
             single,
+            refitted: false,
         },
         ChosenBundle {
             dir: dir.to_path_buf(),
@@ -1347,6 +1352,11 @@ mod tests {
         let entry = &loaded.manifest.kinds["linear"];
         assert_eq!((entry.chosen.as_str(), entry.rows), (BLEND, 80));
         assert!(entry.refitted);
+        let report: TrainReport = serde_json::from_slice(
+            &std::fs::read(tmp.path().join("models").join("report.json")).expect("report"),
+        )
+        .expect("report parses");
+        assert!(report.selection.expect("selection").refitted);
         let model = load_model(&bundle.join(&entry.file), ModuleKind::Linear).expect("loads");
         let fit = |name: &str| {
             ModelParams::by_name(name)

@@ -346,6 +346,7 @@ fn train_report() -> TrainReport {
             mean_predict_us: 4.5,
             total_size_bytes: 40_960,
             single: vec![single("ridge", 14.5, 0.85), single("medn", 6.5, 38.0)],
+            refitted: false,
         }),
         flagged: Vec::new(),
     }

@@ -95,6 +95,12 @@ pub fn train(report: &TrainReport, out: &Path) -> String {
                 s.total_size_bytes,
             ));
         }
+        if sel.refitted {
+            t.push_str(
+                "the bundle's models were then refitted on every row, held-out ones included \
+                 (the figures above are the selection's)\n",
+            );
+        }
     }
     if !report.shared.is_empty() {
         t.push_str(&format!(
