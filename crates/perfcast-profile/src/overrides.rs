@@ -7,6 +7,7 @@ use perfcast_core::{ModuleKind, Phase};
 
 use crate::error::{Error, Result};
 use crate::sweep::{MAX_SAMPLES, Param, Sweep, Value, builtin_path};
+use crate::timer::TimingConfig;
 
 /// Values that replace a sweep's own; `None` or empty keeps the sweep's.
 #[derive(Clone, Debug, Default)]
@@ -161,6 +162,13 @@ pub const QUICKSTART_KINDS: [QuickstartGroup; 4] = [
     },
 ];
 
+/// Untimed warm-up of each quickstart configuration, seconds (the network layers' too), where
+/// `profile` defaults to 0.05. Six passes over the same 80 conv2d rows, warm-up 0.05 and 0.02
+/// in turn: 14.2-15.1 s against 11.7-12.9 s a pass, and each pass's rows as close to the six
+/// passes' median either way (mean |ln| 0.017-0.021 against 0.012-0.028). The 30 ms saved a
+/// row are about 50 s of the quickstart's sweep, spent on active rounds.
+pub const QUICKSTART_WARMUP_S: f64 = 0.02;
+
 /// Configurations per kind of a [`QUICKSTART_KINDS`] group at `samples` (at least 5).
 pub fn quickstart_samples(multiple: f64, samples: usize) -> usize {
     ((multiple * samples as f64).round() as usize).max(5)
@@ -251,6 +259,10 @@ pub fn quickstart_sweeps(samples: usize) -> Result<Vec<Sweep>> {
             )?;
             Ok(Sweep {
                 max_gflop: g.max_gflop,
+                timing: TimingConfig {
+                    warmup_s: QUICKSTART_WARMUP_S,
+                    ..sweep.timing
+                },
                 ..sweep
             })
         })
@@ -319,6 +331,12 @@ mod tests {
         assert_eq!(sweeps[2].samples, 40);
         assert_eq!(sweeps[3].samples, 10);
         assert_eq!(sweeps[2].timing.max_time_s, 0.15);
+        // The quickstart's shorter warm-up, on every group and on the active rounds.
+        let active = active_sweeps(40).expect("active");
+        for s in sweeps.iter().chain(&active) {
+            assert_eq!(s.timing.warmup_s, QUICKSTART_WARMUP_S);
+            assert!(s.timing.warmup_s < TimingConfig::default().warmup_s);
+        }
         assert_eq!(quickstart_sweeps(10).expect("sweeps")[3].samples, 5);
         assert_eq!(quickstart_size(40), (240 + 2 * 80 + 9 * 40 + 12 * 10, 24));
         // GEMMs are drawn up to a transformer FFN's work at batch 8, the rest to 1 GFLOP.
