@@ -382,6 +382,43 @@ impl Network {
         Ok(())
     }
 
+    /// Per layer, whether its first and second operand carry a gradient in a training step
+    /// (`[first, second]`; `second` is false for a layer without one).
+    ///
+    /// The network input is data: no gradient. A layer's output carries one when the layer has
+    /// parameters or reads an operand that carries one; a detached layer's operands are
+    /// tensors the network does not model, made trainable leaves as the network timer makes
+    /// them. Where no operand carries a gradient, the backward pass computes none for it: a
+    /// linear layer on the network input runs dW but no dX, and a parameter-free layer there
+    /// runs no backward at all. Modules timed alone always compute the input's gradient, so a
+    /// predictor needs this to charge each layer only what the network's backward runs.
+    /// Names that are no earlier layer count as carrying a gradient (nothing is left out of
+    /// an unchecked network).
+    pub fn operand_gradients(&self) -> Vec<[bool; 2]> {
+        let mut carries: HashMap<&str, bool> = HashMap::with_capacity(self.layers.len());
+        let mut out = Vec::with_capacity(self.layers.len());
+        let mut previous: Option<&str> = None;
+        for layer in &self.layers {
+            let of =
+                |name: &str| name != NETWORK_INPUT && carries.get(name).copied().unwrap_or(true);
+            let grads = if layer.detached {
+                [true, second_operand_shape(&layer.spec).is_some()]
+            } else {
+                let first = match (&layer.input_from, previous) {
+                    (Some(name), _) => of(name),
+                    (None, Some(name)) => of(name),
+                    (None, None) => false,
+                };
+                [first, layer.second_from.as_deref().is_some_and(of)]
+            };
+            let has_params = crate::features::derive(&layer.spec, 1).params > 0.0;
+            carries.insert(&layer.name, has_params || grads[0] || grads[1]);
+            previous = Some(&layer.name);
+            out.push(grads);
+        }
+        out
+    }
+
     /// The per-sample output shape of the last layer, after checking the whole network.
     pub fn output_shape(&self) -> Result<Vec<usize>> {
         let mut shapes = self.check()?;
@@ -535,6 +572,55 @@ mod tests {
     }
 
     #[test]
+    fn gradients_start_at_the_first_layer_with_parameters() {
+        let e = Elementwise { shape: [8, 6, 6] };
+        let net = Network {
+            name: "grads".into(),
+            input: vec![8, 6, 6],
+            layers: vec![
+                // Parameter-free on the input: nothing to differentiate, before or after.
+                Layer::new("relu0", relu([8, 6, 6])),
+                Layer::new("add0", ModuleSpec::Add(e.clone())).second(NETWORK_INPUT),
+                Layer::new("conv", conv(8, 8, 6, 3, 1, 1)),
+                // From here on the conv's weights need what flows back through these.
+                Layer::new("relu1", relu([8, 6, 6])),
+                Layer::new("mul", ModuleSpec::Mul(e.clone()))
+                    .reads("relu0")
+                    .second("relu1"),
+                // Detached operands are trainable leaves, as the network timer makes them.
+                Layer::new("const", ModuleSpec::Add(e)).detach(),
+            ],
+        };
+        net.check().unwrap();
+        assert_eq!(
+            net.operand_gradients(),
+            vec![
+                [false, false],
+                [false, false],
+                [false, false],
+                [true, false],
+                [false, true],
+                [true, true],
+            ]
+        );
+
+        // BERT's block: Q, K and V read the input; everything after reads a projection.
+        let block = crate::zoo::build("transformer", Some(16)).unwrap();
+        let grads = block.operand_gradients();
+        for (layer, g) in block.layers.iter().zip(&grads) {
+            let on_input = layer.name.starts_with("attn.") && layer.name.len() == 6;
+            assert_eq!(g[0], !on_input, "{}", layer.name);
+        }
+        // The residual add's second operand is the input.
+        let add = block
+            .layers
+            .iter()
+            .position(|l| l.name == "attn.add")
+            .unwrap();
+        assert_eq!(grads[add], [true, false]);
+    }
+
+    #[test]
     fn residual_add_reads_two_operands() {
         let bn = ModuleSpec::BatchNorm2d(BatchNorm2d {
             channels: 8,
@@ -580,6 +666,13 @@ mod tests {
         assert!(
             err.contains("only for add, mul and matmul layers, not batchnorm2d"),
             "{err}"
+        );
+
+        // conv reads the input (no gradient), bn reads conv (parameters: one), the add's
+        // second operand is the input again.
+        assert_eq!(
+            net.operand_gradients(),
+            vec![[false, false], [true, false], [true, false]]
         );
 
         let mut duplicate = net;

@@ -984,10 +984,37 @@ impl Predictor {
                 index,
             ));
         }
+        // Layers whose training step in the network runs less backward than the module timed
+        // alone, one entry per distinct module and trim.
+        let mut trims = vec![None; layers.len()];
+        let mut trimmed: Vec<Trimmed> = Vec::new();
+        for (i, grads) in network.operand_gradients().into_iter().enumerate() {
+            let unique_index = layers[i].2;
+            let Some(trim) = Trim::of(&unique[unique_index], grads) else {
+                continue;
+            };
+            let k = match trimmed
+                .iter()
+                .position(|t| t.unique == unique_index && t.trim == trim)
+            {
+                Some(k) => k,
+                None => {
+                    trimmed.push(Trimmed {
+                        unique: unique_index,
+                        module: format!("{}; {}", described[unique_index], trim.describe()).into(),
+                        trim,
+                    });
+                    trimmed.len() - 1
+                }
+            };
+            trims[i] = Some(k);
+        }
         Ok(PreparedNetwork {
             name: network.name.clone(),
             layers,
             unique,
+            trims,
+            trimmed,
             shape: RunShape::of(network, 0.0),
         })
     }
@@ -1020,13 +1047,25 @@ impl Predictor {
                 })
                 .collect::<Result<_>>()?,
         };
+        let trimmed_ms = self.predict_trimmed(network, context, &unique)?;
         let layers: Vec<LayerPrediction> = network
             .layers
             .iter()
-            .map(|(name, module, i)| LayerPrediction {
-                name: name.clone(),
-                module: module.clone(),
-                prediction: unique[*i].clone(),
+            .zip(&network.trims)
+            .map(|((name, module, i), trim)| match trim {
+                Some(k) if !trimmed_ms.is_empty() => LayerPrediction {
+                    name: name.clone(),
+                    module: network.trimmed[*k].module.clone(),
+                    prediction: ModulePrediction {
+                        ms: trimmed_ms[*k],
+                        ..unique[*i].clone()
+                    },
+                },
+                _ => LayerPrediction {
+                    name: name.clone(),
+                    module: module.clone(),
+                    prediction: unique[*i].clone(),
+                },
             })
             .collect();
         let layer_sum_ms: f64 = layers.iter().map(|l| l.prediction.ms).sum();
@@ -1047,6 +1086,49 @@ impl Predictor {
             composed,
             fallback_layers,
         })
+    }
+
+    /// In a training step, the time of each of `network`'s trimmed layers ([`Trim`]): the
+    /// module's training step (`unique`: the distinct modules' predictions) less the backward
+    /// kernels the network does not run, each predicted as the forward kernel it is, and never
+    /// below the layer's forward pass. Empty in inference and where nothing is trimmed.
+    fn predict_trimmed(
+        &self,
+        network: &PreparedNetwork,
+        context: &Context,
+        unique: &[ModulePrediction],
+    ) -> Result<Vec<f64>> {
+        if context.phase != Phase::Training || network.trimmed.is_empty() {
+            return Ok(Vec::new());
+        }
+        let forward = Context {
+            phase: Phase::Inference,
+            ..context.clone()
+        };
+        let mut out = Vec::with_capacity(network.trimmed.len());
+        for (k, t) in network.trimmed.iter().enumerate() {
+            let at_layer = |e: Error| {
+                let name = (network.layers.iter().zip(&network.trims))
+                    .find(|(_, trim)| **trim == Some(k))
+                    .map_or("?", |(l, _)| &*l.0);
+                Error::Query(format!("network `{}`: layer `{name}`: {e}", network.name))
+            };
+            let fwd = self
+                .predict_valid(&network.unique[t.unique], &forward)
+                .map_err(at_layer)?
+                .ms;
+            out.push(match &t.trim {
+                Trim::ForwardOnly => fwd,
+                Trim::Without(parts) => {
+                    let mut ms = unique[t.unique].ms;
+                    for part in parts {
+                        ms -= self.predict_valid(part, &forward).map_err(at_layer)?.ms;
+                    }
+                    ms.max(fwd)
+                }
+            });
+        }
+        Ok(out)
     }
 
     /// Every layer of `network` in `context`, and their sum ([`Predictor::prepare`] then
@@ -1148,6 +1230,71 @@ fn backward_parts(spec: &ModuleSpec, batch: usize) -> Vec<(ModuleSpec, usize)> {
     parts.into_iter().map(|p| (p, batch)).collect()
 }
 
+/// What a network's backward pass leaves out of a layer's training step when an operand
+/// carries no gradient ([`Network::operand_gradients`]: it is the network input, or only
+/// parameter-free layers lie between it and the input). Modules are timed alone with every
+/// operand a trainable leaf, so their training steps include these kernels.
+///
+/// Only what is known exactly is trimmed: a GEMM's operand gradient is one GEMM of the
+/// forward's work (dX = dY W^T of a linear; dA, dB of a matmul), and a parameter-free layer
+/// with no gradient to pass on runs no backward at all. A convolution's input gradient is
+/// left in: its cost is not the forward's (a first conv on 3 channels unfolds far fewer
+/// columns), and charging it as one forward pass made every CNN's training prediction worse
+/// (docs/accuracy.md). BERT's block is where it matters: Q, K and V read the input, and the
+/// three dX GEMMs are about 9% of its step on a CPU.
+#[derive(Clone, Debug, PartialEq)]
+enum Trim {
+    /// No backward: the step is the forward pass.
+    ForwardOnly,
+    /// The step less these backward kernels, each predicted as a forward pass.
+    Without(Vec<ModuleSpec>),
+}
+
+impl Trim {
+    /// The trim of `spec` whose operands carry gradients as `grads` says, if any.
+    fn of(spec: &ModuleSpec, grads: [bool; 2]) -> Option<Trim> {
+        if spec.kind().is_zero_cost() {
+            return None;
+        }
+        let params = features::derive(spec, 1).params > 0.0;
+        if !params && !grads[0] && !grads[1] {
+            return Some(Trim::ForwardOnly);
+        }
+        // Batch 1: the parts run at the query's batch, as `predict_composed`'s do.
+        let parts: Vec<ModuleSpec> = match spec {
+            ModuleSpec::Linear(_) if !grads[0] => {
+                vec![backward_parts(spec, 1).swap_remove(0).0]
+            }
+            ModuleSpec::Matmul(_) => backward_parts(spec, 1)
+                .into_iter()
+                .zip(grads)
+                .filter(|(_, carries)| !carries)
+                .map(|((part, _), _)| part)
+                .collect(),
+            _ => Vec::new(),
+        };
+        (!parts.is_empty()).then_some(Trim::Without(parts))
+    }
+
+    /// The trim in words, after the module's description.
+    fn describe(&self) -> &'static str {
+        match self {
+            Trim::ForwardOnly => "no backward",
+            Trim::Without(_) => "no input gradient",
+        }
+    }
+}
+
+/// A distinct module of a network, trimmed.
+#[derive(Clone, Debug)]
+struct Trimmed {
+    /// Index into the prepared network's distinct modules.
+    unique: usize,
+    trim: Trim,
+    /// The module's description with the trim's.
+    module: Arc<str>,
+}
+
 /// A network checked once, with its distinct modules found ([`Predictor::prepare`]).
 #[derive(Clone, Debug)]
 pub struct PreparedNetwork {
@@ -1156,6 +1303,11 @@ pub struct PreparedNetwork {
     /// prediction), index into `unique`.
     layers: Vec<(Arc<str>, Arc<str>, usize)>,
     unique: Vec<ModuleSpec>,
+    /// Per layer: its index into `trimmed`, when its training step in the network runs less
+    /// backward than the module timed alone.
+    trims: Vec<Option<usize>>,
+    /// The distinct trimmed modules.
+    trimmed: Vec<Trimmed>,
     /// Layers and parameter tensors, for the host-cost composition.
     shape: RunShape,
 }
