@@ -42,8 +42,20 @@ pub fn modules(rows: &[ModuleRow]) -> String {
 /// A network's per-layer table with the total: the plain sum of its layers, or, with the
 /// bundle's host-cost terms, the composed total term by term.
 pub fn network(p: &NetworkPrediction) -> String {
+    // Columns as wide as their longest entry, never narrower than the usual layer names and
+    // module descriptions (imported graphs have long names; marked layers long descriptions).
+    let nw = p
+        .layers
+        .iter()
+        .map(|l| l.name.chars().count())
+        .fold(24, usize::max);
+    let mw = p
+        .layers
+        .iter()
+        .map(|l| l.module.chars().count())
+        .fold(44, usize::max);
     let mut t = format!(
-        "{} (batch {}, {}, {} thread{})\n{:<24} {:<44} {:>11} {:>6}  {}\n",
+        "{} (batch {}, {}, {} thread{})\n{:<nw$} {:<mw$} {:>11} {:>6}  {}\n",
         p.network,
         p.context.batch,
         p.context.phase.name(),
@@ -57,7 +69,7 @@ pub fn network(p: &NetworkPrediction) -> String {
     );
     for l in &p.layers {
         t.push_str(&format!(
-            "{:<24} {:<44} {:>11} {:>5}%  {}{}\n",
+            "{:<nw$} {:<mw$} {:>11} {:>5}%  {}{}\n",
             l.name,
             l.module,
             fmt_ms(l.prediction.ms),
@@ -72,7 +84,7 @@ pub fn network(p: &NetworkPrediction) -> String {
     }
     match &p.composed {
         None => t.push_str(&format!(
-            "{:<24} {:<44} {:>11}\n",
+            "{:<nw$} {:<mw$} {:>11}\n",
             "total",
             format!("{} layers", p.layers.len()),
             fmt_ms(p.total_ms)
@@ -111,10 +123,10 @@ pub fn network(p: &NetworkPrediction) -> String {
                 }
                 // A fitted term of a few nanoseconds reads as noise: show it as zero.
                 let ms = if ms.abs() < 1e-6 { 0.0 } else { ms };
-                t.push_str(&format!("{name:<24} {what:<44} {:>11}\n", fmt_ms(ms)));
+                t.push_str(&format!("{name:<nw$} {what:<mw$} {:>11}\n", fmt_ms(ms)));
             }
             t.push_str(&format!(
-                "{:<24} {:<44} {:>11}\n",
+                "{:<nw$} {:<mw$} {:>11}\n",
                 "total",
                 "composed (pre + layers + post)",
                 fmt_ms(c.total_ms)

@@ -110,6 +110,25 @@ fn predict_network_plain_sum() {
 }
 
 #[test]
+fn predict_network_columns_widen_to_long_entries() {
+    let mut p = network(Phase::Training, None);
+    p.layers[0].module = "linear 768->768 x128 tokens; no input gradient".into();
+    p.layers[1].name = "model.layers.0.self_attn.q_proj".into();
+    let text = super::predict::network(&p);
+    // Every row's prediction ends in the same column, whatever the entries' lengths.
+    let ends: Vec<usize> = text
+        .lines()
+        .skip(2)
+        // Table rows only: the fallback note below the table is prose.
+        .take_while(|l| !l.starts_with(|c: char| c.is_ascii_digit()))
+        .filter_map(|l| l.find(" ms").or_else(|| l.find(" us")))
+        .collect();
+    assert!(ends.len() >= 3, "{text}");
+    assert!(ends.iter().all(|&e| e == ends[0]), "{ends:?}\n{text}");
+    filtered(|| insta::assert_snapshot!(text));
+}
+
+#[test]
 fn predict_network_composed_with_host_terms() {
     let composed = Composed {
         layer_sum_ms: 15.7925,
