@@ -1052,20 +1052,19 @@ impl Predictor {
             .layers
             .iter()
             .zip(&network.trims)
-            .map(|((name, module, i), trim)| match trim {
-                Some(k) if !trimmed_ms.is_empty() => LayerPrediction {
-                    name: name.clone(),
-                    module: network.trimmed[*k].module.clone(),
-                    prediction: ModulePrediction {
-                        ms: trimmed_ms[*k],
-                        ..unique[*i].clone()
-                    },
-                },
-                _ => LayerPrediction {
+            .map(|((name, module, i), trim)| {
+                // A trimmed layer (training only) shows its trim and its own time.
+                let (module, ms) = trim
+                    .and_then(|k| Some((&network.trimmed[k].module, *trimmed_ms.get(k)?)))
+                    .unwrap_or((module, unique[*i].ms));
+                LayerPrediction {
                     name: name.clone(),
                     module: module.clone(),
-                    prediction: unique[*i].clone(),
-                },
+                    prediction: ModulePrediction {
+                        ms,
+                        ..unique[*i].clone()
+                    },
+                }
             })
             .collect();
         let layer_sum_ms: f64 = layers.iter().map(|l| l.prediction.ms).sum();
@@ -1256,11 +1255,13 @@ impl Trim {
         if spec.kind().is_zero_cost() {
             return None;
         }
-        let params = features::derive(spec, 1).params > 0.0;
-        if !params && !grads[0] && !grads[1] {
+        // Parameters matter only where no gradient flows in (most layers skip the derive:
+        // this runs for every layer a network is prepared with).
+        if !grads[0] && !grads[1] && features::derive(spec, 1).params == 0.0 {
             return Some(Trim::ForwardOnly);
         }
-        // Batch 1: the parts run at the query's batch, as `predict_composed`'s do.
+        // `backward_parts`' batches are dropped: the parts are predicted at the query's batch,
+        // as `predict_composed` predicts a linear's and a matmul's.
         let parts: Vec<ModuleSpec> = match spec {
             ModuleSpec::Linear(_) if !grads[0] => {
                 vec![backward_parts(spec, 1).swap_remove(0).0]
