@@ -173,6 +173,20 @@ pub const V100_SXM2: Published = Published {
     l2_mb: 6.0,
     note: "NVIDIA V100 datasheet (SXM2: DeepBench's host is a DGX-1); 16 GB assumed",
 };
+/// H100 SXM5 80GB (GH100), as NeuSight's config gives it: the GPU of the project's own
+/// PyTorch measurements in DeepBench's layout (`bench/gpu/h100`).
+pub const H100_SXM: Published = Published {
+    name: "NVIDIA H100 80GB HBM3",
+    kind: DeviceKind::Gpu,
+    gflops: 66908.0,
+    bandwidth_gbs: 3430.0,
+    cores: 132,
+    threads: 16896,
+    clock_mhz: 1980.0,
+    memory_gb: 80.0,
+    l2_mb: 50.0,
+    note: "NeuSight's device config (NVIDIA datasheet figures); DeepBench id `NV_H100`",
+};
 /// Tesla T4.
 pub const T4: Published = Published {
     name: "Tesla T4",
@@ -291,6 +305,7 @@ pub fn deepbench(id: &str) -> Option<&'static Published> {
         "NV_TitanX_Pascal" => &TITAN_X_PASCAL,
         "NV_TitanXp" => &TITAN_XP,
         "NV_V100" => &V100_SXM2,
+        "NV_H100" => &H100_SXM,
         "AMD_MI25" => &MI25,
         "AMD_VegaFE" => &VEGA_FE,
         "IA_KNL7250" => &XEON_PHI_7250,
@@ -309,6 +324,7 @@ pub fn all() -> Vec<&'static Published> {
         &P100_PCIE,
         &V100_PCIE,
         &V100_SXM2,
+        &H100_SXM,
         &T4,
         &TITAN_X_MAXWELL,
         &TITAN_X_PASCAL,

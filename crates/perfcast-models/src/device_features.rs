@@ -227,7 +227,8 @@ impl CrossDeviceParams {
                 baseline: false,
                 ..Default::default()
             }),
-            fields: vec!["util".to_string()],
+            // `phase`: a training step's backward kernels run at utilisations of their own.
+            fields: vec!["util".to_string(), "phase".to_string()],
             devices: devices.to_vec(),
             floor_ms: 0.0,
             scale: Scale::Utilisation,

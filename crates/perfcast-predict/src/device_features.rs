@@ -36,8 +36,13 @@ pub const DEVICE_BLOCK: &[&str] = &[
 /// `util` adds the spec-normalised features of the GPU utilisation model ([`crate::gpu_util`]).
 /// `power` adds log2 of the board power per peak TFLOP/s (`tdp_w`; 0 without it): tried for
 /// the util model and dropped, it made leaving one GPU out worse (docs/accuracy.md).
+/// `phase` adds whether the row is a training step (1) or a forward pass (0): a training
+/// step's backward kernels (a conv's backward-data and backward-filter) run at efficiencies of
+/// their own, which the utilisation model learns from measured training rows only when it can
+/// tell the phases apart.
 pub const SPEC_FIELDS: &[&str] = &[
     "sms", "shaders", "clock", "memory", "cache", "waves", "tiles", "per_sm", "util", "power",
+    "phase",
 ];
 
 /// Tile sizes (square) the `tiles` field counts waves of.
@@ -93,6 +98,8 @@ pub struct Cols {
     matmul_m: Option<usize>,
     /// The columns the `util` field reads.
     util: Option<UtilCols>,
+    /// The `training` flag the `phase` field reads.
+    training: usize,
 }
 
 impl Cols {
@@ -120,6 +127,7 @@ impl Cols {
                 None
             },
             util: UtilCols::of(schema).ok(),
+            training: at("training")?,
         })
     }
 
@@ -254,6 +262,7 @@ impl Cols {
                         .tdp_w
                         .map_or(0.0, |w| (w / (device.peak_gflops / 1e3)).max(1e-9).log2());
                 }
+                "phase" => out[n] = x[self.training],
                 "util" => match self.util {
                     Some(u) => n += u.fill(x, device, &mut out[n..]) - 1,
                     None => out[n] = 0.0,
@@ -282,6 +291,8 @@ fn field_names(kind: perfcast_core::ModuleKind, fields: &[String]) -> Vec<String
             }
         } else if f == "per_sm" {
             out.extend(PER_SM.iter().map(|s| (*s).to_string()));
+        } else if f == "phase" {
+            out.push("xd_training".to_string());
         } else {
             out.push(format!("xd_{f}"));
         }
@@ -720,6 +731,7 @@ impl FittedCrossDevice {
                 gemm_n: 0,
                 matmul_m: None,
                 util: None,
+                training: 0,
             },
             Vec::new(),
         ));
@@ -753,6 +765,10 @@ impl FittedCrossDevice {
 impl Regressor for FittedCrossDevice {
     fn name(&self) -> &'static str {
         self.name
+    }
+
+    fn extrapolates(&self) -> bool {
+        self.how.scale == Scale::Utilisation
     }
 
     fn schema(&self) -> &FeatureSchema {

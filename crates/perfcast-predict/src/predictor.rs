@@ -531,7 +531,12 @@ impl Predictor {
                         } else {
                             &rows[start..]
                         };
-                        if let Some(e) = self.extrapolation(spec, context, x)? {
+                        let e = if model.extrapolates() {
+                            None
+                        } else {
+                            self.extrapolation(spec, context, x)?
+                        };
+                        if let Some(e) = e {
                             *slot(&mut scale, n, i, None) = Some((e.roofline, e.near_roofline));
                             rows.truncate(start);
                             if multi {
@@ -806,7 +811,12 @@ impl Predictor {
         // Inputs a user sets; derived features leave the range only through these.
         if self.outside(kind, &x) {
             warnings = self.range_warnings(kind, &x);
-            if let Some(e) = self.extrapolation(spec, context, &x)? {
+            let e = if model.extrapolates() {
+                None
+            } else {
+                self.extrapolation(spec, context, &x)?
+            };
+            if let Some(e) = e {
                 ms = Some(model.predict_row(&e.row)? * e.roofline / e.near_roofline);
                 warnings.push(EXTRAPOLATED.into());
             }

@@ -49,6 +49,15 @@ pub trait Regressor: std::any::Any + Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
+    /// Whether the model's own answer holds outside its trained ranges, so the predictor
+    /// asks it directly instead of scaling the nearest trained configuration by the work
+    /// ratio: a model of the efficiency below the spec roofline (the GPU utilisation model)
+    /// counts the extra work through the roofline itself, and scaling its whole answer would
+    /// scale its launch floor too. Default false.
+    fn extrapolates(&self) -> bool {
+        false
+    }
+
     /// Whether the model reads every query in its training-phase form and picks its output by
     /// phase, so [`Regressor::predict_tasks`] is its fast path (multi-task MEDN). Default false.
     fn multi_task(&self) -> bool {

@@ -187,11 +187,16 @@ fn read_file(
         match &shape {
             Shape::Conv {
                 cols,
+                groups,
                 fwd,
                 bwd_inputs,
                 bwd_params,
             } => {
-                let (spec, batch) = conv_spec(cols, row)?;
+                let groups = match groups {
+                    Some(g) => g.count(row)?,
+                    None => 1,
+                };
+                let (spec, batch) = conv_spec(cols, groups, row)?;
                 let Some(fwd_ms) = optional_time(fwd, row)? else {
                     rows.skip(kind, not_published(fwd, row));
                     continue;
@@ -276,6 +281,9 @@ enum Shape<'a> {
     Conv {
         /// W, H, C, N, K, S_filter_w, R_filter_h, pad_w, pad_h, stride_w, stride_h.
         cols: Box<[Col<'a>; 11]>,
+        /// `G`, groups: not DeepBench's, written by perfcast's own measurements in its layout
+        /// (depthwise and grouped convs); 1 where absent.
+        groups: Option<Col<'a>>,
         fwd: Col<'a>,
         bwd_inputs: Col<'a>,
         bwd_params: Col<'a>,
@@ -319,6 +327,7 @@ impl<'a> Shape<'a> {
                     .map_err(|_| Error::schema(csv.path(), "internal: column count"))?;
                 Shape::Conv {
                     cols,
+                    groups: csv.has("G").then(|| csv.column("G")).transpose()?,
                     fwd: csv.column("fwd_ms")?,
                     bwd_inputs: csv.column("bwd_inputs_ms")?,
                     bwd_params: csv.column("bwd_params_ms")?,
@@ -337,7 +346,7 @@ impl<'a> Shape<'a> {
 }
 
 /// The conv2d spec and batch of a row.
-fn conv_spec(cols: &[Col<'_>; 11], row: usize) -> Result<(ModuleSpec, usize)> {
+fn conv_spec(cols: &[Col<'_>; 11], groups: usize, row: usize) -> Result<(ModuleSpec, usize)> {
     let mut v = [0usize; 11];
     for (slot, col) in v.iter_mut().zip(cols.iter()) {
         *slot = col.count(row)?;
@@ -354,7 +363,7 @@ fn conv_spec(cols: &[Col<'_>; 11], row: usize) -> Result<(ModuleSpec, usize)> {
             stride: [stride_h, stride_w],
             padding: [pad_h, pad_w],
             dilation: [1, 1],
-            groups: 1,
+            groups,
             bias: false,
         }),
         n,

@@ -91,6 +91,16 @@ fn same(got: f64, want: f64) -> bool {
     got.to_bits() == want.to_bits()
 }
 
+/// An answer of the GPU utilisation model outside its trained ranges: it carries the range
+/// warnings and is the model's own answer, never the scaled nearest configuration.
+fn is_direct_util(model: &str, warnings: &[String]) -> bool {
+    model == "util"
+        && !warnings.is_empty()
+        && !warnings
+            .iter()
+            .any(|w| w.contains("nearest trained configuration"))
+}
+
 #[test]
 fn every_fixture_bundle_answers_module_queries_bit_for_bit() {
     let queries = queries();
@@ -98,6 +108,7 @@ fn every_fixture_bundle_answers_module_queries_bit_for_bit() {
     assert_eq!(expected.cases.len(), 20);
     let mut models = std::collections::BTreeSet::new();
     let mut cpu_raised = 0;
+    let mut util_direct = 0;
     for case in &expected.cases {
         let p = predictor(case);
         let name = format!("{} @ {:?}", case.bundle, case.device);
@@ -113,10 +124,17 @@ fn every_fixture_bundle_answers_module_queries_bit_for_bit() {
             // 143 GFLOP/s CPU was impossible); every other answer is the old one, bit for bit.
             let raised_now = device.kind == perfcast_core::DeviceKind::Cpu
                 && got.warnings.iter().any(|w| is_raised(w));
+            // The second (issue 37): a GPU utilisation model outside its trained ranges is
+            // asked directly (it counts the extra work through the roofline) where the old
+            // code scaled its answer at the nearest trained configuration by the work ratio.
+            let direct_now = is_direct_util(&got.model, &got.warnings) && !same(got.ms, want.ms);
             if raised_now {
                 let floor = least_cpu_compute_time_s(spec, context, device) * 1e3;
                 assert!(same(got.ms, floor) && want.ms < floor, "{what}");
                 cpu_raised += 1;
+            } else if direct_now {
+                assert!(got.ms > 0.0 && got.ms.is_finite(), "{what}");
+                util_direct += 1;
             } else {
                 assert!(
                     same(got.ms, want.ms),
@@ -127,11 +145,13 @@ fn every_fixture_bundle_answers_module_queries_bit_for_bit() {
             }
             assert_eq!(got.model, want.model, "{what}");
             assert_eq!(got.fallback, want.fallback, "{what}");
-            assert_eq!(
-                got.warnings.len(),
-                want.warnings + usize::from(raised_now),
-                "{what}: {:?}",
-                got.warnings
+            // A direct answer no longer says it was scaled from the nearest configuration.
+            let dropped = want.warnings + usize::from(raised_now) - got.warnings.len();
+            assert!(
+                dropped == 0 || (direct_now && dropped == 1),
+                "{what}: {:?}, was {} warnings",
+                got.warnings,
+                want.warnings
             );
             assert_eq!(batched[i], got, "{what}: batched");
             assert_eq!(threaded[i], got, "{what}: threaded");
@@ -141,6 +161,10 @@ fn every_fixture_bundle_answers_module_queries_bit_for_bit() {
     // Only the fixtures' extreme queries (a 4096-channel 3x3 conv at 300x300 among them) meet
     // the floor: 11 answers over the CPU bundles.
     assert_eq!(cpu_raised, 11, "CPU answers raised");
+    assert!(
+        util_direct > 0,
+        "no util answer outside its ranges was asked"
+    );
     // Every saved family was asked, and the spec fallback and views.
     for family in [
         "ridge",
@@ -166,6 +190,7 @@ fn every_fixture_bundle_answers_module_queries_bit_for_bit() {
 #[test]
 fn every_fixture_bundle_answers_networks_bit_for_bit() {
     let mut composed = 0;
+    let mut util_direct = 0;
     for case in &expected().cases {
         let p = predictor(case);
         for want in &case.networks {
@@ -189,6 +214,7 @@ fn every_fixture_bundle_answers_networks_bit_for_bit() {
             // its dX GEMM, predicted as the forward kernel it is, never below the forward.
             let grads = net.operand_gradients();
             let mut trimmed = 0;
+            let mut direct = 0;
             for ((l, ms), (layer, g)) in got
                 .layers
                 .iter()
@@ -197,6 +223,12 @@ fn every_fixture_bundle_answers_networks_bit_for_bit() {
             {
                 let at = format!("{what}: layer `{}`", l.name);
                 match (&layer.spec, want.phase, g[0]) {
+                    _ if is_direct_util(&l.prediction.model, &l.prediction.warnings)
+                        && !same(l.prediction.ms, *ms) =>
+                    {
+                        assert!(l.prediction.ms > 0.0, "{at}");
+                        direct += 1;
+                    }
                     (ModuleSpec::Linear(lin), Phase::Training, false) => {
                         let inference = Context {
                             phase: Phase::Inference,
@@ -221,7 +253,11 @@ fn every_fixture_bundle_answers_networks_bit_for_bit() {
                     _ => assert!(same(l.prediction.ms, *ms), "{at}"),
                 }
             }
-            if trimmed == 0 {
+            if direct > 0 {
+                let sum: f64 = got.layers.iter().map(|l| l.prediction.ms).sum();
+                assert_eq!(got.layer_sum_ms, sum, "{what}");
+                util_direct += direct;
+            } else if trimmed == 0 {
                 assert!(
                     same(got.total_ms, want.total_ms),
                     "{what}: total {} ms, was {} ms",
@@ -253,6 +289,7 @@ fn every_fixture_bundle_answers_networks_bit_for_bit() {
     }
     // The calibrated bundle composed its totals from host costs in both phases.
     assert_eq!(composed, 6);
+    assert!(util_direct > 0, "no util layer outside its ranges");
 }
 
 #[test]

@@ -6,6 +6,7 @@
 mod checkpoints;
 mod compat;
 mod corrupt;
+mod extrapolation;
 mod gradients;
 
 use std::path::{Path, PathBuf};
