@@ -39,13 +39,16 @@ import-all:
 train DATA OUT *ARGS:
     cargo run --release -p perfcast-cli -- train --data {{DATA}} --out {{OUT}} {{ARGS}}
 
-# The shipped cross-device GPU bundle checkpoints/gpu: the utilisation model (`util`) on the
-# forward kernels of NeuSight (7 GPUs) and DeepBench (10 GPUs; training steps are composed from
-# forward kernels). Justus is left out: its TensorFlow layer times are 5-8x the kernel times of
-# the same GPUs (framework overhead). `just import-all` first; target/models-gpu keeps the report
+# The shipped cross-device GPU bundle checkpoints/gpu: the utilisation model (`util`) on
+# NeuSight's forward kernels (7 GPUs), DeepBench's forward kernels and conv training steps
+# (fwd + bwd-data + bwd-filter, 10 GPUs) and the H100's NeuSight-format kernels of
+# bench/gpu/h100. Its conv rows are left out: with them every other GPU's conv MAPE rose by
+# 4-10 points (docs/accuracy.md). So is Justus: its TensorFlow layer times are 5-8x the kernel
+# times of the same GPUs (framework overhead). `just import-all import-h100` first;
+# target/models-gpu keeps the report
 DB := "datasets/deepbench/geforce-gtx-1080-ti datasets/deepbench/geforce-gtx-titan-x datasets/deepbench/radeon-instinct-mi25 datasets/deepbench/radeon-vega-frontier-edition datasets/deepbench/tesla-m40 datasets/deepbench/tesla-p100-pcie-16gb datasets/deepbench/tesla-t4 datasets/deepbench/tesla-v100-sxm2-16gb datasets/deepbench/titan-x-pascal datasets/deepbench/titan-xp"
 gpu-bundle:
-    cargo run --release -p perfcast-cli -- train --data datasets/neusight {{DB}} --models util --phase inference --folds 3 --seed 0 --out target/models-gpu --force --bundle checkpoints/gpu --max-model-kb 8192 --cost-weight 0 --no-progress
+    cargo run --release -p perfcast-cli -- train --data datasets/neusight {{DB}} datasets/h100-ns --models util --folds 3 --seed 0 --out target/models-gpu --force --bundle checkpoints/gpu --max-model-kb 8192 --cost-weight 0 --no-progress
 
 # The GPU issue's splits (A100 extrapolation, NVIDIA to AMD, leave one GPU out) for the util model
 gpu-splits:
@@ -58,3 +61,11 @@ eval-devices:
     cargo run --release -p perfcast-cli -- eval devices --data datasets/justus --modules conv2d --models trees --holdout tesla-v100-pcie-16gb
     cargo run --release -p perfcast-cli -- eval anchor --data datasets/deepbench --modules conv2d --phase training --anchor all --same-kind
     cargo run --release -p perfcast-cli -- eval anchor --data datasets/deepbench --modules matmul --anchor all --same-kind
+
+# Import the H100 measurements committed in bench/gpu/h100 (DeepBench and NeuSight layouts)
+import-h100:
+    rm -rf target/h100-db target/h100-ns && mkdir -p target/h100-db
+    cp bench/gpu/h100/data/conv.csv bench/gpu/h100/data/gemm.csv target/h100-db/
+    python3 bench/gpu/h100/split_neusight.py target/h100-ns
+    cargo run --release -p perfcast-cli -- import deepbench target/h100-db --out datasets/h100-db --force
+    cargo run --release -p perfcast-cli -- import neusight target/h100-ns --out datasets/h100-ns --force

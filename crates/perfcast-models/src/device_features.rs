@@ -213,6 +213,23 @@ fn launch_floors_ms(data: &TrainSet, cols: &Cols) -> Vec<((u64, u64), f64)> {
         .collect()
 }
 
+/// Peak and bandwidth of each device with training-step rows in `data` (none when every row
+/// is one phase: the ratio between phases is only learned from both).
+fn phase_devices(data: &TrainSet, cols: &Cols) -> Vec<[f64; 2]> {
+    let (mut training, mut forward) = (Vec::new(), false);
+    for r in data.x.iter_rows() {
+        if !cols.is_training(r) {
+            forward = true;
+            continue;
+        }
+        let key = [r[cols.peak], r[cols.bandwidth]];
+        if !training.contains(&key) {
+            training.push(key);
+        }
+    }
+    if forward { training } else { Vec::new() }
+}
+
 impl CrossDeviceParams {
     /// The GPU utilisation model (`util`): gradient-boosted trees on the [`crate::gpu_util`]
     /// features alone learn `busy time / roofline`, predictions are `floor + roofline /
@@ -381,14 +398,15 @@ impl CrossDeviceParams {
         regressor::check_train_set(data, 2)?;
         let (extended, floor_ms) = extend_set(data, self)?;
         let inner = self.inner.fit(&extended)?;
-        let (vendor_floors_ms, launch_ratio) = if self.scale == Scale::Utilisation {
+        let (vendor_floors_ms, launch_ratio, phase_devices) = if self.scale == Scale::Utilisation {
             let cols = Cols::of(&data.schema)?;
             (
                 vendor_floors(data, &cols, &self.devices),
                 launch_ratio(data, &cols, &self.devices),
+                phase_devices(data, &cols),
             )
         } else {
-            (BTreeMap::new(), None)
+            (BTreeMap::new(), None, Vec::new())
         };
         let (seen, seen_devices) = if self.seen && self.scale == Scale::Utilisation {
             let trees =
@@ -421,6 +439,7 @@ impl CrossDeviceParams {
                 1.0
             },
             launch_ratio,
+            phase_devices,
         })?)
     }
 

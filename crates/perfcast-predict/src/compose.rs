@@ -40,7 +40,12 @@ pub struct PhaseCosts {
     /// `None`: one rate for every tensor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub large_tensor_bytes: Option<f64>,
-    /// Calibration runs the terms were fitted on.
+    /// Host-to-device rate of the input batch, GB/s: a GPU step copies its input over the
+    /// instance's link (`copy = batch x input bytes / rate`). `None`: no copy term (calibrated
+    /// terms fold the copy into `per_run_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_gbs: Option<f64>,
+    /// Calibration runs the terms were fitted on (0: [`PhaseCosts::gpu_defaults`]).
     pub runs: usize,
     /// MAPE (%) of the plain sum on the calibration runs.
     pub plain_mape: f64,
@@ -61,6 +66,18 @@ pub struct PhaseCosts {
 /// Bytes one parameter's update streams: the parameter, its gradient and its velocity.
 const UPDATE_BYTES_PER_PARAM: f64 = 12.0;
 
+/// A GPU's SGD-with-momentum update per parameter: parameter, gradient and velocity read,
+/// parameter and velocity written, 4 bytes each.
+const GPU_UPDATE_BYTES_PER_PARAM: f64 = 20.0;
+/// Share of the memory bandwidth a framework's fused optimiser update reaches (the H100's
+/// PyTorch updates: 0.4-0.5 of 3430 GB/s on ResNet-50 and VGG-16, bench/gpu/h100).
+const GPU_UPDATE_EFFICIENCY: f64 = 0.5;
+/// Fixed cost of a GPU step besides its layers (the loss, the optimiser's launches), ms.
+const GPU_PER_STEP_MS: f64 = 0.1;
+/// Host-to-device rate of an input batch copied from pageable memory, GB/s (the H100 host's
+/// PCIe copies of 3-154 MB batches: 7.4-8.0 GB/s; a pinned, prefetched pipeline hides it).
+pub const GPU_PAGEABLE_COPY_GBS: f64 = 8.0;
+
 /// Host-cost terms per phase, and what they were fitted on.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -75,6 +92,33 @@ pub struct HostCosts {
     pub networks: Vec<String>,
     /// Threads the calibration runs used.
     pub threads: usize,
+}
+
+impl PhaseCosts {
+    /// A GPU training step's framework terms from the device's spec alone, for a bundle never
+    /// calibrated on whole networks: the input batch copied host to device at
+    /// [`GPU_PAGEABLE_COPY_GBS`], the optimiser update streaming its state at half the memory
+    /// bandwidth, a fixed per-step cost; layers as predicted.
+    pub fn gpu_defaults(device: &perfcast_core::DeviceSpec) -> PhaseCosts {
+        PhaseCosts {
+            per_run_ms: GPU_PER_STEP_MS,
+            per_layer_ms: 0.0,
+            layer_scale: 1.0,
+            // ms per million parameters: bytes / (GB/s x 1e9) s, x 1e3 ms.
+            update_ms_per_mparam: 1e6 * GPU_UPDATE_BYTES_PER_PARAM
+                / (GPU_UPDATE_EFFICIENCY * device.mem_bandwidth_gbs.max(1e-9) * 1e9)
+                * 1e3,
+            update_large_ms_per_mparam: 0.0,
+            large_tensor_bytes: None,
+            input_gbs: Some(GPU_PAGEABLE_COPY_GBS),
+            runs: 0,
+            plain_mape: 0.0,
+            fit_mape: 0.0,
+            lambda: 0.0,
+            cv_mape: None,
+            cv_plain_mape: None,
+        }
+    }
 }
 
 impl HostCosts {
@@ -98,6 +142,10 @@ pub struct RunShape {
     pub params: usize,
     /// Elements of every trainable parameter tensor.
     pub tensors: Vec<usize>,
+    /// Elements of one sample's input.
+    pub input_elems: usize,
+    /// Samples per run (the input copy's multiple).
+    pub batch: usize,
 }
 
 impl RunShape {
@@ -154,6 +202,12 @@ pub struct Composed {
     pub dispatch_ms: f64,
     /// Optimiser update, ms.
     pub update_ms: f64,
+    /// The input batch copied host to device, ms (GPU steps).
+    #[serde(default)]
+    pub copy_ms: f64,
+    /// Whether the terms are [`PhaseCosts::gpu_defaults`] rather than calibrated.
+    #[serde(default)]
+    pub from_spec: bool,
     /// The composed total, ms.
     pub total_ms: f64,
 }
@@ -165,25 +219,31 @@ const FLOOR_SHARE: f64 = 0.5;
 impl PhaseCosts {
     /// Composes a run from its layers' sum and shape.
     pub fn compose(&self, run: &RunShape) -> Composed {
-        self.compose_sum(run, run.layer_sum_ms)
+        self.compose_sum(run, run.layer_sum_ms, run.batch)
     }
 
-    /// [`PhaseCosts::compose`] of `run` with its layers summing to `layer_sum_ms` instead
+    /// [`PhaseCosts::compose`] of `run` with its layers summing to `layer_sum_ms` at `batch`
     /// (a prepared network's shape, reused without a copy).
-    pub(crate) fn compose_sum(&self, run: &RunShape, layer_sum_ms: f64) -> Composed {
+    pub(crate) fn compose_sum(&self, run: &RunShape, layer_sum_ms: f64, batch: usize) -> Composed {
         let scale_ms = (self.layer_scale - 1.0) * layer_sum_ms;
         let dispatch_ms = self.per_layer_ms * run.layers as f64;
         let large = run.large_params(self.large_tensor_bytes.unwrap_or(f64::INFINITY));
         let update_ms = (self.update_ms_per_mparam * (run.params - large) as f64
             + self.update_large_ms_per_mparam * large as f64)
             / 1e6;
-        let total = layer_sum_ms + self.per_run_ms + scale_ms + dispatch_ms + update_ms;
+        let copy_ms = self.input_gbs.map_or(0.0, |gbs| {
+            (batch * run.input_elems) as f64 * perfcast_core::features::F32_BYTES
+                / (gbs.max(1e-9) * 1e6)
+        });
+        let total = layer_sum_ms + self.per_run_ms + scale_ms + dispatch_ms + update_ms + copy_ms;
         Composed {
             layer_sum_ms,
             per_run_ms: self.per_run_ms,
             scale_ms,
             dispatch_ms,
             update_ms,
+            copy_ms,
+            from_spec: self.runs == 0,
             total_ms: total.max(FLOOR_SHARE * layer_sum_ms),
         }
     }
@@ -201,6 +261,8 @@ impl RunShape {
             layers: network.layers.len(),
             params: tensors.iter().sum(),
             tensors,
+            input_elems: network.input.iter().product(),
+            batch: 1,
         }
     }
 }
@@ -213,6 +275,8 @@ pub fn plain(run: &RunShape) -> Composed {
         scale_ms: 0.0,
         dispatch_ms: 0.0,
         update_ms: 0.0,
+        copy_ms: 0.0,
+        from_spec: false,
         total_ms: run.layer_sum_ms,
     }
 }

@@ -168,6 +168,11 @@ impl Cols {
         ((tiles / sms).ceil() * sms * tile * tile / area).max(1.0)
     }
 
+    /// Whether a row is a training step (its `training` flag set).
+    pub fn is_training(&self, x: &[f64]) -> bool {
+        x[self.training] > 0.5
+    }
+
     /// The least time of a row on its device, ms ([`UtilCols::least_ms`]; the roofline column
     /// for kinds the `util` field does not read).
     pub fn least_ms(&self, x: &[f64]) -> f64 {
@@ -499,6 +504,12 @@ pub struct SavedCrossDevice {
     /// Peak GFLOP/s and bandwidth of the training devices `seen` answers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub seen_devices: Vec<[f64; 2]>,
+    /// [`Scale::Utilisation`]: peak GFLOP/s and bandwidth of the devices the model saw
+    /// training-step rows of. On any other device a training step is answered as its forward
+    /// pass times the training/forward ratio the model predicts on these (see
+    /// [`Regressor::phase_devices`]); empty for models saved before it, or without training rows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phase_devices: Vec<[f64; 2]>,
     /// [`Scale::Utilisation`]: the smallest launch floor among the training devices of each
     /// vendor, ms; an unseen device of a vendor listed gets its vendor's, others `floor_ms`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -583,6 +594,8 @@ struct UncheckedCrossDevice {
     floor_norm: f64,
     #[serde(default)]
     launch_ratio: Option<f64>,
+    #[serde(default)]
+    phase_devices: Vec<[f64; 2]>,
 }
 
 impl TryFrom<UncheckedCrossDevice> for SavedCrossDevice {
@@ -603,7 +616,19 @@ impl TryFrom<UncheckedCrossDevice> for SavedCrossDevice {
             vendor_floors_ms: u.vendor_floors_ms,
             floor_norm: u.floor_norm,
             launch_ratio: u.launch_ratio,
+            phase_devices: u.phase_devices,
         };
+        if saved
+            .phase_devices
+            .iter()
+            .flatten()
+            .any(|v| !(v.is_finite() && *v > 0.0))
+        {
+            return Err(Error::InvalidData(format!(
+                "phase_devices must hold positive peaks and bandwidths, got {:?}",
+                saved.phase_devices
+            )));
+        }
         check(&saved, saved.inner.clone().into_regressor().schema())?;
         Ok(saved)
     }
@@ -677,6 +702,9 @@ pub struct FittedCrossDevice {
     vendor_floors_ms: BTreeMap<String, f64>,
     floor_norm: f64,
     launch_ratio: Option<f64>,
+    phase_keys: Vec<[f64; 2]>,
+    /// The specs of `phase_keys`, one per device.
+    phase_devices: Vec<DeviceSpec>,
 }
 
 impl FittedCrossDevice {
@@ -693,6 +721,16 @@ impl FittedCrossDevice {
         mask: Vec<usize>,
         inner: Box<dyn Regressor>,
     ) -> FittedCrossDevice {
+        let mut phase_devices: Vec<DeviceSpec> = Vec::new();
+        for d in &saved.devices {
+            let key = [d.peak_gflops, d.mem_bandwidth_gbs];
+            let known = phase_devices
+                .iter()
+                .any(|p| [p.peak_gflops, p.mem_bandwidth_gbs] == key);
+            if saved.phase_devices.contains(&key) && !known {
+                phase_devices.push(d.clone());
+            }
+        }
         FittedCrossDevice {
             name: family_name(saved.scale, inner.name()),
             schema: saved.schema,
@@ -713,6 +751,8 @@ impl FittedCrossDevice {
             vendor_floors_ms: saved.vendor_floors_ms,
             floor_norm: saved.floor_norm,
             launch_ratio: saved.launch_ratio,
+            phase_keys: saved.phase_devices,
+            phase_devices,
         }
     }
 
@@ -769,6 +809,10 @@ impl Regressor for FittedCrossDevice {
 
     fn extrapolates(&self) -> bool {
         self.how.scale == Scale::Utilisation
+    }
+
+    fn phase_devices(&self) -> &[DeviceSpec] {
+        &self.phase_devices
     }
 
     fn schema(&self) -> &FeatureSchema {
@@ -838,6 +882,7 @@ impl Regressor for FittedCrossDevice {
                 vendor_floors_ms: self.vendor_floors_ms.clone(),
                 floor_norm: self.floor_norm,
                 launch_ratio: self.launch_ratio,
+                phase_devices: self.phase_keys.clone(),
             },
         )
     }

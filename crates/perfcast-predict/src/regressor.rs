@@ -58,6 +58,16 @@ pub trait Regressor: std::any::Any + Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// Devices whose training-step rows a cross-device model learned from. On a device far
+    /// beyond them the predictor answers a training step as the forward pass on that device
+    /// times the training/forward ratio the model gives on these: a backward kernel's cost
+    /// relative to its forward follows the algorithm (DeepBench's convs: median 2.5-2.9x on
+    /// five GPUs from Maxwell to Hopper), where its absolute efficiency on a GPU newer than
+    /// every training-step row does not. Default none (answer as given).
+    fn phase_devices(&self) -> &[perfcast_core::DeviceSpec] {
+        &[]
+    }
+
     /// Whether the model reads every query in its training-phase form and picks its output by
     /// phase, so [`Regressor::predict_tasks`] is its fast path (multi-task MEDN). Default false.
     fn multi_task(&self) -> bool {

@@ -200,6 +200,7 @@ pub fn fit_phase_with(
         large_tensor_bytes: fixed_update
             .map(|u| u.large_tensor_bytes)
             .filter(|b| b.is_finite()),
+        input_gbs: None,
         runs: runs.len(),
         plain_mape: 0.0,
         fit_mape: 0.0,
@@ -325,6 +326,8 @@ mod tests {
             layers,
             params,
             tensors: vec![params],
+            input_elems: 0,
+            batch: 1,
         }
     }
 
@@ -335,6 +338,7 @@ mod tests {
             per_layer_ms: 0.02,
             layer_scale: 1.1,
             update_ms_per_mparam: 3.0,
+            input_gbs: None,
             runs: 0,
             plain_mape: 0.0,
             fit_mape: 0.0,
@@ -389,6 +393,7 @@ mod tests {
             per_layer_ms: -0.5,
             layer_scale: 1.0,
             update_ms_per_mparam: 2.0,
+            input_gbs: None,
             runs: 1,
             plain_mape: 0.0,
             fit_mape: 0.0,
@@ -446,6 +451,8 @@ mod tests {
             layers: 10,
             params: big * 1_000_000 + small * 100_000,
             tensors: [vec![1_000_000; big], vec![100_000; small]].concat(),
+            input_elems: 0,
+            batch: 1,
         };
         let truth = |r: &RunShape| {
             let large = r.large_params(4e6) as f64 / 1e6;

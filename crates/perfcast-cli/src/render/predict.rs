@@ -116,9 +116,20 @@ pub fn network(p: &NetworkPrediction) -> String {
                     "optimiser step over parameters".to_string(),
                     c.update_ms,
                 ),
+                (
+                    "host: input copy",
+                    "the batch copied host to device".to_string(),
+                    c.copy_ms,
+                ),
             ];
             for (name, what, ms) in terms {
                 if name == "host: update" && p.context.phase == Phase::Inference {
+                    continue;
+                }
+                // Spec defaults hold no per-layer or scale term; calibrated terms no copy.
+                if c.from_spec && matches!(name, "host: per layer" | "host: layer scale")
+                    || !c.from_spec && name == "host: input copy"
+                {
                     continue;
                 }
                 // A fitted term of a few nanoseconds reads as noise: show it as zero.
@@ -131,6 +142,12 @@ pub fn network(p: &NetworkPrediction) -> String {
                 "composed (pre + layers + post)",
                 fmt_ms(c.total_ms)
             ));
+            if c.from_spec {
+                t.push_str(
+                    "host terms from the device spec (pageable input copy, SGD-momentum update); \
+                     `perfcast calibrate` fits them to measured steps\n",
+                );
+            }
         }
     }
     if p.fallback_layers > 0 {

@@ -97,6 +97,7 @@ fn network(phase: Phase, composed: Option<Composed>) -> NetworkPrediction {
         layers,
         total_ms: composed.as_ref().map_or(layer_sum_ms, |c| c.total_ms),
         layer_sum_ms,
+        roofline_ms: 4.0,
         composed,
         fallback_layers: 1,
     }
@@ -137,6 +138,8 @@ fn predict_network_composed_with_host_terms() {
         // A term fitted to a few nanoseconds is noise: shown as 0.
         dispatch_ms: -1.13e-7,
         update_ms: 2.25,
+        copy_ms: 0.0,
+        from_spec: false,
         total_ms: 20.3325,
     };
     let text = super::predict::network(&network(Phase::Training, Some(composed)));
@@ -184,6 +187,7 @@ fn phase_costs(per_run_ms: f64, update: f64, cv: Option<f64>) -> PhaseCosts {
         update_ms_per_mparam: update,
         update_large_ms_per_mparam: update * 2.0,
         large_tensor_bytes: Some(32.0 * 1024.0 * 1024.0),
+        input_gbs: None,
         runs: 8,
         plain_mape: 21.5,
         fit_mape: 4.25,
@@ -398,6 +402,8 @@ fn compared(network: &str, phase: Phase, measured_ms: f64, plain_ms: f64) -> Com
             scale_ms: plain_ms * 0.1,
             dispatch_ms: 0.0,
             update_ms: 0.0,
+            copy_ms: 0.0,
+            from_spec: false,
             total_ms: composed_ms,
         }),
         composed_error_pct: Some(err(composed_ms)),

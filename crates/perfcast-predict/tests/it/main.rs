@@ -8,6 +8,7 @@ mod compat;
 mod corrupt;
 mod extrapolation;
 mod gradients;
+mod training_steps;
 
 use std::path::{Path, PathBuf};
 
