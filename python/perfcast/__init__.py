@@ -16,6 +16,7 @@ bit: the same Rust predictor answers, with the GIL released while it runs.
 from __future__ import annotations
 
 import json
+import numbers
 import os
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
@@ -51,6 +52,20 @@ def _check_phase(phase: str) -> str:
     if phase not in _PHASES:
         raise InputError(f"`phase` must be 'inference' or 'training', got {phase!r}")
     return phase
+
+
+# The largest count (batch, threads, seq) the native side takes; past it is a typo, not a job.
+_MAX_COUNT = 2**31 - 1
+
+
+def _count(name: str, value: Any) -> int:
+    """A positive whole number for `name`, or InputError naming the value (never the
+    TypeError or OverflowError the native layer would raise)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InputError(f"`{name}` must be a whole number, got {value!r}")
+    if not 1 <= int(value) <= _MAX_COUNT:
+        raise InputError(f"`{name}` must be between 1 and {_MAX_COUNT}, got {value!r}")
+    return int(value)
 
 
 def _device_arg(device: Device) -> Any:
@@ -109,14 +124,16 @@ def _inputs(inputs: Optional[Mapping[str, Sequence[int]]]) -> Optional[Dict[str,
 def _transformer(config: Any, seq: Optional[int], lm_head: Optional[bool], phase: str) -> NetworkGraph:
     if seq is None:
         raise InputError("a transformer config needs `seq`, the tokens per sample")
-    return _perfcast.transformer(config, int(seq), lm_head, phase == "training")
+    return _perfcast.transformer(config, _count("seq", seq), lm_head, phase == "training")
 
 
 class NetworkPrediction:
     """A network's predicted latency: the composed total and every layer.
 
     ``total_ms`` is the network's predicted time (the bundle's composed total when it is
-    calibrated for the phase, else the layer sum), ``layer_sum_ms`` the sum of the layers,
+    calibrated for the phase; a GPU training step adds its input copy and optimiser update from
+    the device spec, ``composed["from_spec"]``; else the layer sum), ``layer_sum_ms`` the sum
+    of the layers, ``roofline_ms`` the least time the device's spec allows for them,
     ``layers`` one row per layer (a pandas DataFrame when pandas is installed, else a list of
     dicts with ``name``, ``module``, ``kind``, ``ms``, ``model``, ``fallback``, ``warnings``).
     ``raw`` is the whole answer as ``perfcast predict --format json`` prints it.
@@ -128,6 +145,7 @@ class NetworkPrediction:
         self.network: str = raw["network"]
         self.total_ms: float = raw["total_ms"]
         self.layer_sum_ms: float = raw["layer_sum_ms"]
+        self.roofline_ms: float = raw.get("roofline_ms", 0.0)
         self.fallback_layers: int = raw["fallback_layers"]
         self.composed: Optional[Dict[str, Any]] = raw.get("composed")
         rows: List[Dict[str, Any]] = raw["layers"]
@@ -149,6 +167,8 @@ class Bundle:
     """A loaded predictor bundle. Thread-safe; predictions release the GIL."""
 
     def __init__(self, path: Union[str, "os.PathLike[str]"], device: Device = None) -> None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise InputError(f"a bundle path must be a string or a path, got {path!r}")
         self.path = Path(path)
         self._native = _perfcast.Bundle(os.fspath(path), _device_arg(device))
         manifest = self._native.manifest()
@@ -173,7 +193,8 @@ class Bundle:
         ``{"kind": "conv2d", "in_channels": 64, "out_channels": 64, "input_hw": [56, 56],
         "kernel": 3, "padding": "same"}`` (the JSON of ``perfcast predict --modules-file``)."""
         return self._native.predict(
-            module, batch, _check_phase(phase), threads, utilisation, _device_arg(device)
+            module, _count("batch", batch), _check_phase(phase), _count("threads", threads),
+            utilisation, _device_arg(device)
         )
 
     def predict_detail(
@@ -189,7 +210,8 @@ class Bundle:
         """One module's prediction with the model that answered, whether the spec roofline
         answered (``fallback``) and warnings (inputs outside the trained ranges)."""
         return self._native.predict_detail(
-            module, batch, _check_phase(phase), threads, utilisation, _device_arg(device)
+            module, _count("batch", batch), _check_phase(phase), _count("threads", threads),
+            utilisation, _device_arg(device)
         )
 
     def predict_many(
@@ -205,7 +227,8 @@ class Bundle:
         """Many modules' latencies, ms, in order. A module dict may carry its own ``batch``,
         ``phase`` and ``threads``; the keywords are the defaults."""
         out = self._native.predict_many(
-            modules, batch, _check_phase(phase), threads, utilisation, _device_arg(device)
+            modules, _count("batch", batch), _check_phase(phase), _count("threads", threads),
+            utilisation, _device_arg(device)
         )
         return np.frombuffer(out, dtype="<f8")
 
@@ -234,11 +257,12 @@ class Bundle:
             width = a.shape[1] if a.ndim == 2 else 0
             cols.append((name, a.shape[0], width, np.ascontiguousarray(a, dtype="<f8").tobytes()))
         if np.ndim(batch) == 0:
-            scalar, batches = int(batch), None
+            scalar, batches = _count("batch", batch), None
         else:
             scalar, batches = 1, np.ascontiguousarray(np.asarray(batch), dtype="<f8").tobytes()
         out = self._native.predict_columns(
-            kind, cols, scalar, batches, _check_phase(phase), threads, utilisation, _device_arg(device)
+            kind, cols, scalar, batches, _check_phase(phase), _count("threads", threads), utilisation,
+            _device_arg(device)
         )
         return np.frombuffer(out, dtype="<f8")
 
@@ -258,7 +282,9 @@ class Bundle:
         :func:`network`)."""
         graph = network(network_or_source, seq=seq, phase=phase, **source_options)
         report = graph.import_report
-        raw = self._native.predict_network(graph, batch, phase, threads, _device_arg(device))
+        raw = self._native.predict_network(
+            graph, _count("batch", batch), phase, _count("threads", threads), _device_arg(device)
+        )
         return NetworkPrediction(raw, report)
 
 

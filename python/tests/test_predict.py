@@ -134,6 +134,28 @@ def test_bad_queries_raise_input_errors_naming_the_field(gpu_bundle):
     assert issubclass(perfcast.InputError, perfcast.Error)
 
 
+@pytest.mark.parametrize("value", [-1, 0, 1.5, float("nan"), 2**64, "8", True, None])
+def test_bad_counts_raise_input_errors_naming_the_value(gpu_bundle, value):
+    relu = {"kind": "relu", "shape": [2, 3, 4]}
+    with pytest.raises(perfcast.InputError, match="`batch`"):
+        gpu_bundle.predict(relu, batch=value)
+    with pytest.raises(perfcast.InputError, match="`threads`"):
+        gpu_bundle.predict_many([relu], threads=value)
+    with pytest.raises(perfcast.InputError, match="`batch`"):
+        gpu_bundle.predict_network("lenet5", batch=value)
+    gpt2 = GPU_BUNDLE.parents[1] / "examples" / "transformers" / "gpt2.json"
+    if value is not None:
+        with pytest.raises(perfcast.InputError, match="`seq`"):
+            perfcast.network(gpt2, seq=value)
+    # numpy's integers are whole numbers too.
+    assert gpu_bundle.predict(relu, batch=np.int64(2)) > 0
+
+
+def test_a_bundle_path_that_is_not_a_path_is_an_input_error():
+    with pytest.raises(perfcast.InputError, match="bundle path"):
+        perfcast.load_bundle(None)
+
+
 def test_bundles_that_cannot_load_raise_bundle_errors(tmp_path):
     with pytest.raises(perfcast.BundleError, match="no such bundle directory"):
         perfcast.load_bundle(tmp_path / "nothing-here")
@@ -195,6 +217,21 @@ def test_networks_from_every_source(gpu_bundle, tmp_path):
     assert a == gpu_bundle.predict_network(path, batch=4).total_ms == gpu_bundle.predict_network("resnet18", batch=4).total_ms
     # A zoo network at another resolution is cheaper.
     assert gpu_bundle.predict_network("vgg16@112").total_ms < gpu_bundle.predict_network("vgg16").total_ms
+
+
+def test_a_gpu_training_step_pays_its_copy_and_update(gpu_bundle):
+    step = gpu_bundle.predict_network("resnet18", batch=32, phase="training")
+    c = step.composed
+    assert c is not None and c["from_spec"]
+    # 32 images of 3x224x224 fp32 over the 8 GB/s pageable copy.
+    assert c["copy_ms"] == pytest.approx(32 * 3 * 224 * 224 * 4 / 8e6, rel=1e-9)
+    assert c["update_ms"] > 0
+    assert step.total_ms == pytest.approx(
+        step.layer_sum_ms + c["per_run_ms"] + c["update_ms"] + c["copy_ms"], rel=1e-12
+    )
+    assert 0 < step.roofline_ms <= step.layer_sum_ms
+    forward = gpu_bundle.predict_network("resnet18", batch=32)
+    assert forward.composed is None and forward.total_ms == forward.layer_sum_ms
 
 
 def test_layers_are_a_dataframe_when_pandas_is_there(gpu_bundle):

@@ -241,7 +241,14 @@ pub fn main_entry() -> ExitCode {
                 "error"
             };
             eprintln!("{prefix}: {}", clip_lines(&format!("{err:#}")));
-            ExitCode::from(2)
+            // Ctrl-C ends with the shell's code for SIGINT, whatever step it stopped.
+            let interrupted = err.chain().any(|c| {
+                matches!(
+                    c.downcast_ref::<perfcast_profile::Error>(),
+                    Some(perfcast_profile::Error::Interrupted { .. })
+                )
+            });
+            ExitCode::from(if interrupted { 130 } else { 2 })
         }
     }
 }

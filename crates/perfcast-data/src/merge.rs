@@ -101,9 +101,28 @@ pub struct MergeReport {
 
 /// Refuses an output directory that already holds a dataset, so no session is overwritten.
 pub fn check_new_dir(out: &Path) -> Result<()> {
-    if out.join(DEVICE_FILE).exists() {
+    let Ok(meta) = std::fs::symlink_metadata(out) else {
+        return Ok(());
+    };
+    if !meta.is_dir() {
         return Err(Error::Input(format!(
-            "`{}` already holds a dataset; choose a new directory",
+            "`{}` exists and is not a directory; choose a new directory",
+            out.display()
+        )));
+    }
+    // Any file there may be a user's (a dataset's parquet without its device.json among them).
+    let first = std::fs::read_dir(out)
+        .map_err(|e| crate::import::cannot_read(out, &e))?
+        .flatten()
+        .next();
+    if let Some(entry) = first {
+        let what = if out.join(DEVICE_FILE).exists() {
+            "a dataset".to_string()
+        } else {
+            format!("`{}`", entry.file_name().to_string_lossy())
+        };
+        return Err(Error::Input(format!(
+            "`{}` already holds {what}; choose a new directory",
             out.display()
         )));
     }
@@ -325,6 +344,16 @@ mod tests {
             .expect_err("existing output")
             .to_string();
         assert!(err.contains("already holds a dataset"), "{err}");
+        // A folder holding any file (a user's parquet without its device.json) is refused and
+        // left as it was.
+        let user = tmp.path().join("user");
+        std::fs::create_dir_all(&user).unwrap();
+        std::fs::write(user.join("conv2d.parquet"), b"mine").unwrap();
+        let err = merge_sessions(&[a.clone(), b.clone()], &user, Combine::Median)
+            .expect_err("a folder with a file")
+            .to_string();
+        assert!(err.contains("already holds `conv2d.parquet`"), "{err}");
+        assert_eq!(std::fs::read(user.join("conv2d.parquet")).unwrap(), b"mine");
         let err = merge_sessions(
             &[a.clone(), a.clone()],
             &tmp.path().join("x"),

@@ -117,6 +117,25 @@ pub fn run(args: ProfileArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     profile(&sweep, &options, active.as_ref(), args.format, ui)
 }
 
+/// The process's Ctrl-C flag, its handler installed once: `ctrlc` keeps the first handler
+/// and refuses a second, so a flag made per sweep left every sweep after the first deaf to
+/// Ctrl-C (the quickstart's second sweep ran on). Once set it stays set: the process is
+/// stopping. A second Ctrl-C exits at once.
+pub fn interrupt_flag() -> Arc<AtomicBool> {
+    static FLAG: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
+    Arc::clone(FLAG.get_or_init(|| {
+        let flag = Arc::new(AtomicBool::new(false));
+        let seen = Arc::clone(&flag);
+        let _ = ctrlc::set_handler(move || {
+            if seen.swap(true, Ordering::SeqCst) {
+                eprintln!("interrupted twice: stopped at once");
+                std::process::exit(130);
+            }
+        });
+        flag
+    }))
+}
+
 /// Measures `sweep` as `options` say, or the configurations `active` selection chooses from
 /// its ranges, with a progress bar; Ctrl-C stops after the row in flight. Prints the summary.
 pub fn profile(
@@ -127,16 +146,7 @@ pub fn profile(
     ui: &Ui,
 ) -> anyhow::Result<ExitCode> {
     let out = &options.out;
-    let interrupted = Arc::new(AtomicBool::new(false));
-    {
-        let flag = Arc::clone(&interrupted);
-        // A second Ctrl-C after the first kills the process the usual way.
-        let _ = ctrlc::set_handler(move || {
-            if flag.swap(true, Ordering::SeqCst) {
-                std::process::exit(130);
-            }
-        });
-    }
+    let interrupted = interrupt_flag();
     let jobs = match active {
         Some(plan) => {
             let choices = choose_round(sweep, out, &options.device, plan)?;

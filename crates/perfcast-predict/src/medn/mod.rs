@@ -239,10 +239,28 @@ impl FittedMedn {
             || !self.nets.len().is_multiple_of(self.members)
             || self.nets.len() != self.configs.len()
             || self.scaler.mean.len() != width
+            || self.scaler.inv_std.len() != width
+            || self.targets.mean.len() != TASKS.len()
+            || self.targets.std.len() != TASKS.len()
             || self.training_col >= self.schema.len()
             || self.route.len() != TASKS.len()
         {
             return Err(Error::InvalidData("MEDN parts do not fit together".into()));
+        }
+        let scales = [
+            &self.scaler.mean,
+            &self.scaler.inv_std,
+            &self.targets.mean,
+            &self.targets.std,
+        ];
+        if let Some(v) = scales
+            .iter()
+            .flat_map(|v| v.iter())
+            .find(|v| !v.is_finite())
+        {
+            return Err(Error::InvalidData(format!(
+                "MEDN standardiser holds {v}, not a finite number"
+            )));
         }
         for (net, config) in self.nets.iter().zip(&self.configs) {
             net.check(config)?;

@@ -61,3 +61,23 @@ fn a_medn_whose_parts_do_not_fit_is_refused() {
         "{e}"
     );
 }
+
+#[test]
+fn a_medn_with_short_or_empty_standardisers_is_refused() {
+    // Each once panicked at prediction time (an index past the end).
+    let edits: [(&str, serde_json::Value); 4] = [
+        ("/targets/mean", serde_json::json!([])),
+        ("/targets/std", serde_json::json!([])),
+        ("/scaler/inv_std", serde_json::json!([1.0])),
+        ("/targets/mean", serde_json::json!([0.0, 0.0, 0.0])),
+    ];
+    for (at, value) in edits {
+        let e = load_edited("cpu-medn", "linear/medn.json", |j| {
+            *j.pointer_mut(at).unwrap() = value.clone();
+        });
+        assert!(
+            e.contains("linear/medn.json") && e.contains("corrupt model"),
+            "{at}: {e}"
+        );
+    }
+}
