@@ -180,14 +180,25 @@ impl Fields<'_> {
     }
 
     /// The first of `names` present and not null.
-    fn find(&self, names: &[&'static str]) -> Option<(&'static str, &Value)> {
-        names
+    /// The first of `names` (aliases of one field) the config sets; two set to different
+    /// values are an error rather than one silently winning.
+    fn find(&self, names: &[&'static str]) -> Result<Option<(&'static str, &Value)>> {
+        let mut set = names
             .iter()
-            .find_map(|n| self.map.get(*n).filter(|v| !v.is_null()).map(|v| (*n, v)))
+            .filter_map(|n| self.map.get(*n).filter(|v| !v.is_null()).map(|v| (*n, v)));
+        let first = set.next();
+        if let (Some((a, va)), Some((b, vb))) =
+            (first, set.find(|(_, v)| Some(*v) != first.map(|f| f.1)))
+        {
+            return Err(self.error(format!(
+                "`{a}` = {va} and `{b}` = {vb} name the same field; give one"
+            )));
+        }
+        Ok(first)
     }
 
     fn usize_opt(&self, names: &[&'static str]) -> Result<Option<usize>> {
-        let Some((name, v)) = self.find(names) else {
+        let Some((name, v)) = self.find(names)? else {
             return Ok(None);
         };
         match v.as_u64() {
@@ -218,7 +229,7 @@ impl Fields<'_> {
     }
 
     fn prob(&self, names: &[&'static str]) -> Result<f64> {
-        let Some((name, v)) = self.find(names) else {
+        let Some((name, v)) = self.find(names)? else {
             return Ok(0.0);
         };
         match v.as_f64() {
@@ -228,7 +239,7 @@ impl Fields<'_> {
     }
 
     fn str_opt(&self, names: &[&'static str]) -> Result<Option<(&'static str, &str)>> {
-        match self.find(names) {
+        match self.find(names)? {
             None => Ok(None),
             Some((name, Value::String(s))) => Ok(Some((name, s.as_str()))),
             Some((name, v)) => Err(self.error(format!("`{name}` must be a string, got {v}"))),
@@ -236,7 +247,7 @@ impl Fields<'_> {
     }
 
     fn bool_or(&self, name: &'static str, default: bool) -> Result<bool> {
-        match self.find(&[name]) {
+        match self.find(&[name])? {
             None => Ok(default),
             Some((_, Value::Bool(b))) => Ok(*b),
             Some((_, v)) => Err(self.error(format!("`{name}` must be true or false, got {v}"))),
@@ -910,6 +921,26 @@ mod tests {
         let k = net.layers.iter().find(|l| l.name == "h0.attn.k").unwrap();
         assert_eq!(k.spec.output_shape().unwrap(), vec![16, 64]);
         assert!(net.layers.iter().any(|l| l.name == "h1.attn.v_repeat"));
+    }
+
+    #[test]
+    fn two_names_of_one_field_must_agree() {
+        let config = |layers: &str| {
+            let text = format!(
+                r#"{{"model_type": "gpt2", "n_embd": 64, "n_head": 2, "vocab_size": 10,
+                "n_positions": 8, {layers}}}"#
+            );
+            TransformerConfig::from_json(&text, Path::new("both.json"))
+        };
+        let err = config(r#""n_layer": 2, "num_hidden_layers": 4"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`num_hidden_layers` = 4 and `n_layer` = 2 name the same field"),
+            "{err}"
+        );
+        // The same value under both names is one field given twice.
+        assert!(config(r#""n_layer": 2, "num_hidden_layers": 2"#).is_ok());
     }
 
     #[test]

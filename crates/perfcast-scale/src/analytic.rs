@@ -474,7 +474,7 @@ mod tests {
         }
         // Free communication and no update: perfect linear scaling.
         let free = DataParallelModel {
-            link: Link::custom(1e12, 0.0).unwrap(),
+            link: Link::custom(crate::link::MAX_LINK_GBS, 0.0).unwrap(),
             update_s: 0.0,
             ..model(Overlap::None)
         };

@@ -47,6 +47,22 @@ pub const PRESETS: &[(&str, f64, f64, &str)] = &[
     ("ethernet", 1.25, 30.0, "10 Gigabit Ethernet, TCP"),
 ];
 
+/// The fastest link a plan takes, GB/s per direction: 100x NVLink 4's 450, beyond which a
+/// figure is a typo (1e308 printed 300-digit times).
+pub const MAX_LINK_GBS: f64 = 1e5;
+/// The slowest link latency a plan takes, microseconds (one second).
+pub const MAX_LINK_LATENCY_US: f64 = 1e6;
+
+/// A figure for an error message: as written below a million, in exponent form above (1e308
+/// spelt out is 309 digits).
+pub fn short(v: f64) -> String {
+    if v.abs() < 1e6 {
+        format!("{v}")
+    } else {
+        format!("{v:e}")
+    }
+}
+
 impl Link {
     /// A preset by name (case-insensitive).
     pub fn preset(name: &str) -> Option<Link> {
@@ -97,21 +113,29 @@ impl Link {
 
     /// Checks the figures; errors name the value.
     pub fn validate(&self) -> Result<()> {
-        if !(self.bandwidth_gbs.is_finite() && self.bandwidth_gbs > 0.0) {
+        if !(self.bandwidth_gbs.is_finite()
+            && self.bandwidth_gbs > 0.0
+            && self.bandwidth_gbs <= MAX_LINK_GBS)
+        {
             return Err(Error::invalid(
                 "link",
                 format!(
-                    "`{}`: bandwidth must be positive, got {} GB/s",
-                    self.name, self.bandwidth_gbs
+                    "`{}`: bandwidth must be positive and at most {MAX_LINK_GBS} GB/s, got {} GB/s",
+                    self.name,
+                    short(self.bandwidth_gbs)
                 ),
             ));
         }
-        if !(self.latency_us.is_finite() && self.latency_us >= 0.0) {
+        if !(self.latency_us.is_finite()
+            && self.latency_us >= 0.0
+            && self.latency_us <= MAX_LINK_LATENCY_US)
+        {
             return Err(Error::invalid(
                 "link",
                 format!(
-                    "`{}`: latency must not be negative, got {} us",
-                    self.name, self.latency_us
+                    "`{}`: latency must be between 0 and {MAX_LINK_LATENCY_US} us, got {} us",
+                    self.name,
+                    short(self.latency_us)
                 ),
             ));
         }
@@ -175,8 +199,19 @@ mod tests {
         let e = Link::parse("token-ring").unwrap_err().to_string();
         assert!(e.contains("`token-ring`") && e.contains("nvlink"), "{e}");
         let e = Link::parse("0:5").unwrap_err().to_string();
-        assert!(e.contains("bandwidth must be positive, got 0"), "{e}");
+        assert!(
+            e.contains("bandwidth must be positive") && e.contains("got 0"),
+            "{e}"
+        );
         let e = Link::parse("10:-1").unwrap_err().to_string();
         assert!(e.contains("got -1 us"), "{e}");
+        // Figures no link has are typos, not plans of 300-digit times.
+        let e = Link::parse("1e308:5").unwrap_err().to_string();
+        assert!(
+            e.contains("at most 100000 GB/s") && e.contains("1e308"),
+            "{e}"
+        );
+        let e = Link::parse("10:1e308").unwrap_err().to_string();
+        assert!(e.contains("between 0 and 1000000 us"), "{e}");
     }
 }

@@ -325,6 +325,10 @@ pub struct PriceTable {
     pub per_gpu_hour: std::collections::BTreeMap<String, f64>,
 }
 
+/// The highest price per GPU-hour a table may hold: far above any rental, below the figures
+/// that print as hundreds of digits.
+pub const MAX_PRICE_PER_GPU_HOUR: f64 = 1e6;
+
 impl PriceTable {
     /// Reads and checks a price table; errors name the file and the entry.
     pub fn from_file(path: &Path) -> Result<PriceTable> {
@@ -343,9 +347,11 @@ impl PriceTable {
         let table: PriceTable = toml::from_str(text)
             .map_err(|e| e.message().lines().next().unwrap_or("not TOML").to_string())?;
         for (name, &price) in &table.per_gpu_hour {
-            if !(price.is_finite() && price >= 0.0) {
+            if !(price.is_finite() && (0.0..=MAX_PRICE_PER_GPU_HOUR).contains(&price)) {
                 return Err(format!(
-                    "`per_gpu_hour.{name}` must be a non-negative price, got {price}"
+                    "`per_gpu_hour.{name}` must be a price between 0 and \
+                     {MAX_PRICE_PER_GPU_HOUR} per GPU-hour, got {}",
+                    crate::link::short(price)
                 ));
             }
         }
@@ -998,6 +1004,11 @@ mod tests {
         assert_eq!(t.price("h100", &spec), None);
         let e = PriceTable::parse("[per_gpu_hour]\na100 = -1\n").unwrap_err();
         assert!(e.contains("`per_gpu_hour.a100`") && e.contains("-1"), "{e}");
+        let e = PriceTable::parse("[per_gpu_hour]\na100 = 1e308\n").unwrap_err();
+        assert!(
+            e.contains("between 0 and 1000000") && e.contains("1e308"),
+            "{e}"
+        );
         assert!(PriceTable::parse("per_gpu_hour = 3").is_err());
     }
 

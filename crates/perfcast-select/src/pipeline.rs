@@ -608,8 +608,34 @@ fn fit_shared(
     observer: &dyn Observer,
 ) -> Result<Vec<SharedReport>> {
     let mut shared = Vec::new();
-    if kinds.len() < 2 {
+    let neural = params.iter().any(|p| {
+        p.downcast_ref::<perfcast_models::medn::MednParams>()
+            .is_some()
+    });
+    if kinds.len() < 2 || !neural {
         return Ok(shared);
+    }
+    let folds: Vec<_> = kinds
+        .iter()
+        .map(|k| kfold(&k.train, plan.folds, plan.split, plan.seed))
+        .collect::<std::result::Result<_, _>>()?;
+    // The network is fitted on each fold's training rows of every kind it covers: a kind with
+    // fewer than the network needs in any fold (a handful of configurations) is left to its
+    // own families.
+    let (covered, left): (Vec<usize>, Vec<usize>) = (0..kinds.len()).partition(|&i| {
+        kinds[i].train.len() >= SHARED_MIN_ROWS
+            && folds[i].iter().all(|(t, _)| t.len() >= SHARED_MIN_ROWS)
+    });
+    if covered.len() < 2 {
+        return Ok(shared);
+    }
+    if !left.is_empty() {
+        let names: Vec<&str> = left.iter().map(|&i| kinds[i].kind.name()).collect();
+        observer.note(&format!(
+            "note: the shared networks leave out {} (fewer than {SHARED_MIN_ROWS} training rows \
+             in a fold)",
+            names.join(", ")
+        ));
     }
     for p in params {
         let Some(medn) = p.downcast_ref::<perfcast_models::medn::MednParams>() else {
@@ -617,36 +643,29 @@ fn fit_shared(
         };
         let family = format!("{}-shared", p.name());
         observer.message(STAGE, &format!("{family}: one network for every kind"));
-        let folds: Vec<_> = kinds
+        let mut cv_pred: Vec<Vec<f64>> = covered
             .iter()
-            .map(|k| kfold(&k.train, plan.folds, plan.split, plan.seed))
-            .collect::<std::result::Result<_, _>>()?;
-        let mut cv_pred: Vec<Vec<f64>> = kinds
-            .iter()
-            .map(|k| vec![f64::NAN; k.train.len()])
+            .map(|&i| vec![f64::NAN; kinds[i].train.len()])
             .collect();
+        // `f` picks the same fold of every covered kind's folds.
+        #[allow(clippy::needless_range_loop)]
         for f in 0..plan.folds {
-            let sets: Vec<TrainSet> = kinds
+            let sets: Vec<TrainSet> = covered
                 .iter()
-                .zip(&folds)
-                .map(|(k, fo)| k.train.select(&fo[f].0))
+                .map(|&i| kinds[i].train.select(&folds[i][f].0))
                 .collect();
             let fitted = medn.fit_shared(&sets)?;
-            for (((model, k), fo), pred) in fitted.iter().zip(kinds).zip(&folds).zip(&mut cv_pred) {
-                let test = k.train.select(&fo[f].1);
-                for (&i, v) in fo[f].1.iter().zip(model.predict(&test.x)?) {
-                    pred[i] = v;
+            for ((model, &i), pred) in fitted.iter().zip(&covered).zip(&mut cv_pred) {
+                let test = kinds[i].train.select(&folds[i][f].1);
+                for (&r, v) in folds[i][f].1.iter().zip(model.predict(&test.x)?) {
+                    pred[r] = v;
                 }
             }
         }
-        let train_sets: Vec<TrainSet> = kinds.iter().map(|k| k.train.clone()).collect();
+        let train_sets: Vec<TrainSet> = covered.iter().map(|&i| kinds[i].train.clone()).collect();
         let fitted = medn.fit_shared(&train_sets)?;
-        for (((model, k), kind_report), cv) in fitted
-            .iter()
-            .zip(kinds)
-            .zip(reports.iter_mut())
-            .zip(cv_pred)
-        {
+        for ((model, &i), cv) in fitted.iter().zip(&covered).zip(cv_pred) {
+            let (k, kind_report) = (&kinds[i], &mut reports[i]);
             let per_kind = kind_report
                 .models
                 .iter()
@@ -663,6 +682,10 @@ fn fit_shared(
     }
     Ok(shared)
 }
+
+/// The fewest training rows of a kind, in every cross-validation fold, a shared network covers
+/// it with (what [`perfcast_models::medn::MednParams::fit_shared`] needs of each kind).
+const SHARED_MIN_ROWS: usize = 8;
 
 /// Adds the kind's best blend of two of its candidates ([`crate::blend::best_pair`]) to its
 /// report and files, as family `blend`: it then competes in selection like the others.
@@ -916,11 +939,13 @@ fn refit_chosen(
             Some((parts, weights)) => {
                 let models = parts
                     .iter()
-                    .map(|p| Ok(refit_file(p, params, kinds, &mut refitted)?.into_regressor()))
+                    .map(|p| {
+                        Ok(refit_file(p, params, kinds, files, &mut refitted)?.into_regressor())
+                    })
                     .collect::<Result<Vec<_>>>()?;
                 perfcast_predict::blend::Blend::new(models, weights.clone())?.to_saved()
             }
-            None => refit_file(file, params, kinds, &mut refitted)?,
+            None => refit_file(file, params, kinds, files, &mut refitted)?,
         };
         observer.advance(REFIT, 1);
     }
@@ -941,6 +966,7 @@ fn refit_file(
     file: &str,
     params: &[ModelParams],
     kinds: &[KindData],
+    files: &[FittedFile],
     done: &mut BTreeMap<String, SavedModel>,
 ) -> Result<SavedModel> {
     if let Some(saved) = done.get(file) {
@@ -956,8 +982,16 @@ fn refit_file(
         let medn = param(base)?
             .downcast_ref::<perfcast_models::medn::MednParams>()
             .ok_or_else(unknown)?;
-        let sets: Vec<TrainSet> = kinds.iter().map(|k| k.all.clone()).collect();
-        for (model, k) in medn.fit_shared(&sets)?.iter().zip(kinds) {
+        // The kinds the network covered when it was selected ([`fit_shared`]).
+        let covered: Vec<&KindData> = kinds
+            .iter()
+            .filter(|k| {
+                let name = format!("{}/{family}.json", k.kind.name());
+                files.iter().any(|f| f.file == name)
+            })
+            .collect();
+        let sets: Vec<TrainSet> = covered.iter().map(|k| k.all.clone()).collect();
+        for (model, k) in medn.fit_shared(&sets)?.iter().zip(covered) {
             done.insert(format!("{}/{family}.json", k.kind.name()), model.to_saved());
         }
     } else {
@@ -1198,6 +1232,64 @@ mod tests {
         }
         ds.write(ModuleKind::Linear, &records).expect("write");
         dir
+    }
+
+    #[test]
+    fn a_kind_too_small_for_the_shared_network_is_left_to_its_own_families() {
+        // Linear with 80 rows and matmul with 80 share a network; relu's 10 rows leave at most 5
+        // per fold's training part, fewer than the network needs (`quickstart --samples 10`
+        // failed on such a kind).
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let data = dataset(tmp.path());
+        let device = perfcast_core::testing::cpu_device();
+        let ds = DatasetDir::create_or_open(&data, &device).expect("dataset");
+        let record = |spec: &str, batch: usize, phase: Phase, ms: f64| Record {
+            spec: ModuleSpec::from_json(spec).expect("spec"),
+            context: Context {
+                batch,
+                phase,
+                threads: 1,
+                utilisation: 0.0,
+            },
+            backend: "flex".into(),
+            outcome: Outcome::Ok(Timing::median_only(ms)),
+            perfcast_version: "test".into(),
+            timestamp: 0,
+        };
+        let mut matmul = Vec::new();
+        for i in 0..40 {
+            let spec = format!(
+                r#"{{"kind":"matmul","heads":2,"m":{},"k":32,"n":16}}"#,
+                8 + 4 * i
+            );
+            for (phase, f) in [(Phase::Inference, 1.0), (Phase::Training, 3.0)] {
+                matmul.push(record(
+                    &spec,
+                    1,
+                    phase,
+                    0.001 + f * (8 + 4 * i) as f64 * 1e-5,
+                ));
+            }
+        }
+        ds.write(ModuleKind::Matmul, &matmul).expect("write");
+        let relu: Vec<Record> = (0..10)
+            .map(|i| {
+                let spec = format!(r#"{{"kind":"relu","shape":[1,{},8]}}"#, 4 + 4 * i);
+                record(&spec, 1, Phase::Inference, 0.001 + i as f64 * 1e-4)
+            })
+            .collect();
+        ds.write(ModuleKind::Relu, &relu).expect("write");
+        let plan = TrainPlan {
+            models: vec!["ridge".into(), "medn".into()],
+            folds: 2,
+            test_share: 0.2,
+            set: vec!["medn.max_steps=20".into()],
+            ..TrainPlan::new(vec![data], tmp.path().join("models"))
+        };
+        let trained = train_and_select(&plan, Arc::new(Silent)).expect("trained");
+        let has = |file: &str| trained.files.iter().any(|f| f.file == file);
+        assert!(has("linear/medn-shared.json") && has("matmul/medn-shared.json"));
+        assert!(!has("relu/medn-shared.json") && has("relu/ridge.json"));
     }
 
     #[test]

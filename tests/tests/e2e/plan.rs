@@ -214,6 +214,40 @@ fn bad_input_is_one_line_naming_the_value() {
             vec!["--network-file", &missing, "--global-batch", "8"],
             "nope.json",
         ),
+        // One device twice would plan every row twice; a link no wire has, 300-digit times.
+        (
+            vec![
+                "--network",
+                "resnet18",
+                "--global-batch",
+                "8",
+                "--devices",
+                "a100,h100,a100",
+            ],
+            "`a100` and `a100` are both",
+        ),
+        (
+            vec![
+                "--network",
+                "resnet18",
+                "--global-batch",
+                "8",
+                "--gpus",
+                "1,2,1",
+            ],
+            "`--gpus`: 1 is named twice",
+        ),
+        (
+            vec![
+                "--network",
+                "resnet18",
+                "--global-batch",
+                "8",
+                "--link",
+                "1e308:5",
+            ],
+            "1e308",
+        ),
         (
             vec![
                 "--network",

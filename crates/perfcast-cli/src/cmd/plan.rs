@@ -155,6 +155,20 @@ pub fn run(a: PlanArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             Ok((name.trim().to_string(), spec))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
+    // One device named twice (or by two of its names) would plan every row twice.
+    for (i, (name, spec)) in specs.iter().enumerate() {
+        if let Some((first, _)) = specs[..i].iter().find(|(_, s)| s.name == spec.name) {
+            anyhow::bail!(
+                "`--devices`: `{first}` and `{name}` are both `{}`; name each device once",
+                spec.name
+            );
+        }
+    }
+    let mut counts = a.gpus.clone();
+    counts.sort_unstable();
+    if let Some(w) = counts.windows(2).find(|w| w[0] == w[1]) {
+        anyhow::bail!("`--gpus`: {} is named twice; name each count once", w[0]);
+    }
     let link = a
         .link
         .as_deref()
