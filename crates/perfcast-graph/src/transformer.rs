@@ -255,6 +255,10 @@ impl Fields<'_> {
     }
 }
 
+/// The most transformer blocks a config may build (the largest published models have about
+/// a hundred).
+pub const MAX_BLOCKS: usize = 4096;
+
 impl TransformerConfig {
     /// Parses a config from JSON text; `path` names it in errors (and gives the default name).
     pub fn from_json(text: &str, path: &Path) -> Result<Self> {
@@ -290,6 +294,16 @@ impl TransformerConfig {
         };
         let hidden = f.usize(&["hidden_size", "n_embd", "d_model"])?;
         let layers = f.usize(&["num_hidden_layers", "n_layer", "num_layers"])?;
+        // Each block is a dozen layers or more, built before anything is predicted: a count past
+        // this is a typo that would fill memory (16.7M blocks aborted the allocator).
+        if layers > MAX_BLOCKS {
+            let name = f
+                .find(&["num_hidden_layers", "n_layer", "num_layers"])?
+                .map_or("num_hidden_layers", |(n, _)| n);
+            return Err(f.error(format!(
+                "`{name}` must be at most {MAX_BLOCKS} blocks, got {layers}"
+            )));
+        }
         let heads = f.usize(&["num_attention_heads", "n_head"])?;
         if hidden % heads != 0 {
             return Err(f.error(format!(
@@ -941,6 +955,12 @@ mod tests {
         );
         // The same value under both names is one field given twice.
         assert!(config(r#""n_layer": 2, "num_hidden_layers": 2"#).is_ok());
+        // A block count that would fill memory is refused before anything is built.
+        let err = config(r#""n_layer": 16777216"#).unwrap_err().to_string();
+        assert!(
+            err.contains("`n_layer` must be at most 4096 blocks"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -479,3 +479,24 @@ fn merge_and_remeasure_tolerate_duplicate_rows() {
         .unwrap();
     assert_eq!(merged.len(), rows.len() - 1);
 }
+
+/// Issue 40: counts sized by the user are bounded before anything is allocated or started.
+#[test]
+fn counts_that_would_take_the_machine_are_refused_before_any_work() {
+    refused(
+        &run(&["measure", "--network", "resnet18", "--batch", "100000"]),
+        "`--batch 100000`: `resnet18` needs about",
+    );
+    refused(
+        &run(&["measure", "--network", "lenet5", "--threads", "100000"]),
+        "`--threads` must be from 1 to 1024, got 100000",
+    );
+    refused(
+        &run(&["serve", "--threads", "100000"]),
+        "`--threads` must be from 1 to 1024, got 100000",
+    );
+    refused(
+        &run(&["loadtest", "--concurrency", "100000"]),
+        "`--concurrency` must be from 1 to 4096, got 100000",
+    );
+}

@@ -104,9 +104,55 @@ impl MeasureOptions {
     }
 }
 
+/// Most compute threads a measurement runs (a count past it is a typo: 100,000 aborted).
+const MAX_THREADS: usize = 1024;
+
+/// Refuses, before anything is allocated, a thread count past [`MAX_THREADS`] and a batch that
+/// cannot fit this machine's memory: a training step by the memory model (burn's rules), a
+/// forward pass by its largest layer's operands alone, a bound no run goes under.
+/// `measure --batch 100000` ran until the allocator aborted.
+fn check_fits(nets: &[NetworkChoice], options: &MeasureOptions) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        (1..=MAX_THREADS).contains(&options.threads),
+        "`--threads` must be from 1 to {MAX_THREADS}, got {}",
+        options.threads
+    );
+    let memory_gb = perfcast_core::CpuTopology::detect().memory_gb;
+    if memory_gb <= 0.0 {
+        return Ok(());
+    }
+    let training = options.phase.contains(&Phase::Training);
+    for net in nets {
+        for &batch in &options.batch {
+            let largest_layer = net
+                .network
+                .layers
+                .iter()
+                .map(|l| {
+                    let d = perfcast_core::features::derive(&l.spec, batch);
+                    d.bytes_read + d.bytes_written
+                })
+                .fold(0.0, f64::max);
+            let bytes = if training {
+                cpu_training_peak(&net.network, batch, Framework::Burn).unwrap_or(largest_layer)
+            } else {
+                largest_layer
+            };
+            let need_gb = bytes / 1e9;
+            anyhow::ensure!(
+                need_gb <= memory_gb,
+                "`--batch {batch}`: `{}` needs about {need_gb:.0} GB, this machine has {memory_gb:.0} GB",
+                net.label
+            );
+        }
+    }
+    Ok(())
+}
+
 /// `perfcast measure`.
 pub fn run_measure(a: MeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     let nets = choices(&a.network, &a.network_file, a.resolution, &a.model)?;
+    check_fits(&nets, &a.options)?;
     let rows = measure_networks(
         &nets,
         &a.options.plan(),

@@ -74,6 +74,12 @@ pub fn serve(a: ServeArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         "`--max-body-kb` must be at least 1, got {}",
         a.max_body_kb
     );
+    if let Some(t) = a.threads {
+        anyhow::ensure!(
+            (1..=MAX_THREADS).contains(&t),
+            "`--threads` must be from 1 to {MAX_THREADS}, got {t}"
+        );
+    }
     let bundle = load_bundle(&a.bundle)?;
     let kinds = bundle.kinds().count();
     let predictor = Arc::new(Predictor::new(bundle));
@@ -153,6 +159,12 @@ pub struct LoadtestArgs {
     format: Format,
 }
 
+/// Most worker threads `serve` starts: each holds a stack and a predictor's scratch, and a
+/// count past this is a typo (100,000 took gigabytes).
+const MAX_THREADS: usize = 1024;
+/// Most connections `loadtest` opens at once (each a thread and a socket).
+const MAX_CONCURRENCY: usize = 4096;
+
 /// `perfcast loadtest`: drives a server with a bounded request count and time, reports
 /// throughput, latency and errors; exits 1 when any request failed its check or the server
 /// is not healthy afterwards.
@@ -166,6 +178,11 @@ pub fn loadtest(a: LoadtestArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         a.duration_s.is_finite() && a.duration_s > 0.0 && a.duration_s <= 3600.0,
         "`--duration-s` must be in (0, 3600], got {}",
         a.duration_s
+    );
+    anyhow::ensure!(
+        (1..=MAX_CONCURRENCY).contains(&a.concurrency),
+        "`--concurrency` must be from 1 to {MAX_CONCURRENCY}, got {}",
+        a.concurrency
     );
     let config = LoadConfig {
         addr: a.addr,
