@@ -246,9 +246,29 @@ fn body(body: std::result::Result<Bytes, BytesRejection>) -> std::result::Result
 #[derive(Clone, Copy, Debug)]
 struct BodyTimeout(Duration);
 
+/// The body limit of a request's route, bytes (the ONNX route's own, or the service's).
+#[derive(Clone, Copy, Debug)]
+struct BodyLimit(usize);
+
 /// Reads the whole body under the body limit and the body timeout: 408 when it is late.
-/// hyper then closes the connection, the body being unread.
+/// hyper then closes the connection, the body being unread. A body whose declared
+/// `Content-Length` is over the limit is refused (413) before a byte of it is read, and a
+/// client that sent `Expect: 100-continue` is never told to go on.
 async fn read_body(req: Request, timeout: BodyTimeout) -> std::result::Result<Bytes, ApiError> {
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if let (Some(n), Some(BodyLimit(limit))) = (declared, req.extensions().get::<BodyLimit>())
+        && n > *limit as u64
+    {
+        return Err(ApiError {
+            status: 413,
+            error: format!("the body is {n} bytes, over the limit of {limit} bytes"),
+            field: Some("body".into()),
+        });
+    }
     match tokio::time::timeout(timeout.0, Bytes::from_request(req, &())).await {
         Ok(raw) => body(raw),
         Err(_) => Err(ApiError {
@@ -431,13 +451,17 @@ pub fn router(state: Arc<AppState>, config: &ServeConfig) -> Router {
         .route("/v1/predict/network", post(predict_network))
         .route(
             "/v1/predict/onnx",
-            post(predict_onnx).layer(DefaultBodyLimit::max(config.onnx_limit)),
+            post(predict_onnx).layer((
+                DefaultBodyLimit::max(config.onnx_limit),
+                Extension(BodyLimit(config.onnx_limit)),
+            )),
         )
         .route("/v1/bundle", get(bundle))
         .route("/healthz", get(healthz))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(config.body_limit))
+        .layer(Extension(BodyLimit(config.body_limit)))
         .layer(Extension(BodyTimeout(config.body_timeout)))
         .with_state(state)
 }
@@ -555,6 +579,7 @@ mod tests {
                 }),
             )
             .fallback(not_found)
+            .layer(Extension(BodyLimit(1000)))
             .layer(Extension(BodyTimeout(ms(body))));
         let timeouts = Timeouts {
             header: ms(header),
@@ -670,6 +695,38 @@ mod tests {
         let elapsed = t0.elapsed();
         eprintln!("idle connection closed after {elapsed:?} (idle timeout 1500 ms)");
         assert!(elapsed >= Duration::from_millis(1400), "{elapsed:?}");
+        drop(server.stop);
+        server.done.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_body_declared_over_the_limit_is_refused_before_it_is_read() {
+        let server = start(10_000, 10_000, 10_000, 1000).await;
+        // 600 MB declared, nothing sent, `Expect: 100-continue`: answered 413 at once, never
+        // 100 Continue (the limit here is 1000 bytes).
+        let mut s = TcpStream::connect(server.addr).await.unwrap();
+        s.write_all(
+            b"POST /echo HTTP/1.1\r\nhost: t\r\nexpect: 100-continue\r\ncontent-length: 600000000\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        let (status, body) = response(&mut s).await;
+        assert_eq!(status, 413, "{body}");
+        let e: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(e["field"], "body");
+        assert!(
+            e["error"]
+                .as_str()
+                .unwrap()
+                .contains("600000000 bytes, over the limit of 1000"),
+            "{body}"
+        );
+        // At the limit, read as usual.
+        let mut s = TcpStream::connect(server.addr).await.unwrap();
+        s.write_all(b"POST /echo HTTP/1.1\r\nhost: t\r\ncontent-length: 2\r\n\r\n{}")
+            .await
+            .unwrap();
+        assert_eq!(response(&mut s).await, (200, "{}".to_string()));
         drop(server.stop);
         server.done.await.unwrap();
     }
