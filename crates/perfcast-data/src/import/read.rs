@@ -211,24 +211,38 @@ impl<'a> Col<'a> {
 /// error line (issue 21).
 const MAX_MESSAGE: usize = 200;
 
-/// `message` cut to [`MAX_MESSAGE`] bytes ([`crate::clip_text`]).
+/// `message` cut to [`MAX_MESSAGE`] bytes ([`crate::clip_text`]), its line breaks written
+/// `\n` so an error stays one line (a quoted cell may hold them).
 pub(crate) fn clip(message: &str) -> std::borrow::Cow<'_, str> {
-    crate::clip_text(message, MAX_MESSAGE)
+    let clipped = crate::clip_text(message, MAX_MESSAGE);
+    if clipped.contains(['\n', '\r']) {
+        clipped.replace('\n', "\\n").replace('\r', "\\r").into()
+    } else {
+        clipped
+    }
 }
 
+/// Longest header [`check_header`] reads.
+const MAX_HEADER: u64 = 1 << 20;
+
 /// Refuses a header that names a column twice (polars would rename the second copy and the
-/// importer would read the first silently). Reads only the first line, at most 1 MiB.
+/// importer would read the first silently). Reads at most [`MAX_HEADER`] bytes; a header
+/// longer than that is checked up to its last whole name.
 fn check_header(path: &Path) -> Result<()> {
-    use std::io::{BufRead, Read};
+    use std::io::Read;
     let file = std::fs::File::open(path).map_err(|e| super::cannot_read(path, &e))?;
-    let mut first = Vec::new();
-    std::io::BufReader::new(file.take(1 << 20))
-        .read_until(b'\n', &mut first)
+    let mut head = Vec::new();
+    file.take(MAX_HEADER)
+        .read_to_end(&mut head)
         .map_err(|e| super::cannot_read(path, &e))?;
-    let header = String::from_utf8_lossy(&first);
+    let text = String::from_utf8_lossy(&head);
+    let (mut names, ended) = header_names(&text);
+    if !ended && (head.len() as u64) == MAX_HEADER {
+        names.pop();
+    }
     let mut seen = std::collections::HashSet::new();
-    for name in header.trim_end_matches(['\r', '\n']).split(',') {
-        let name = name.trim().trim_matches('"');
+    for name in &names {
+        let name = name.trim();
         if !name.is_empty() && !seen.insert(name) {
             return Err(Error::schema(
                 path,
@@ -237,6 +251,31 @@ fn check_header(path: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The column names of a CSV header at the start of `text` as RFC 4180 writes them (a quoted
+/// name may hold commas, newlines and doubled quotes), and whether a line break outside quotes
+/// ended it (else `text` ran out first).
+fn header_names(text: &str) -> (Vec<String>, bool) {
+    let (mut names, mut name, mut quoted) = (Vec::new(), String::new(), false);
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                name.push('"');
+                chars.next();
+            }
+            '"' => quoted = !quoted,
+            ',' if !quoted => names.push(std::mem::take(&mut name)),
+            '\n' | '\r' if !quoted => {
+                names.push(name);
+                return (names, true);
+            }
+            c => name.push(c),
+        }
+    }
+    names.push(name);
+    (names, false)
 }
 
 /// Parses an integer, accepting a float spelling with no fraction (`3.0`).
@@ -264,6 +303,32 @@ pub(crate) fn parse_flag(s: &str) -> Option<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn headers_are_read_as_csv_quotes_and_all() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("q.csv");
+        // A quoted name holding a comma is one name, not a repeated half of one.
+        std::fs::write(&path, "\"a, b\",a,\" b\"\"x\"\"\"\n1,2,3\n").unwrap();
+        check_header(&path).unwrap();
+        assert_eq!(
+            header_names("\"a, b\",a,\"line\nbreak\"\nrest").0,
+            ["a, b", "a", "line\nbreak"]
+        );
+        // A header over the read is checked up to its last whole name.
+        let long: Vec<String> = (0..200_000).map(|i| format!("c{i}")).collect();
+        std::fs::write(&path, format!("{}\n1\n", long.join(","))).unwrap();
+        check_header(&path).unwrap();
+        // A real repeat is still named, and a cell's line break stays on one line.
+        std::fs::write(&path, "m,n,m\n1,2,3\n").unwrap();
+        let e = check_header(&path).unwrap_err().to_string();
+        assert!(e.contains("names column `m` twice"), "{e}");
+        std::fs::write(&path, "a\n\"1\n2\"\n").unwrap();
+        let f = CsvFile::read(&path).unwrap();
+        let e = f.column("a").unwrap().integer(0).unwrap_err().to_string();
+        assert_eq!(e.lines().count(), 1, "{e}");
+        assert!(e.contains("`1\\n2`"), "{e}");
+    }
 
     #[test]
     fn integers_accept_whole_floats_only() {
