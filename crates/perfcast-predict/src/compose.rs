@@ -69,13 +69,13 @@ const UPDATE_BYTES_PER_PARAM: f64 = 12.0;
 /// A GPU's SGD-with-momentum update per parameter: parameter, gradient and velocity read,
 /// parameter and velocity written, 4 bytes each.
 const GPU_UPDATE_BYTES_PER_PARAM: f64 = 20.0;
-/// Share of the memory bandwidth a framework's fused optimiser update reaches (the H100's
-/// PyTorch updates: 0.4-0.5 of 3430 GB/s on ResNet-50 and VGG-16, bench/gpu/h100).
+/// Share of the memory bandwidth a framework's fused optimiser update reaches (measured on the
+/// H100, docs/accuracy.md).
 const GPU_UPDATE_EFFICIENCY: f64 = 0.5;
 /// Fixed cost of a GPU step besides its layers (the loss, the optimiser's launches), ms.
 const GPU_PER_STEP_MS: f64 = 0.1;
 /// Host-to-device rate of an input batch copied from pageable memory, GB/s (the H100 host's
-/// PCIe copies of 3-154 MB batches: 7.4-8.0 GB/s; a pinned, prefetched pipeline hides it).
+/// copies, docs/accuracy.md; a pinned, prefetched pipeline hides it).
 pub const GPU_PAGEABLE_COPY_GBS: f64 = 8.0;
 
 /// Host-cost terms per phase, and what they were fitted on.

@@ -505,8 +505,8 @@ pub struct SavedCrossDevice {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub seen_devices: Vec<[f64; 2]>,
     /// [`Scale::Utilisation`]: peak GFLOP/s and bandwidth of the devices the model saw
-    /// training-step rows of. On any other device a training step is answered as its forward
-    /// pass times the training/forward ratio the model predicts on these (see
+    /// training-step rows of. On a device far beyond these a training step is answered as its
+    /// forward pass times the training/forward ratio the model predicts on them (see
     /// [`Regressor::phase_devices`]); empty for models saved before it, or without training rows.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub phase_devices: Vec<[f64; 2]>,
@@ -702,8 +702,7 @@ pub struct FittedCrossDevice {
     vendor_floors_ms: BTreeMap<String, f64>,
     floor_norm: f64,
     launch_ratio: Option<f64>,
-    phase_keys: Vec<[f64; 2]>,
-    /// The specs of `phase_keys`, one per device.
+    /// The specs of [`SavedCrossDevice::phase_devices`], one per device.
     phase_devices: Vec<DeviceSpec>,
 }
 
@@ -751,7 +750,6 @@ impl FittedCrossDevice {
             vendor_floors_ms: saved.vendor_floors_ms,
             floor_norm: saved.floor_norm,
             launch_ratio: saved.launch_ratio,
-            phase_keys: saved.phase_devices,
             phase_devices,
         }
     }
@@ -882,7 +880,11 @@ impl Regressor for FittedCrossDevice {
                 vendor_floors_ms: self.vendor_floors_ms.clone(),
                 floor_norm: self.floor_norm,
                 launch_ratio: self.launch_ratio,
-                phase_devices: self.phase_keys.clone(),
+                phase_devices: self
+                    .phase_devices
+                    .iter()
+                    .map(|d| [d.peak_gflops, d.mem_bandwidth_gbs])
+                    .collect(),
             },
         )
     }

@@ -25,10 +25,9 @@ const FALLBACK_MEMORY_EFFICIENCY: f64 = 0.6;
 const FALLBACK_OVERHEAD_MS: f64 = 0.002;
 /// How far (a factor on peak FLOP/s or bandwidth) beyond the GPUs a model has training-step
 /// rows of it still answers a training step itself; further out the step is this GPU's forward
-/// times the training/forward ratio on those GPUs ([`Predictor::predict_transferred`]). With each
-/// DeepBench GPU left out the model's own answer won on all ten (the V100, 1.3x beyond the
-/// rest: 42.6% against 54.2%); for the H100, 4x beyond them, the ratio won (35.0% against
-/// 47.6%), docs/accuracy.md.
+/// times the training/forward ratio on those GPUs ([`Predictor::predict_transferred`]). The
+/// model's own answer was better for every DeepBench GPU left out, the ratio for the H100, 4x
+/// beyond them (docs/accuracy.md).
 const PHASE_REACH: f64 = 2.0;
 /// [`Predictor::predict_modules`] splits batches at least this large over the cores.
 const PARALLEL_MIN: usize = 4096;
@@ -690,15 +689,9 @@ impl Predictor {
     /// warning saying so.
     fn predict_composed(&self, spec: &ModuleSpec, context: &Context) -> Result<ModulePrediction> {
         // The parts are the canonical GEMM's: a batch of B x T rows reduces over all of them.
-        let (spec, context) = canonical(spec, context)
-            .map_or((Cow::Borrowed(spec), Cow::Borrowed(context)), |(s, c)| {
-                (Cow::Owned(s), Cow::Owned(c))
-            });
+        let (spec, context) = canonical_or_given(spec, context);
         let (spec, context) = (spec.as_ref(), context.as_ref());
-        let forward = Context {
-            phase: Phase::Inference,
-            ..context.clone()
-        };
+        let forward = forward_of(context);
         let mut p = self.predict_valid(spec, &forward)?;
         for (part, batch) in backward_parts(spec, context.batch) {
             let part_context = Context {
@@ -742,8 +735,8 @@ impl Predictor {
         }
     }
 
-    /// A training step on a GPU the kind's model saw no training rows of: the forward pass on
-    /// this GPU times the median training/forward ratio the model predicts for the same query
+    /// A training step on a GPU far beyond those the kind's model saw training rows of: the
+    /// forward pass on this GPU times the median training/forward ratio the model predicts for the same query
     /// on the GPUs it has training rows of, bounded like any answer.
     fn predict_transferred(
         &self,
@@ -751,15 +744,9 @@ impl Predictor {
         context: &Context,
         refs: &[DeviceSpec],
     ) -> Result<ModulePrediction> {
-        let (spec, context) = canonical(spec, context)
-            .map_or((Cow::Borrowed(spec), Cow::Borrowed(context)), |(s, c)| {
-                (Cow::Owned(s), Cow::Owned(c))
-            });
+        let (spec, context) = canonical_or_given(spec, context);
         let (spec, context) = (spec.as_ref(), context.as_ref());
-        let forward = Context {
-            phase: Phase::Inference,
-            ..context.clone()
-        };
+        let forward = forward_of(context);
         let mut p = self.predict_valid(spec, &forward)?;
         let model = self
             .bundle
@@ -775,10 +762,7 @@ impl Predictor {
             None
         };
         let (at, at_context) = near.as_ref().map_or((spec, context), |(s, c)| (s, c));
-        let at_forward = Context {
-            phase: Phase::Inference,
-            ..at_context.clone()
-        };
+        let at_forward = forward_of(at_context);
         let mut ratios = Vec::with_capacity(refs.len());
         for d in refs {
             let step = model.predict_row(&row(at, at_context, d))?;
@@ -1198,10 +1182,7 @@ impl Predictor {
         let layer_sum_ms: f64 = layers.iter().map(|l| l.prediction.ms).sum();
         let fallback_layers = layers.iter().filter(|l| l.prediction.fallback).count();
         // A trimmed layer skips part of its backward: its forward's least time bounds it.
-        let forward = Context {
-            phase: Phase::Inference,
-            ..context.clone()
-        };
+        let forward = forward_of(context);
         let roofline_ms = network
             .layers
             .iter()
@@ -1248,10 +1229,7 @@ impl Predictor {
         if context.phase != Phase::Training || network.trimmed.is_empty() {
             return Ok(Vec::new());
         }
-        let forward = Context {
-            phase: Phase::Inference,
-            ..context.clone()
-        };
+        let forward = forward_of(context);
         let mut out = Vec::with_capacity(network.trimmed.len());
         for (k, t) in network.trimmed.iter().enumerate() {
             let at_layer = |e: Error| {
@@ -1286,6 +1264,24 @@ impl Predictor {
         context: &Context,
     ) -> Result<NetworkPrediction> {
         self.predict_prepared(&self.prepare(network)?, context)
+    }
+}
+
+/// The query's canonical form ([`canonical`]), or the query as given where it has none.
+fn canonical_or_given<'a>(
+    spec: &'a ModuleSpec,
+    context: &'a Context,
+) -> (Cow<'a, ModuleSpec>, Cow<'a, Context>) {
+    canonical(spec, context).map_or((Cow::Borrowed(spec), Cow::Borrowed(context)), |(s, c)| {
+        (Cow::Owned(s), Cow::Owned(c))
+    })
+}
+
+/// `context` in the inference phase: the forward pass of the same query.
+fn forward_of(context: &Context) -> Context {
+    Context {
+        phase: Phase::Inference,
+        ..context.clone()
     }
 }
 

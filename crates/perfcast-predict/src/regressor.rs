@@ -61,9 +61,9 @@ pub trait Regressor: std::any::Any + Send + Sync + std::fmt::Debug {
     /// Devices whose training-step rows a cross-device model learned from. On a device far
     /// beyond them the predictor answers a training step as the forward pass on that device
     /// times the training/forward ratio the model gives on these: a backward kernel's cost
-    /// relative to its forward follows the algorithm (DeepBench's convs: median 2.5-2.9x on
-    /// five GPUs from Maxwell to Hopper), where its absolute efficiency on a GPU newer than
-    /// every training-step row does not. Default none (answer as given).
+    /// relative to its forward follows the algorithm (nearly the same on DeepBench's GPUs and
+    /// the H100), where its absolute efficiency on a GPU newer than every training-step row
+    /// does not. Default none (answer as given).
     fn phase_devices(&self) -> &[perfcast_core::DeviceSpec] {
         &[]
     }

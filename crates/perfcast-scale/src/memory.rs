@@ -631,6 +631,25 @@ pub fn stage_peak(
     Ok((estimate, held_per_mb))
 }
 
+/// The fewest bytes a run of `network` at `batch` can hold on a CPU: a training step's peak
+/// under burn's rules ([`cpu_training_peak`]); a forward pass's largest layer's operands and
+/// result, a bound no run goes under. What `measure` checks against the machine's memory.
+pub fn cpu_run_bytes(network: &Network, batch: usize, training: bool) -> f64 {
+    let largest_layer = network
+        .layers
+        .iter()
+        .map(|l| {
+            let d = features::derive(&l.spec, batch);
+            d.bytes_read + d.bytes_written
+        })
+        .fold(0.0, f64::max);
+    if training {
+        cpu_training_peak(network, batch, Framework::Burn).unwrap_or(largest_layer)
+    } else {
+        largest_layer
+    }
+}
+
 /// The peak of one training step as `perfcast measure` runs it on a CPU (fp32, SGD with
 /// momentum, no runtime reserve) under `framework`'s rules, in bytes; `None` when the network
 /// cannot be modelled.

@@ -10,7 +10,7 @@ use perfcast_core::{NetworkChoice, Phase};
 use perfcast_data::networks::{NetworkRecord, read_networks};
 use perfcast_profile::Backend;
 use perfcast_profile::network_runs::{MeasurePlan, measure_networks};
-use perfcast_scale::memory::{Framework, cpu_training_peak};
+use perfcast_scale::memory::{Framework, cpu_run_bytes, cpu_training_peak};
 use perfcast_select::Predictor;
 use perfcast_select::bundle::rewrite_manifest;
 use perfcast_select::calibrate::{calibrate as fit_host_costs, evaluate_networks, labelled};
@@ -108,9 +108,8 @@ impl MeasureOptions {
 const MAX_THREADS: usize = 1024;
 
 /// Refuses, before anything is allocated, a thread count past [`MAX_THREADS`] and a batch that
-/// cannot fit this machine's memory: a training step by the memory model (burn's rules), a
-/// forward pass by its largest layer's operands alone, a bound no run goes under.
-/// `measure --batch 100000` ran until the allocator aborted.
+/// cannot fit this machine's memory ([`cpu_run_bytes`]): `measure --batch 100000` ran until
+/// the allocator aborted.
 fn check_fits(nets: &[NetworkChoice], options: &MeasureOptions) -> anyhow::Result<()> {
     anyhow::ensure!(
         (1..=MAX_THREADS).contains(&options.threads),
@@ -124,21 +123,7 @@ fn check_fits(nets: &[NetworkChoice], options: &MeasureOptions) -> anyhow::Resul
     let training = options.phase.contains(&Phase::Training);
     for net in nets {
         for &batch in &options.batch {
-            let largest_layer = net
-                .network
-                .layers
-                .iter()
-                .map(|l| {
-                    let d = perfcast_core::features::derive(&l.spec, batch);
-                    d.bytes_read + d.bytes_written
-                })
-                .fold(0.0, f64::max);
-            let bytes = if training {
-                cpu_training_peak(&net.network, batch, Framework::Burn).unwrap_or(largest_layer)
-            } else {
-                largest_layer
-            };
-            let need_gb = bytes / 1e9;
+            let need_gb = cpu_run_bytes(&net.network, batch, training) / 1e9;
             anyhow::ensure!(
                 need_gb <= memory_gb,
                 "`--batch {batch}`: `{}` needs about {need_gb:.0} GB, this machine has {memory_gb:.0} GB",
