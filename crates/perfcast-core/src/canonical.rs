@@ -107,7 +107,7 @@ pub fn least_time_s(spec: &ModuleSpec, context: &Context, device: &DeviceSpec) -
         traffic + d.bytes_written + features::F32_BYTES * d.input_elems
     } else {
         traffic
-    };
+    } * device.element_scale();
     (flops / (device.peak_gflops * 1e9)).max(bytes / (device.mem_bandwidth_gbs * 1e9))
 }
 

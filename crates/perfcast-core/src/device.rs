@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::dtype::{DType, Links, TypePeaks};
 use crate::error::{Error, Result};
 
 /// CPU or GPU.
@@ -82,6 +83,16 @@ pub struct DeviceSpec {
     /// Board power (TDP), W; `None` (the default, omitted from JSON) when not known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tdp_w: Option<f64>,
+    /// The data type `peak_gflops` counts: fp32 (the default, omitted from JSON) unless the
+    /// spec is a GPU seen in another type ([`DeviceSpec::at_dtype`]).
+    #[serde(default, skip_serializing_if = "DType::is_fp32")]
+    pub dtype: DType,
+    /// Published dense peaks of other data types, GFLOP/s (omitted when none is known).
+    #[serde(default, skip_serializing_if = "TypePeaks::is_empty")]
+    pub peaks: TypePeaks,
+    /// Peer and host link bandwidths (omitted when neither is known).
+    #[serde(default, skip_serializing_if = "Links::is_empty")]
+    pub links: Links,
 }
 
 impl DeviceSpec {
@@ -149,6 +160,25 @@ impl DeviceSpec {
                 return Err(bad(format!("`{field}` must be in (0, {high}], got {v:?}")));
             }
         }
+        for dtype in DType::ALL {
+            if let Some(v) = self.peaks.get(dtype)
+                && !(v.is_finite() && v > 0.0 && v <= 1e9)
+            {
+                return Err(bad(format!(
+                    "`peaks.{dtype}` must be in (0, 1e9], got {v:?}"
+                )));
+            }
+        }
+        for (field, value) in [
+            ("links.peer_gbs", self.links.peer_gbs),
+            ("links.pcie_gbs", self.links.pcie_gbs),
+        ] {
+            if let Some(v) = value
+                && !(v.is_finite() && v > 0.0 && v <= 1e6)
+            {
+                return Err(bad(format!("`{field}` must be in (0, 1e6], got {v:?}")));
+            }
+        }
         if self.software.as_ref().is_some_and(|s| s.trim().is_empty()) {
             return Err(bad(
                 "`software` is empty (leave it out when the stack is not known)".into(),
@@ -157,9 +187,60 @@ impl DeviceSpec {
         Ok(())
     }
 
+    /// The peak of `dtype`, GFLOP/s, if the spec has one: `peak_gflops` for the spec's own
+    /// type, else the published per-type figure.
+    pub fn peak_for(&self, dtype: DType) -> Option<f64> {
+        if dtype == self.dtype {
+            Some(self.peak_gflops)
+        } else {
+            self.peaks.get(dtype)
+        }
+    }
+
+    /// The spec as a module computing in `dtype` sees it: `peak_gflops` that type's peak and
+    /// `dtype` set, so rooflines and features built from it count that type's rate and element
+    /// width. The error names the device and the type when the spec publishes no peak for it
+    /// (fp8 is refused: nothing measured in it backs a prediction).
+    pub fn at_dtype(&self, dtype: DType) -> Result<DeviceSpec> {
+        let dtype = dtype.predictable()?;
+        if dtype == self.dtype {
+            return Ok(self.clone());
+        }
+        let peak = self.peak_for(dtype).ok_or_else(|| Error::InvalidDevice {
+            device: self.name.clone(),
+            message: format!(
+                "no `{dtype}` peak in its spec (known: {}); add `peaks.{dtype}` (GFLOP/s) to a \
+                 spec file and pass it with `--device-spec`",
+                DType::ALL
+                    .iter()
+                    .filter(|&&d| self.peak_for(d).is_some())
+                    .map(|d| d.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        })?;
+        let mut out = self.clone();
+        out.peaks.set(self.dtype, Some(self.peak_gflops));
+        out.peaks.set(dtype, None);
+        out.peak_gflops = peak;
+        out.dtype = dtype;
+        Ok(out)
+    }
+
+    /// Bytes of one element of the spec's data type over an fp32 element's: the factor that
+    /// turns [`crate::features::Derived`]'s fp32 byte counts into this type's traffic.
+    pub fn element_scale(&self) -> f64 {
+        self.dtype.bytes() / crate::features::F32_BYTES
+    }
+
     /// A file-system-safe identifier: lower case, runs of other characters as one `-`.
+    /// A spec seen in another type than fp32 ends in `-<dtype>`: its datasets are apart.
     pub fn slug(&self) -> String {
-        slugify(&self.name)
+        if self.dtype.is_fp32() {
+            slugify(&self.name)
+        } else {
+            format!("{}-{}", slugify(&self.name), self.dtype)
+        }
     }
 
     /// Parses and validates a spec from JSON.
@@ -326,6 +407,9 @@ mod tests {
             software: None,
             launch_us: None,
             tdp_w: None,
+            dtype: DType::Fp32,
+            peaks: TypePeaks::default(),
+            links: Links::default(),
         }
     }
 

@@ -7,6 +7,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use crate::device::{Caches, DeviceKind, DeviceSpec, SpecSource};
+use crate::dtype::{DType, Links, TypePeaks};
 use crate::error::{Error, Result};
 
 macro_rules! fail {
@@ -150,7 +151,33 @@ fn perfcast(obj: &Map<String, Value>, path: &Path) -> Result<DeviceSpec> {
         },
         launch_us: optional(obj, "launch_us", path)?,
         tdp_w: optional(obj, "tdp_w", path)?,
+        dtype: match obj.get("dtype") {
+            None | Some(Value::Null) => DType::Fp32,
+            Some(Value::String(s)) => s
+                .parse()
+                .map_err(|e| fail!("`{}`: `dtype`: {e}", path.display()))?,
+            Some(other) => bail!(
+                "`{}`: `dtype` must be a string such as `fp16`, got {other}",
+                path.display()
+            ),
+        },
+        peaks: nested(obj, "peaks", path)?,
+        links: nested(obj, "links", path)?,
     })
+}
+
+/// An optional object field read as `T` (absent or null: `T::default()`); range checks are
+/// [`DeviceSpec::validate`]'s.
+fn nested<T: serde::de::DeserializeOwned + Default>(
+    obj: &Map<String, Value>,
+    field: &str,
+    path: &Path,
+) -> Result<T> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(T::default()),
+        Some(v) => serde_json::from_value(v.clone())
+            .map_err(|e| fail!("`{}`: `{field}`: {e}", path.display())),
+    }
 }
 
 fn neusight(obj: &Map<String, Value>, path: &Path) -> Result<DeviceSpec> {
@@ -188,6 +215,9 @@ fn neusight(obj: &Map<String, Value>, path: &Path) -> Result<DeviceSpec> {
         software: None,
         launch_us: optional(obj, "launch_us", path)?,
         tdp_w: optional(obj, "tdp_w", path)?,
+        dtype: DType::Fp32,
+        peaks: TypePeaks::default(),
+        links: Links::default(),
     })
 }
 

@@ -65,6 +65,9 @@ impl Published {
             software: None,
             launch_us: None,
             tdp_w: None,
+            dtype: Default::default(),
+            peaks: Default::default(),
+            links: Default::default(),
         }
     }
 }

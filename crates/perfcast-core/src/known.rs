@@ -158,6 +158,20 @@ const ALIASES: &[(&str, &str)] = &[
     ("mi210", "AMD Instinct MI210"),
     ("mi250", "AMD Instinct MI250"),
     ("knl", "Intel Xeon Phi 7250F"),
+    ("a100-sxm4", "NVIDIA A100-SXM4-40GB"),
+    ("a100-sxm4-80gb", "NVIDIA A100-SXM4-80GB"),
+    ("a40", "NVIDIA A40"),
+    ("h100-sxm", "NVIDIA H100 80GB HBM3"),
+    ("h100-pcie", "NVIDIA H100 PCIe"),
+    ("h200", "NVIDIA H200"),
+    ("gh200", "NVIDIA GH200"),
+    ("b200", "NVIDIA B200"),
+    ("l40s", "NVIDIA L40S"),
+    ("a10g", "NVIDIA A10G"),
+    ("rtx4090", "NVIDIA GeForce RTX 4090"),
+    ("rtx6000-ada", "NVIDIA RTX 6000 Ada Generation"),
+    ("mi250x", "AMD Instinct MI250X"),
+    ("mi300x", "AMD Instinct MI300X"),
 ];
 
 /// Measured launch floors, microseconds ([`DeviceSpec::launch_us`]), of the devices NeuSight
@@ -191,6 +205,10 @@ pub fn known() -> Vec<DeviceSpec> {
         if !out.iter().any(|s| s.name == p.name) {
             out.push(p.spec());
         }
+    }
+    out.extend(crate::catalogue::CURRENT.iter().map(|d| d.spec()));
+    for spec in &mut out {
+        crate::catalogue::complete(spec);
     }
     out
 }

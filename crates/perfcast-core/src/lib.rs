@@ -17,10 +17,12 @@
 //! ```
 
 pub mod canonical;
+pub mod catalogue;
 mod choice;
 mod context;
 mod device;
 mod device_file;
+mod dtype;
 mod error;
 pub mod features;
 pub mod fmt;
@@ -42,6 +44,7 @@ pub use device::{
     Caches, CpuTopology, DeviceKind, DeviceSpec, SpecSource, parse_cache_size, parse_cpuinfo,
     slugify,
 };
+pub use dtype::{DType, Links, TypePeaks};
 pub use error::{Error, Result};
 pub use metrics::Metrics;
 pub use network::{Layer, LayerShapes, NETWORK_INPUT, Network};

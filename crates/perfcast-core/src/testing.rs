@@ -100,6 +100,9 @@ pub fn cpu_device() -> crate::DeviceSpec {
         software: None,
         launch_us: None,
         tdp_w: None,
+        dtype: Default::default(),
+        peaks: Default::default(),
+        links: Default::default(),
     }
 }
 
@@ -121,6 +124,9 @@ pub fn gpu(name: &str, peak: f64, bw: f64) -> crate::DeviceSpec {
         software: None,
         launch_us: None,
         tdp_w: None,
+        dtype: Default::default(),
+        peaks: Default::default(),
+        links: Default::default(),
     }
 }
 

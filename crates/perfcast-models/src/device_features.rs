@@ -244,8 +244,9 @@ impl CrossDeviceParams {
                 baseline: false,
                 ..Default::default()
             }),
-            // `phase`: a training step's backward kernels run at utilisations of their own.
-            fields: vec!["util".to_string(), "phase".to_string()],
+            // `phase`: a training step's backward kernels run at utilisations of their own;
+            // `dtype`: tensor-core kernels in half precision too.
+            fields: vec!["util".to_string(), "phase".to_string(), "dtype".to_string()],
             devices: devices.to_vec(),
             floor_ms: 0.0,
             scale: Scale::Utilisation,

@@ -718,6 +718,9 @@ mod tests {
             software: None,
             launch_us: None,
             tdp_w: None,
+            dtype: Default::default(),
+            peaks: Default::default(),
+            links: Default::default(),
         };
         let schema = FeatureSchema::for_kind(ModuleKind::Conv2d);
         let mut x = Matrix::with_cols(schema.len());

@@ -40,9 +40,12 @@ pub const DEVICE_BLOCK: &[&str] = &[
 /// step's backward kernels (a conv's backward-data and backward-filter) run at efficiencies of
 /// their own, which the utilisation model learns from measured training rows only when it can
 /// tell the phases apart.
+/// `dtype` adds the element width in bytes of the type the device is seen in and whether that
+/// type runs on tensor cores (every type but fp32): a half-precision GEMM on tensor cores
+/// reaches its peak by other tiles and at other sizes than an fp32 one on the vector units.
 pub const SPEC_FIELDS: &[&str] = &[
     "sms", "shaders", "clock", "memory", "cache", "waves", "tiles", "per_sm", "util", "power",
-    "phase",
+    "phase", "dtype",
 ];
 
 /// Tile sizes (square) the `tiles` field counts waves of.
@@ -268,6 +271,11 @@ impl Cols {
                         .map_or(0.0, |w| (w / (device.peak_gflops / 1e3)).max(1e-9).log2());
                 }
                 "phase" => out[n] = x[self.training],
+                "dtype" => {
+                    out[n] = device.dtype.bytes();
+                    out[n + 1] = f64::from(u8::from(!device.dtype.is_fp32()));
+                    n += 1;
+                }
                 "util" => match self.util {
                     Some(u) => n += u.fill(x, device, &mut out[n..]) - 1,
                     None => out[n] = 0.0,
@@ -298,6 +306,9 @@ fn field_names(kind: perfcast_core::ModuleKind, fields: &[String]) -> Vec<String
             out.extend(PER_SM.iter().map(|s| (*s).to_string()));
         } else if f == "phase" {
             out.push("xd_training".to_string());
+        } else if f == "dtype" {
+            out.push("xd_element_bytes".to_string());
+            out.push("xd_tensor_cores".to_string());
         } else {
             out.push(format!("xd_{f}"));
         }

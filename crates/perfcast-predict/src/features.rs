@@ -258,7 +258,9 @@ pub fn row_into(spec: &ModuleSpec, context: &Context, device: &DeviceSpec, out: 
     let shape = spec.output_dims().unwrap_or_default();
     let d = features::derive_with(spec, context.batch, &shape);
     let training = context.phase == Phase::Training;
-    let bytes = d.bytes_read + d.bytes_written;
+    // Derived counts fp32 elements; a half-precision device view moves half the bytes.
+    let bytes = (d.bytes_read + d.bytes_written) * device.element_scale();
+    let intensity = if bytes > 0.0 { d.flops / bytes } else { 0.0 };
     let work_flops = if training { d.train_flops } else { d.flops };
     let work_bytes = if training {
         TRAINING_BYTES_FACTOR * bytes
@@ -281,7 +283,7 @@ pub fn row_into(spec: &ModuleSpec, context: &Context, device: &DeviceSpec, out: 
         d.params,
         d.output_elems,
         d.input_elems,
-        d.arithmetic_intensity,
+        intensity,
         device.peak_gflops,
         device.mem_bandwidth_gbs,
         roofline_s * 1e3,
@@ -369,6 +371,9 @@ pub fn row_in_phase(schema: &FeatureSchema, x: &[f64], phase: Phase) -> Result<V
         software: None,
         launch_us: None,
         tdp_w: None,
+        dtype: Default::default(),
+        peaks: Default::default(),
+        links: Default::default(),
     };
     Ok(row(&spec, &context, &device))
 }

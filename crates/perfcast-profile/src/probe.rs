@@ -147,6 +147,9 @@ pub fn local_cpu(backend: Backend) -> Result<(DeviceSpec, Peaks)> {
         software: None,
         launch_us: None,
         tdp_w: None,
+        dtype: Default::default(),
+        peaks: Default::default(),
+        links: Default::default(),
     };
     Ok((spec, peaks))
 }

@@ -43,7 +43,9 @@ pub use error::{Error, Result};
 pub use perfcast_predict::predictor::{
     self, ModulePrediction, NetworkPrediction, Predictor, PreparedNetwork, ZERO_COST_MODEL,
 };
-pub use score::{DeviceScores, KindScore, score_datasets, score_records};
+pub use score::{
+    DeviceScores, KindScore, ScoredRow, score_datasets, score_records, score_records_with_rows,
+};
 pub use select::{Budget, Candidate, Selection};
 
 #[cfg(test)]

@@ -42,6 +42,35 @@ pub fn score_records(
     records: &[Record],
     phase: Option<Phase>,
 ) -> Result<Vec<KindScore>> {
+    Ok(score_records_with_rows(predictor, records, phase)?.0)
+}
+
+/// One measured row and the bundle's answer for it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ScoredRow {
+    /// Module kind.
+    pub kind: ModuleKind,
+    /// Phase.
+    pub phase: Phase,
+    /// The module ([`perfcast_core::ModuleSpec::describe`]).
+    pub module: String,
+    /// Batch.
+    pub batch: usize,
+    /// Measured latency, ms.
+    pub measured_ms: f64,
+    /// Predicted latency, ms.
+    pub predicted_ms: f64,
+    /// The least time the device's spec allows, ms.
+    pub bound_ms: f64,
+}
+
+/// [`score_records`] and every scored row, in the order scored.
+pub fn score_records_with_rows(
+    predictor: &Predictor,
+    records: &[Record],
+    phase: Option<Phase>,
+) -> Result<(Vec<KindScore>, Vec<ScoredRow>)> {
+    let mut scored = Vec::new();
     let device = &predictor.bundle().manifest.device;
     let mut groups: Vec<((ModuleKind, Phase), Vec<&Record>)> = Vec::new();
     for r in records {
@@ -72,6 +101,15 @@ pub fn score_records(
             if model.is_empty() {
                 model = p.model.to_string();
             }
+            scored.push(ScoredRow {
+                kind,
+                phase,
+                module: r.spec.describe(),
+                batch: r.context.batch,
+                measured_ms: t.median_ms,
+                predicted_ms: p.ms,
+                bound_ms,
+            });
             pred.push(p.ms);
             truth.push(t.median_ms);
         }
@@ -91,7 +129,7 @@ pub fn score_records(
             median_ratio: ratios[ratios.len() / 2],
         });
     }
-    Ok(out)
+    Ok((out, scored))
 }
 
 /// One device's dataset scored by a bundle.
@@ -103,6 +141,9 @@ pub struct DeviceScores {
     pub dataset: String,
     /// Per kind and phase.
     pub kinds: Vec<KindScore>,
+    /// Every scored row (not in the JSON summary; `eval bundle --rows` writes them).
+    #[serde(skip)]
+    pub rows: Vec<ScoredRow>,
 }
 
 /// Scores the bundle at `bundle` on each dataset of `dirs`, predicted for the dataset's own
@@ -131,10 +172,12 @@ pub fn score_datasets(
             records.len(),
             dir.root().display()
         ));
+        let (kinds, rows) = score_records_with_rows(&predictor, &records, phase)?;
         out.push(DeviceScores {
             device: device.name.clone(),
             dataset: dir.root().display().to_string(),
-            kinds: score_records(&predictor, &records, phase)?,
+            kinds,
+            rows,
         });
     }
     Ok(out)

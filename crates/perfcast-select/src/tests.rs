@@ -177,6 +177,9 @@ fn gpu(peak: f64, bandwidth: f64, sms: u32) -> DeviceSpec {
         software: None,
         launch_us: None,
         tdp_w: None,
+        dtype: Default::default(),
+        peaks: Default::default(),
+        links: Default::default(),
     }
 }
 

@@ -31,6 +31,10 @@ pub struct EvalBundleArgs {
     /// Rows of which phase
     #[arg(long, value_enum, default_value_t = PhaseChoice::All)]
     pub phase: PhaseChoice,
+    /// Also write every scored row (device, kind, phase, module, batch, measured, predicted,
+    /// spec bound) to this CSV file
+    #[arg(long, value_name = "FILE.csv")]
+    pub rows: Option<PathBuf>,
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
@@ -46,6 +50,27 @@ pub fn run(a: EvalBundleArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         a.phase.filter().phase(),
         Bars::new(ui).as_ref(),
     )?;
+    if let Some(path) = &a.rows {
+        let mut text =
+            String::from("device,kind,phase,module,batch,measured_ms,predicted_ms,bound_ms\n");
+        for d in &out {
+            for r in &d.rows {
+                text.push_str(&format!(
+                    "\"{}\",{},{},\"{}\",{},{},{},{}\n",
+                    d.device.replace('"', "\"\""),
+                    r.kind,
+                    r.phase,
+                    r.module.replace('"', "\"\""),
+                    r.batch,
+                    r.measured_ms,
+                    r.predicted_ms,
+                    r.bound_ms
+                ));
+            }
+        }
+        perfcast_data::write_atomic(path, text.as_bytes())?;
+        ui.info(format!("wrote the scored rows to {}", path.display()));
+    }
     match a.format {
         Format::Json => emit_json(&out)?,
         Format::Text => emit(&render::bundle_eval::bundle_scores(&out))?,

@@ -28,6 +28,11 @@ pub enum ImportCommand {
     /// PATH is the folder holding `conv.csv` and `gemm.csv`. Only fp32 rows are imported; the
     /// rest are counted as skipped.
     Deepbench(SourceArgs),
+    /// Vidur's fp16 LLM-layer kernels (GEMMs, norms, activation, add, embedding) on A100 and A40
+    ///
+    /// PATH is Vidur's `data/profiling` folder (or its `compute/`). Shapes are each
+    /// tensor-parallel worker's shard; datasets are the GPUs seen in fp16 (`nvidia-a40-fp16`).
+    Vidur(SourceArgs),
     /// Your own measurements: a CSV and a TOML mapping of its columns
     ///
     /// The mapping names the module kind, the device, the phase, the backend, the latency unit,
@@ -78,6 +83,7 @@ pub fn run(command: ImportCommand, ui: &Ui) -> anyhow::Result<ExitCode> {
         ImportCommand::Neusight(a) => (published(&a, ui, import::neusight::import)?, a.format),
         ImportCommand::Justus(a) => (published(&a, ui, import::justus::import)?, a.format),
         ImportCommand::Deepbench(a) => (published(&a, ui, import::deepbench::import)?, a.format),
+        ImportCommand::Vidur(a) => (published(&a, ui, import::vidur::import)?, a.format),
         ImportCommand::Csv(a) => {
             let mapping = import::csv::Mapping::from_file(&a.mapping)?;
             let table = a.out.join(format!("{}.parquet", mapping.kind.name()));

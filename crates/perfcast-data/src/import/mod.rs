@@ -83,6 +83,12 @@
 //!   times the same (M, N, K) as `N,N` and `T,N` (and a few as `N,T`), up to 5x apart, and the
 //!   layout keeps them distinct rows (see [`perfcast_core::ModuleKind::layout_columns`]).
 //!
+//! # Vidur (`vidur:sarathi-fp16`)
+//!
+//! fp16 kernels of one LLM decoder layer (GEMMs, norms, activation, residual add, embedding) on
+//! A100 and A40; see [`vidur`] for the mapping. Datasets are named after the device seen in
+//! fp16 (`nvidia-a40-fp16`): their specs count the fp16 tensor-core peak.
+//!
 //! # Users' CSVs
 //!
 //! See [`csv`]: a TOML mapping names the module kind, the device, the phase, the backend, the
@@ -92,6 +98,7 @@ pub mod csv;
 pub mod deepbench;
 pub mod justus;
 pub mod neusight;
+pub mod vidur;
 
 /// The published device tables live in perfcast-core (the light predictor needs them too).
 pub use perfcast_core::{gpus, known};

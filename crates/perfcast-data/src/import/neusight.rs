@@ -105,6 +105,9 @@ pub fn device_spec(path: &Path) -> Result<DeviceSpec> {
         software: None,
         launch_us: None,
         tdp_w: None,
+        dtype: Default::default(),
+        peaks: Default::default(),
+        links: Default::default(),
     };
     spec.validate()
         .map_err(|e| Error::schema(path, e.to_string()))?;

@@ -20,6 +20,9 @@ fn device(name: &str) -> DeviceSpec {
         software: None,
         launch_us: None,
         tdp_w: None,
+        dtype: Default::default(),
+        peaks: Default::default(),
+        links: Default::default(),
     }
 }
 
