@@ -235,8 +235,14 @@ pub fn target_device(
 }
 
 /// The known device a name selects: an alias (`v100`), a full name or its slug
-/// (`tesla-t4`), or a unique part of a slug (`h100`). The error lists the candidates.
+/// (`tesla-t4`), or a unique part of a slug (`h100`), optionally with `:<dtype>` (`h100:bf16`,
+/// [`DeviceSpec::at_dtype`]). The error lists the candidates.
 pub fn lookup(query: &str) -> Result<DeviceSpec, String> {
+    // `h100:bf16` is the H100 as a bf16 module sees it.
+    if let Some((name, dtype)) = query.rsplit_once(':') {
+        let dtype: crate::DType = dtype.parse().map_err(|e: crate::Error| e.to_string())?;
+        return lookup(name)?.at_dtype(dtype).map_err(|e| e.to_string());
+    }
     let all = known();
     let q = crate::slugify(query);
     if let Some((_, name)) = ALIASES.iter().find(|(a, _)| *a == q)
@@ -305,5 +311,21 @@ mod tests {
         assert!(lookup("a100-sxm4").unwrap().name.contains("SXM4"));
         assert!(lookup("tesla").unwrap_err().contains("several devices"));
         assert!(lookup("iphone").unwrap_err().contains("unknown device"));
+    }
+
+    #[test]
+    fn a_dtype_suffix_selects_the_type_peak() {
+        let h100 = lookup("h100:bf16").unwrap();
+        assert_eq!(h100.dtype, crate::DType::Bf16);
+        assert_eq!(h100.peak_gflops, 989_400.0);
+        assert!(lookup("h100:int4").unwrap_err().contains("int4"));
+        assert!(lookup("k80:fp16").unwrap_err().contains("no `fp16` peak"));
+        assert!(lookup("h100:fp8").unwrap_err().contains("fp8"));
+        for name in [
+            "h200", "b200", "l40s", "a10g", "rtx4090", "mi300x", "a40", "gh200",
+        ] {
+            let s = lookup(name).unwrap();
+            assert!(s.peak_for(crate::DType::Fp16).is_some(), "{name}");
+        }
     }
 }

@@ -89,6 +89,7 @@ fn extend_set(data: &TrainSet, params: &CrossDeviceParams) -> Result<(TrainSet, 
     let mut row = vec![0.0; schema.len()];
     let mut y = Vec::with_capacity(data.len());
     let mut groups = Vec::with_capacity(data.len());
+    let cycles = params.fields.iter().any(|f| f == "cycles");
     for (i, (r, &t)) in data.x.iter_rows().zip(&data.y).enumerate() {
         let (width, device) = extend(
             &cols,
@@ -105,10 +106,12 @@ fn extend_set(data: &TrainSet, params: &CrossDeviceParams) -> Result<(TrainSet, 
         y.push(match how.scale {
             // The kernel's own time: the latency where the floor overlaps it, what the
             // device's own launch floor leaves where it adds.
-            Scale::Utilisation => StackWith::on(FromFn(|r: &[f64]| Ok(cols.least_ms(r)))).target(
-                r,
-                busy_behind_floor(floor, t, params.floor_norm).max(BUSY_SHARE * t),
-            )?,
+            Scale::Utilisation => {
+                StackWith::on(FromFn(|r: &[f64]| Ok(cols.busy_ms(r, device, cycles)))).target(
+                    r,
+                    busy_behind_floor(floor, t, params.floor_norm).max(BUSY_SHARE * t),
+                )?
+            }
             _ => StackWith::on(FromFn(|r: &[f64]| Ok(cols.scale(r, &how, device)))).target(r, t)?,
         });
         if let Some(&g) = data.groups.get(i) {
@@ -246,7 +249,10 @@ impl CrossDeviceParams {
             }),
             // `phase`: a training step's backward kernels run at utilisations of their own;
             // `dtype`: tensor-core kernels in half precision too.
-            fields: vec!["util".to_string(), "phase".to_string(), "dtype".to_string()],
+            // `cycles`: row reductions paced by their SMs where bandwidth per SM-cycle is high.
+            fields: ["util", "phase", "dtype", "cycles"]
+                .map(String::from)
+                .to_vec(),
             devices: devices.to_vec(),
             floor_ms: 0.0,
             scale: Scale::Utilisation,

@@ -40,12 +40,14 @@ pub const DEVICE_BLOCK: &[&str] = &[
 /// step's backward kernels (a conv's backward-data and backward-filter) run at efficiencies of
 /// their own, which the utilisation model learns from measured training rows only when it can
 /// tell the phases apart.
+/// `cycles` makes a utilisation model divide a row reduction's time by its roofline plus the
+/// time its elements take at the SMs' pace ([`Cols::busy_ms`]), and adds log2 of that share.
 /// `dtype` adds the element width in bytes of the type the device is seen in and whether that
 /// type runs on tensor cores (every type but fp32): a half-precision GEMM on tensor cores
 /// reaches its peak by other tiles and at other sizes than an fp32 one on the vector units.
 pub const SPEC_FIELDS: &[&str] = &[
     "sms", "shaders", "clock", "memory", "cache", "waves", "tiles", "per_sm", "util", "power",
-    "phase", "dtype",
+    "phase", "dtype", "cycles",
 ];
 
 /// Tile sizes (square) the `tiles` field counts waves of.
@@ -183,6 +185,17 @@ impl Cols {
             .map_or(x[self.roofline].max(1e-9), |u| u.least_ms(x))
     }
 
+    /// The time a utilisation model divides by its utilisation, ms: [`Cols::least_ms`], plus
+    /// with `cycles` the time a row reduction's elements take at the SMs' pace on `device`
+    /// ([`UtilCols::cycle_ms`]).
+    pub fn busy_ms(&self, x: &[f64], device: Option<&DeviceSpec>, cycles: bool) -> f64 {
+        let least = self.least_ms(x);
+        match (self.util, device) {
+            (Some(u), Some(d)) if cycles => least + u.cycle_ms(x, d),
+            _ => least,
+        }
+    }
+
     /// The device block of a row, [`DEVICE_BLOCK`] order.
     pub fn block(&self, x: &[f64]) -> [f64; 4] {
         let peak = x[self.peak].max(f64::MIN_POSITIVE);
@@ -271,6 +284,12 @@ impl Cols {
                         .map_or(0.0, |w| (w / (device.peak_gflops / 1e3)).max(1e-9).log2());
                 }
                 "phase" => out[n] = x[self.training],
+                "cycles" => {
+                    let least = self.least_ms(x);
+                    out[n] = self
+                        .util
+                        .map_or(0.0, |u| (u.cycle_ms(x, device) / least).max(1e-9).log2());
+                }
                 "dtype" => {
                     out[n] = device.dtype.bytes();
                     out[n + 1] = f64::from(u8::from(!device.dtype.is_fp32()));
@@ -306,6 +325,8 @@ fn field_names(kind: perfcast_core::ModuleKind, fields: &[String]) -> Vec<String
             out.extend(PER_SM.iter().map(|s| (*s).to_string()));
         } else if f == "phase" {
             out.push("xd_training".to_string());
+        } else if f == "cycles" {
+            out.push("xd_log_cycle_share".to_string());
         } else if f == "dtype" {
             out.push("xd_element_bytes".to_string());
             out.push("xd_tensor_cores".to_string());
@@ -857,7 +878,9 @@ impl Regressor for FittedCrossDevice {
             // Utilisation at most 1: never below the spec roofline.
             Scale::Utilisation => {
                 let floor = self.floor_ms(device);
-                let busy = self.cols.least_ms(x) * self.inner.predict_row(ext)?.max(1.0);
+                let cycles = self.fields.iter().any(|f| f == "cycles");
+                let busy =
+                    self.cols.busy_ms(x, device, cycles) * self.inner.predict_row(ext)?.max(1.0);
                 combine_floor(floor, busy, self.floor_norm)
             }
             // The roofline time on the row's device, times the inner model on the extended row.

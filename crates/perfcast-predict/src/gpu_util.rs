@@ -32,6 +32,13 @@ const BLOCK_ELEMS: f64 = 512.0;
 /// Resident threads per SM the element-wise features scale by.
 const THREADS_PER_SM: f64 = 2048.0;
 
+/// Elements a half-precision row reduction (norm, softmax, sum) retires per SM per clock
+/// cycle: each element is widened to fp32, reduced and scaled by instructions the SM issues,
+/// while its bytes are half an fp32 element's, so on a GPU with much bandwidth per SM-cycle
+/// the SMs, not DRAM, set its pace. fp32 row kernels showed no such pace (both fitted on
+/// measured kernels, docs/accuracy.md).
+const ROW_ELEMS_PER_SM_CYCLE: f64 = 4.0;
+
 /// Which feature set a kind gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Class {
@@ -46,7 +53,9 @@ enum Class {
 fn class(kind: ModuleKind) -> Class {
     match kind {
         ModuleKind::Linear | ModuleKind::Matmul | ModuleKind::Conv2d => Class::Gemm,
-        ModuleKind::LayerNorm | ModuleKind::Softmax | ModuleKind::Sum => Class::Rows,
+        ModuleKind::LayerNorm | ModuleKind::RmsNorm | ModuleKind::Softmax | ModuleKind::Sum => {
+            Class::Rows
+        }
         _ => Class::Elementwise,
     }
 }
@@ -141,7 +150,7 @@ impl UtilCols {
         let (a, b) = match schema.kind {
             ModuleKind::Matmul => (Some(at("heads")?), Some(at("m")?)),
             ModuleKind::Conv2d => (Some(at("groups")?), None),
-            ModuleKind::LayerNorm => (Some(at("features")?), None),
+            ModuleKind::LayerNorm | ModuleKind::RmsNorm => (Some(at("features")?), None),
             ModuleKind::Softmax | ModuleKind::Sum => (Some(at("w")?), None),
             _ => (None, None),
         };
@@ -205,6 +214,28 @@ impl UtilCols {
         compute.max(memory).max(1e-9)
     }
 
+    /// The time, ms, a half-precision row reduction's elements take at
+    /// [`ROW_ELEMS_PER_SM_CYCLE`] over the device's SMs at its clock, which it spends besides
+    /// moving its bytes; 0 for other kinds and for fp32 and TF32 (4-byte) rows.
+    pub(crate) fn cycle_ms(&self, x: &[f64], device: &DeviceSpec) -> f64 {
+        if class(self.kind) != Class::Rows || device.dtype.bytes() >= 4.0 {
+            return 0.0;
+        }
+        let elems = self.elements(x);
+        let per_ms =
+            ROW_ELEMS_PER_SM_CYCLE * f64::from(device.cores.max(1)) * device.clock_mhz * 1e3;
+        elems / per_ms.max(f64::MIN_POSITIVE)
+    }
+
+    /// Elements the row's kernel reads (a sum reads its rows, writes one per row).
+    fn elements(&self, x: &[f64]) -> f64 {
+        let elems = x[self.output_elems].max(1.0);
+        match self.kind {
+            ModuleKind::Sum => elems * self.a.map_or(1.0, |c| x[c].max(1.0)),
+            _ => elems,
+        }
+    }
+
     /// Writes the features of row `x` on `device` into `out` ([`names`] order) and returns how
     /// many it wrote.
     pub(crate) fn fill(&self, x: &[f64], device: &DeviceSpec, out: &mut [f64]) -> usize {
@@ -255,12 +286,7 @@ impl UtilCols {
                 }
             }
             class @ (Class::Rows | Class::Elementwise) => {
-                let elems = x[self.output_elems].max(1.0);
-                let elems = match self.kind {
-                    // A reduction writes one element per row: count what it reads.
-                    ModuleKind::Sum => elems * self.a.map_or(1.0, |c| x[c].max(1.0)),
-                    _ => elems,
-                };
+                let elems = self.elements(x);
                 push(log2(elems));
                 push(log2(elems / (sms * THREADS_PER_SM)));
                 push(log2((elems / BLOCK_ELEMS).ceil() / sms));

@@ -91,6 +91,11 @@ pub struct PredictArgs {
     /// `--list-devices` lists them)
     #[arg(long, value_name = "NAME")]
     device: Option<String>,
+    /// Data type the modules compute in on the GPU: fp32 (default), tf32, fp16 or bf16
+    /// (tensor cores; the device's published peak for that type bounds the answer). Needs
+    /// `--device` or `--device-spec`; `--device h100:bf16` says the same
+    #[arg(long, value_name = "TYPE")]
+    dtype: Option<perfcast_core::DType>,
     /// List the known devices `--device` selects from, and exit
     #[arg(long)]
     list_devices: bool,
@@ -245,15 +250,30 @@ pub fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
              `--network-file`, `--transformer` or `--onnx`"
         );
     };
-    let target =
+    let mut target =
         perfcast_data::import::known::target_device(a.device_spec.as_deref(), a.device.as_deref())?;
+    if let Some(dtype) = a.dtype {
+        let Some(device) = &target else {
+            anyhow::bail!(
+                "`--dtype {dtype}` needs a GPU: pass `--device <name>` or `--device-spec <file>`"
+            );
+        };
+        anyhow::ensure!(
+            device.kind == perfcast_core::DeviceKind::Gpu,
+            "`--dtype` applies to GPUs; `{}` is a CPU",
+            device.name
+        );
+        target = Some(device.at_dtype(dtype)?);
+    }
     let bundle = match &target {
         Some(device) => {
             let b = Bundle::load_for_device(&a.bundle, device)?;
             if b.manifest.cross_device() {
                 ui.info(format!(
-                    "predicting for `{}` ({} GFLOP/s, {} GB/s) with a bundle trained on {} devices",
+                    "predicting for `{}` in {} ({} GFLOP/s, {} GB/s) with a bundle trained on {} \
+                     devices",
                     device.name,
+                    device.dtype,
                     sig3(device.peak_gflops),
                     sig3(device.mem_bandwidth_gbs),
                     b.manifest.trained_devices.len()

@@ -244,22 +244,46 @@ pub fn bench(lines: &[BenchLine]) -> String {
 /// The known devices as a table (`perfcast predict --list-devices`); `launch us` is the
 /// measured launch floor where one exists (`-` otherwise).
 pub fn devices_table() -> String {
+    let tf = |v: Option<f64>| v.map_or("-".to_string(), |g| format!("{:.1}", g / 1e3));
     let mut t = format!(
-        "{:<32} {:<30} {:>10} {:>8} {:>6} {:>6} {:>9}\n",
-        "name", "--device", "GFLOP/s", "GB/s", "SMs", "GB", "launch us"
+        "{:<32} {:<30} {:>7} {:>7} {:>7} {:>7} {:>7} {:>6} {:>5} {:>5} {:>6} {:>9}\n",
+        "name",
+        "--device",
+        "fp32",
+        "tf32",
+        "fp16",
+        "bf16",
+        "fp8",
+        "GB/s",
+        "SMs",
+        "GB",
+        "link",
+        "launch us"
     );
     for s in perfcast_data::import::known::known() {
         t.push_str(&format!(
-            "{:<32} {:<30} {:>10} {:>8} {:>6} {:>6} {:>9}\n",
+            "{:<32} {:<30} {:>7} {:>7} {:>7} {:>7} {:>7} {:>6} {:>5} {:>5} {:>6} {:>9}\n",
             s.name,
             s.slug(),
-            s.peak_gflops,
+            tf(Some(s.peak_gflops)),
+            tf(s.peak_for(perfcast_core::DType::Tf32)),
+            tf(s.peak_for(perfcast_core::DType::Fp16)),
+            tf(s.peak_for(perfcast_core::DType::Bf16)),
+            tf(s.peak_for(perfcast_core::DType::Fp8)),
             s.mem_bandwidth_gbs,
             s.cores,
             s.memory_gb,
+            s.links
+                .peer_gbs
+                .map_or("-".to_string(), |g| format!("{g:.0}")),
             s.launch_us.map_or("-".to_string(), |us| format!("{us:.1}"))
         ));
     }
+    t.push_str(
+        "\npeaks in dense TFLOP/s per data type (tensor cores for tf32/fp16/bf16/fp8); link: \
+         NVLink/xGMI GB/s per direction; `--device <name>:bf16` or `--dtype bf16` predicts in \
+         another type\n",
+    );
     t
 }
 
