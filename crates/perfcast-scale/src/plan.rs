@@ -39,9 +39,11 @@ use perfcast_core::{DeviceSpec, Network, slugify};
 use serde::{Deserialize, Serialize};
 
 use crate::analytic::{LayerCost, Optimizer, Overlap, buckets};
+use crate::collective::ring_allreduce_s;
 use crate::collective::{InterNode, Strategy};
 use crate::error::{Error, Result};
 use crate::link::Link;
+use crate::measured::Collectives;
 use crate::memory::{GIB, Graph, MemoryConfig, MemoryEstimate, Recompute, Tensor, stage_peak};
 use crate::parallel::{Schedule, TensorParallel, partition, tensor_parallel};
 
@@ -116,6 +118,10 @@ pub struct PlanConfig {
     /// Micro-batches per replica per step; `None` tries powers of two and keeps the best.
     #[serde(default)]
     pub micro_batches: Option<usize>,
+    /// Collectives fitted to measured timings: they price the all-reduces and sends inside a
+    /// node they cover; `None` (default) prices every collective by the link formula.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collectives: Option<Collectives>,
 }
 
 impl Default for PlanConfig {
@@ -138,6 +144,7 @@ impl Default for PlanConfig {
             reserve_bytes: crate::memory::GPU_RESERVE_BYTES,
             sort: SortBy::Time,
             micro_batches: None,
+            collectives: None,
         }
     }
 }
@@ -670,6 +677,16 @@ fn evaluate(
         micro_batch: mb,
     } = layout;
     let link = &device.link;
+    let fits = config.collectives.as_ref();
+    // Inside a node: the fits where they cover a collective, the link formula otherwise.
+    let allreduce = |p: usize, bytes: f64| {
+        fits.and_then(|f| f.allreduce_s(p, bytes))
+            .unwrap_or_else(|| ring_allreduce_s(p, bytes, link))
+    };
+    let send = |bytes: f64| {
+        fits.and_then(|f| f.send_s(bytes))
+            .unwrap_or_else(|| link.transfer_s(bytes))
+    };
     let act = config.activation_bytes;
     let b = mb as f64;
     // Per stage and micro-batch: compute (with recomputation), TP and PP communication.
@@ -689,14 +706,14 @@ fn evaluate(
         };
         let tp_s: f64 = split.tp.comm[r.clone()]
             .iter()
-            .map(|c| c.seconds(tp, b, act, link))
+            .map(|c| c.seconds_by(tp, b, act, &allreduce))
             .sum();
         let mut pp_s = 0.0;
         if s + 1 < stages.len() {
-            pp_s += link.transfer_s(split.graph.elems(Tensor::Layer(r.end - 1)) * b * act);
+            pp_s += send(split.graph.elems(Tensor::Layer(r.end - 1)) * b * act);
         }
         if s > 0 {
-            pp_s += link.transfer_s(split.graph.elems(Tensor::Layer(r.start - 1)) * b * act);
+            pp_s += send(split.graph.elems(Tensor::Layer(r.start - 1)) * b * act);
         }
         let total = compute + tp_s + pp_s;
         stages_sum += total;
@@ -730,6 +747,14 @@ fn evaluate(
             inter_link: config.inter_link.clone(),
             inter: InterNode::Ring,
         }
+    };
+    // Fits price the DP all-reduce only where it stays inside a node.
+    let strategy = match &config.collectives {
+        Some(fits) if strategy == Strategy::Ring => Strategy::Fitted {
+            fits: Box::new(fits.clone()),
+            beyond: Box::new(strategy),
+        },
+        _ => strategy,
     };
     let total_bytes: f64 = layers.iter().map(|l| l.grad_bytes).sum();
     let (dp_comm_s, dp_exposed) = if dp == 1 || total_bytes == 0.0 {
@@ -1097,6 +1122,75 @@ mod tests {
         };
         let e = plan(&net, &devices, &config).unwrap_err().to_string();
         assert!(e.contains("got 0"), "{e}");
+    }
+
+    #[test]
+    fn fitted_collectives_price_tp_pp_and_dp_inside_a_node() {
+        use crate::measured::{Collective, Sample};
+        // Timings of a link unlike the device's, fitted: plans with the fits must come out as
+        // plans over that link.
+        let measured = Link::custom(40.0, 7.0).unwrap();
+        let mut samples = Vec::new();
+        for e in 0..50 {
+            let bytes = 4096.0 * 1.3f64.powi(e);
+            for p in [2usize, 4, 8] {
+                samples.push(Sample {
+                    collective: Collective::AllReduce,
+                    workers: p,
+                    devices_per_node: p,
+                    bytes,
+                    time_s: ring_allreduce_s(p, bytes, &measured),
+                });
+            }
+            samples.push(Sample {
+                collective: Collective::SendRecv,
+                workers: 2,
+                devices_per_node: 2,
+                bytes,
+                time_s: measured.transfer_s(bytes),
+            });
+        }
+        let fits = Collectives::fit("test", vec![], &samples).unwrap();
+        let net = gpt(4, 128, 256, 4);
+        let config = PlanConfig {
+            global_batch: 8,
+            gpus: vec![4],
+            recompute: Some(Recompute::None),
+            ..PlanConfig::default()
+        };
+        let run = |link: &Link, collectives: Option<Collectives>| {
+            let compute = flops_time;
+            let devices = [DeviceOption {
+                label: "x".into(),
+                spec: device(80.0),
+                link: link.clone(),
+                price_per_gpu_hour: None,
+                compute: &compute,
+            }];
+            let config = PlanConfig {
+                collectives,
+                ..config.clone()
+            };
+            plan(&net, &devices, &config).unwrap().rows
+        };
+        let nvlink = Link::preset("nvlink").unwrap();
+        let with_fits = run(&nvlink, Some(fits));
+        let over_measured = run(&measured, None);
+        let formula = run(&nvlink, None);
+        let key = |r: &PlanRow| (r.layout_name.clone(), r.recompute);
+        for row in &with_fits {
+            let twin = over_measured.iter().find(|r| key(r) == key(row)).unwrap();
+            for (a, b) in [
+                (row.tp_comm_s, twin.tp_comm_s),
+                (row.pp_comm_s, twin.pp_comm_s),
+                (row.dp_comm_s, twin.dp_comm_s),
+            ] {
+                assert!((a - b).abs() <= 1e-6 * b.max(1e-12), "{row:?} vs {twin:?}");
+            }
+        }
+        // And the slower measured link makes every communicating plan slower than the formula.
+        let tp4 = |rows: &[PlanRow]| rows.iter().find(|r| r.layout.tp == 4).unwrap().tp_comm_s;
+        assert!(tp4(&with_fits) > tp4(&formula));
     }
 
     #[test]

@@ -100,6 +100,11 @@ pub struct PlanArgs {
     /// activations; same traffic)
     #[arg(long)]
     sequence_parallel: bool,
+    /// Collectives fitted to measured timings (`perfcast collectives fit`, e.g.
+    /// `examples/collectives/a100-dgx.json`): they price the all-reduces and sends inside a
+    /// node they cover, in place of the link formula
+    #[arg(long)]
+    collectives: Option<PathBuf>,
     /// Micro-batches per replica per step, exactly (1: the serial pipeline schedule, forward
     /// through every stage then backward); default: try powers of two, keep the fastest
     #[arg(long)]
@@ -181,6 +186,11 @@ pub fn run(a: PlanArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(|l| Link::parse(l).with_context(|| format!("`--link {l}`")))
         .transpose()?;
+    let collectives = a
+        .collectives
+        .as_deref()
+        .map(perfcast_scale::Collectives::from_file)
+        .transpose()?;
     let prices = a
         .price_file
         .as_deref()
@@ -208,6 +218,7 @@ pub fn run(a: PlanArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             SortArg::Cost => SortBy::Cost,
         },
         micro_batches: a.micro_batches,
+        collectives,
         ..PlanConfig::default()
     };
     let (report, links) = plan_with_bundle(

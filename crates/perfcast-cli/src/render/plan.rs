@@ -39,6 +39,13 @@ pub fn plan(
         l.join(", "),
         100.0 * c.max_memory_fraction
     ));
+    match &c.collectives {
+        Some(f) => t.push_str(&format!(
+            "; collectives inside a node: {}, the link formula for the rest",
+            f.describe()
+        )),
+        None => t.push_str("; collectives: the link's alpha-beta formula"),
+    }
     match prices {
         Some(p) => t.push_str(&format!(
             "; prices {} ({})\n",
