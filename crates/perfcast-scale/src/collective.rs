@@ -96,23 +96,18 @@ impl Strategy {
                 },
                 inter_link.name
             ),
-            Strategy::Fitted { fits, beyond } => {
-                let max = fits
-                    .inside_node(crate::measured::Collective::AllReduce, 2)
-                    .and_then(|f| f.fitted_on.workers.last().copied());
-                match max {
-                    Some(max) => format!(
-                        "all-reduce from fit `{}` up to {max} devices, {} beyond",
-                        fits.name,
-                        beyond.name()
-                    ),
-                    None => format!(
-                        "{} (fit `{}` has no all-reduce inside a node)",
-                        beyond.name(),
-                        fits.name
-                    ),
-                }
-            }
+            Strategy::Fitted { fits, beyond } => match fits.max_allreduce_gpus() {
+                Some(max) => format!(
+                    "all-reduce from fit `{}` up to {max} devices, {} beyond",
+                    fits.name,
+                    beyond.name()
+                ),
+                None => format!(
+                    "{} (fit `{}` has no all-reduce inside a node)",
+                    beyond.name(),
+                    fits.name
+                ),
+            },
         }
     }
 

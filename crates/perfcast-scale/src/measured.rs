@@ -20,8 +20,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::collective::ring_allreduce_s;
 use crate::error::{Error, Result};
-use crate::link::MAX_LINK_GBS;
+use crate::link::{Link, MAX_LINK_GBS};
 
 /// A collective operation the measurements cover.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -248,6 +249,10 @@ pub struct CollectiveFit {
     pub collective: Collective,
     /// Nodes the measured collectives spanned.
     pub nodes: usize,
+    /// The one GPU count this fit prices; `None`: any up to the largest it was fitted on,
+    /// through the algorithm's step and volume factors.
+    #[serde(default)]
+    pub only_workers: Option<usize>,
     /// How the errors were weighed: `squared` or `absolute` (relative errors both).
     pub loss: Loss,
     /// The model's lines by message size.
@@ -285,7 +290,16 @@ impl CollectiveFit {
             _ => "no GPUs".into(),
         };
         let nodes = if self.nodes == 1 { "node" } else { "nodes" };
-        format!("{}, {} {nodes}, {gpus}", self.collective.name(), self.nodes)
+        let only = if self.only_workers.is_some() {
+            " only"
+        } else {
+            ""
+        };
+        format!(
+            "{}, {} {nodes}, {gpus}{only}",
+            self.collective.name(),
+            self.nodes
+        )
     }
 }
 
@@ -313,15 +327,17 @@ pub struct Collectives {
 }
 
 impl Collectives {
-    /// Fits every collective and node count in `samples`.
+    /// Fits every collective and node count in `samples`, and, where several GPU counts were
+    /// measured, each of them on its own (a topology may connect 2 GPUs unlike 4).
     pub fn fit(name: &str, sources: Vec<String>, samples: &[Sample]) -> Result<Collectives> {
         let mut fits = Vec::new();
         for ((collective, nodes), rows) in groups(samples) {
-            let fit = fit_group(&rows).map_err(|e| Error::Context {
+            let context = |e: Error| Error::Context {
                 context: format!("fitting {} on {nodes} node(s)", collective.name()),
                 source: Box::new(e),
-            })?;
-            fits.push(fit);
+            };
+            fits.push(fit_group(&rows).map_err(context)?);
+            fits.extend(fit_each_count(&rows).map_err(context)?);
         }
         Ok(Collectives {
             name: name.into(),
@@ -331,14 +347,29 @@ impl Collectives {
         })
     }
 
-    /// The fit of `collective` inside one node on `p` GPUs, where one covers `p` (a GPU count
-    /// between 2 and the largest it was fitted on).
+    /// The fit of `collective` inside one node on `p` GPUs: the one of exactly `p` where `p`
+    /// was measured, else one of any count up to the largest it was fitted on.
     pub fn inside_node(&self, collective: Collective, p: usize) -> Option<&CollectiveFit> {
-        self.fits.iter().find(|f| {
-            f.collective == collective
-                && f.nodes == 1
-                && f.fitted_on.workers.last().is_some_and(|&max| p <= max)
-        })
+        let mine = |f: &&CollectiveFit| f.collective == collective && f.nodes == 1;
+        self.fits
+            .iter()
+            .filter(mine)
+            .find(|f| f.only_workers == Some(p))
+            .or_else(|| {
+                self.fits.iter().filter(mine).find(|f| {
+                    f.only_workers.is_none()
+                        && f.fitted_on.workers.last().is_some_and(|&max| p <= max)
+                })
+            })
+    }
+
+    /// The most GPUs of one node an all-reduce fit covers.
+    pub fn max_allreduce_gpus(&self) -> Option<usize> {
+        self.fits
+            .iter()
+            .filter(|f| f.collective == Collective::AllReduce && f.nodes == 1)
+            .filter_map(|f| f.fitted_on.workers.last().copied())
+            .max()
     }
 
     /// Seconds to all-reduce `bytes` over `p` GPUs of one node, where a fit covers them.
@@ -360,17 +391,11 @@ impl Collectives {
     pub fn describe(&self) -> String {
         let covered: Vec<String> = [Collective::AllReduce, Collective::SendRecv]
             .into_iter()
-            .filter_map(|c| {
-                self.fits
-                    .iter()
-                    .find(|f| f.collective == c && f.nodes == 1)
-                    .map(|f| {
-                        let max = f.fitted_on.workers.last().copied().unwrap_or(0);
-                        match c {
-                            Collective::AllReduce => format!("all-reduce up to {max} GPUs"),
-                            Collective::SendRecv => "send/recv".to_string(),
-                        }
-                    })
+            .filter_map(|c| match c {
+                Collective::AllReduce => self
+                    .max_allreduce_gpus()
+                    .map(|max| format!("all-reduce up to {max} GPUs")),
+                Collective::SendRecv => self.inside_node(c, 2).map(|_| "send/recv".to_string()),
             })
             .collect();
         if covered.is_empty() {
@@ -446,6 +471,25 @@ pub fn groups(samples: &[Sample]) -> BTreeMap<(Collective, usize), Vec<Sample>> 
         out.entry((s.collective, s.nodes())).or_default().push(*s);
     }
     out
+}
+
+/// One fit per GPU count where rows hold several, each pricing only its own count.
+pub fn fit_each_count(rows: &[Sample]) -> Result<Vec<CollectiveFit>> {
+    let mut workers: Vec<usize> = rows.iter().map(|r| r.workers).collect();
+    workers.sort_unstable();
+    workers.dedup();
+    if workers.len() < 2 {
+        return Ok(Vec::new());
+    }
+    workers
+        .iter()
+        .map(|&p| {
+            let mine: Vec<Sample> = rows.iter().filter(|r| r.workers == p).copied().collect();
+            let mut fit = fit_group(&mine)?;
+            fit.only_workers = Some(p);
+            Ok(fit)
+        })
+        .collect()
 }
 
 /// Rows on each side of a switch, at least.
@@ -576,6 +620,7 @@ pub fn fit_form(rows: &[Sample], switch: Option<f64>, loss: Loss) -> Option<Coll
     Some(CollectiveFit {
         collective,
         nodes: first.nodes(),
+        only_workers: None,
         loss,
         pieces,
         fitted_on: SampleRange {
@@ -707,8 +752,43 @@ pub struct SplitReport {
     pub test_mape: f64,
     /// Held-out MAPE per GPU count, %.
     pub test_mape_by_workers: Vec<(usize, f64)>,
-    /// The fit on the training rows.
-    pub fit: CollectiveFit,
+    /// MAPE, %, of the link formula on the held-out rows, inside a node where a link was given.
+    pub formula_test_mape: Option<f64>,
+    /// The fits on the training rows (one, or one per GPU count).
+    pub fits: Vec<CollectiveFit>,
+}
+
+/// MAPE, %, of the link's alpha-beta formula on rows (ring all-reduce, one transfer).
+pub fn formula_mape(link: &Link, rows: &[Sample]) -> f64 {
+    if rows.is_empty() {
+        return f64::NAN;
+    }
+    let err = |r: &Sample| {
+        let t = match r.collective {
+            Collective::AllReduce => ring_allreduce_s(r.workers, r.bytes, link),
+            Collective::SendRecv => link.transfer_s(r.bytes),
+        };
+        (t - r.time_s).abs() / r.time_s
+    };
+    100.0 * rows.iter().map(err).sum::<f64>() / rows.len() as f64
+}
+
+/// MAPE, %, of rows each priced by the fit for its GPU count.
+fn mape_by_count(fits: &[CollectiveFit], rows: &[Sample]) -> f64 {
+    let errors: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| {
+            let fit = fits
+                .iter()
+                .find(|f| f.only_workers == Some(r.workers))
+                .or_else(|| fits.iter().find(|f| f.only_workers.is_none()))?;
+            Some((fit.time_s(r.workers, r.bytes) - r.time_s).abs() / r.time_s)
+        })
+        .collect();
+    if errors.is_empty() {
+        return f64::NAN;
+    }
+    100.0 * errors.iter().sum::<f64>() / errors.len() as f64
 }
 
 /// Which rows of a split train the fit.
@@ -718,36 +798,52 @@ type TrainRows = Box<dyn Fn(&Sample) -> bool>;
 pub const SIZE_SPLIT_BYTES: f64 = 16.0 * 1024.0 * 1024.0;
 
 /// The held-out splits of every group: messages up to [`SIZE_SPLIT_BYTES`] predicting larger
-/// ones, and, where three or more GPU counts were measured, the smaller counts predicting the
-/// largest.
-pub fn evaluate(samples: &[Sample]) -> Result<Vec<SplitReport>> {
+/// ones (by one fit, and by one per GPU count), and, where three or more GPU counts were
+/// measured, the smaller counts predicting the largest. With a `link`, the link formula's
+/// error on the same held-out rows inside a node beside them.
+pub fn evaluate(samples: &[Sample], link: Option<&Link>) -> Result<Vec<SplitReport>> {
     let mut out = Vec::new();
     for ((collective, nodes), rows) in groups(samples) {
         let group = format!("{} on {nodes} node(s)", collective.name());
         let mut workers: Vec<usize> = rows.iter().map(|r| r.workers).collect();
         workers.sort_unstable();
         workers.dedup();
-        let mut splits: Vec<(String, TrainRows)> = vec![(
+        // (name, training rows, one fit per GPU count)
+        let mut splits: Vec<(String, TrainRows, bool)> = vec![(
             "size <= 16 MiB -> larger".into(),
             Box::new(|r: &Sample| r.bytes <= SIZE_SPLIT_BYTES),
+            false,
         )];
+        if workers.len() >= 2 {
+            splits.push((
+                "size <= 16 MiB -> larger, per p".into(),
+                Box::new(|r: &Sample| r.bytes <= SIZE_SPLIT_BYTES),
+                true,
+            ));
+        }
         if workers.len() >= 3 {
             let largest = workers[workers.len() - 1];
             let below = workers[workers.len() - 2];
             splits.push((
                 format!("p <= {below} -> p = {largest}"),
                 Box::new(move |r: &Sample| r.workers <= below),
+                false,
             ));
         }
-        for (split, is_train) in splits {
+        for (split, is_train, per_count) in splits {
             let (train, test): (Vec<Sample>, Vec<Sample>) = rows.iter().partition(|r| is_train(r));
             if train.is_empty() || test.is_empty() {
                 continue;
             }
-            let fit = fit_group(&train).map_err(|e| Error::Context {
+            let context = |e: Error| Error::Context {
                 context: format!("{group}, {split}"),
                 source: Box::new(e),
-            })?;
+            };
+            let fits = if per_count {
+                fit_each_count(&train).map_err(context)?
+            } else {
+                vec![fit_group(&train).map_err(context)?]
+            };
             let mut test_workers: Vec<usize> = test.iter().map(|r| r.workers).collect();
             test_workers.sort_unstable();
             test_workers.dedup();
@@ -756,7 +852,7 @@ pub fn evaluate(samples: &[Sample]) -> Result<Vec<SplitReport>> {
                 .map(|&w| {
                     let rows: Vec<Sample> =
                         test.iter().filter(|r| r.workers == w).copied().collect();
-                    (w, mape(&fit, &rows))
+                    (w, mape_by_count(&fits, &rows))
                 })
                 .collect();
             out.push(SplitReport {
@@ -764,10 +860,11 @@ pub fn evaluate(samples: &[Sample]) -> Result<Vec<SplitReport>> {
                 group: group.clone(),
                 train_rows: train.len(),
                 test_rows: test.len(),
-                train_mape: mape(&fit, &train),
-                test_mape: mape(&fit, &test),
+                train_mape: mape_by_count(&fits, &train),
+                test_mape: mape_by_count(&fits, &test),
                 test_mape_by_workers,
-                fit,
+                formula_test_mape: link.filter(|_| nodes == 1).map(|l| formula_mape(l, &test)),
+                fits,
             });
         }
     }
@@ -874,13 +971,13 @@ mod tests {
                 .iter()
                 .all(|s| s.collective == Collective::AllReduce)
         );
-        let splits = evaluate(&samples).unwrap();
+        let nvlink = Link::preset("nvlink").unwrap();
+        let splits = evaluate(&samples, Some(&nvlink)).unwrap();
         let by_p = splits
             .iter()
             .find(|s| s.group == "all_reduce on 1 node(s)" && s.split.starts_with("p <="))
             .unwrap();
         // The NVLink preset's ring formula on the same held-out rows.
-        let nvlink = crate::link::Link::preset("nvlink").unwrap();
         let eight: Vec<&Sample> = samples
             .iter()
             .filter(|s| s.workers == 8 && s.nodes() == 1)
@@ -889,13 +986,14 @@ mod tests {
             * eight
                 .iter()
                 .map(|s| {
-                    let t = crate::collective::ring_allreduce_s(8, s.bytes, &nvlink);
+                    let t = ring_allreduce_s(8, s.bytes, &nvlink);
                     (t - s.time_s).abs() / s.time_s
                 })
                 .sum::<f64>()
             / eight.len() as f64;
         assert_eq!(by_p.test_rows, eight.len());
         assert!(by_p.test_mape < formula, "{} vs {formula}", by_p.test_mape);
+        assert!((by_p.formula_test_mape.unwrap() - formula).abs() < 1e-9);
         assert!(by_p.test_mape < 15.0, "{by_p:?}");
     }
 
@@ -942,7 +1040,21 @@ mod tests {
         let path = dir.path().join("c.json");
         c.write(&path).unwrap();
         let back = Collectives::from_file(&path).unwrap();
-        assert_eq!(back.fits.len(), 1);
+        // One of any count, one per count measured.
+        assert_eq!(back.fits.len(), 4);
+        assert_eq!(
+            back.inside_node(Collective::AllReduce, 4)
+                .unwrap()
+                .only_workers,
+            Some(4)
+        );
+        assert_eq!(
+            back.inside_node(Collective::AllReduce, 6)
+                .unwrap()
+                .only_workers,
+            None
+        );
+        assert_eq!(back.max_allreduce_gpus(), Some(8));
         let want = 1e-6 * (10.0 + 2.0 * 14.0) + 1.75 * 1e8 / 200e9;
         let got = back.allreduce_s(8, 1e8).unwrap();
         assert!((got - want).abs() < 1e-9 * want, "{got} vs {want}");

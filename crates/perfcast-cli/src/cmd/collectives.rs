@@ -5,9 +5,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use perfcast_scale::Collectives;
 use perfcast_scale::measured::{Sample, evaluate, read_samples};
+use perfcast_scale::{Collectives, Link};
 use serde::Serialize;
 
 use crate::Ui;
@@ -55,6 +56,10 @@ pub struct EvalArgs {
     /// Timing CSVs
     #[arg(required = true)]
     csv: Vec<PathBuf>,
+    /// Link whose alpha-beta formula is scored on the same held-out rows inside a node
+    /// (pcie4, nvlink, ..., or GBPS:US)
+    #[arg(long, default_value = "nvlink")]
+    link: String,
     /// Output format
     #[arg(long, value_enum, default_value_t)]
     format: Format,
@@ -100,21 +105,24 @@ fn fit(a: FitArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
 }
 
 fn eval(a: EvalArgs) -> anyhow::Result<ExitCode> {
+    let link = Link::parse(&a.link).with_context(|| format!("`--link {}`", a.link))?;
     let samples = read_all(&a.csv)?;
-    let splits = evaluate(&samples)?;
+    let splits = evaluate(&samples, Some(&link))?;
     match a.format {
         Format::Json => {
             #[derive(Serialize)]
             struct Out<'a> {
                 sources: &'a [PathBuf],
+                link: &'a Link,
                 splits: &'a [perfcast_scale::measured::SplitReport],
             }
             emit_json(&Out {
                 sources: &a.csv,
+                link: &link,
                 splits: &splits,
             })?
         }
-        Format::Text => emit(&render::collectives::splits(&a.csv, &splits))?,
+        Format::Text => emit(&render::collectives::splits(&a.csv, &link, &splits))?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use perfcast_scale::Collectives;
 use perfcast_scale::measured::{CollectiveFit, SplitReport};
+use perfcast_scale::{Collectives, Link};
 
 use crate::output::sig3;
 
@@ -53,12 +53,19 @@ pub fn fits(c: &Collectives) -> String {
 }
 
 /// `collectives eval`: per split the training and held-out MAPE and the fit.
-pub fn splits(sources: &[PathBuf], s: &[SplitReport]) -> String {
+pub fn splits(sources: &[PathBuf], link: &Link, s: &[SplitReport]) -> String {
     let names: Vec<String> = sources.iter().map(|p| p.display().to_string()).collect();
     let mut t = format!("held-out splits of {}\n\n", names.join(", "));
     t.push_str(&format!(
-        "{:<24} {:<26} {:>6} {:>6} {:>10} {:>10}  {}\n",
-        "group", "split", "train", "test", "train MAPE", "test MAPE", "test MAPE by GPUs"
+        "{:<24} {:<32} {:>6} {:>6} {:>10} {:>10} {:>12}  {}\n",
+        "group",
+        "split",
+        "train",
+        "test",
+        "train MAPE",
+        "test MAPE",
+        "formula MAPE",
+        "test MAPE by GPUs"
     ));
     for r in s {
         let by: Vec<String> = r
@@ -67,16 +74,28 @@ pub fn splits(sources: &[PathBuf], s: &[SplitReport]) -> String {
             .map(|(p, e)| format!("p={p}: {}%", sig3(*e)))
             .collect();
         t.push_str(&format!(
-            "{:<24} {:<26} {:>6} {:>6} {:>9}% {:>9}%  {}\n",
+            "{:<24} {:<32} {:>6} {:>6} {:>9}% {:>9}% {:>12}  {}\n",
             r.group,
             r.split,
             r.train_rows,
             r.test_rows,
             sig3(r.train_mape),
             sig3(r.test_mape),
+            r.formula_test_mape
+                .map_or("-".into(), |m| format!("{}%", sig3(m))),
             by.join(", ")
         ));
-        t.push_str(&format!("    fit: {}\n", pieces(&r.fit)));
+        for f in &r.fits {
+            let on = f
+                .only_workers
+                .map_or(String::new(), |p| format!(" (p={p})"));
+            t.push_str(&format!("    fit{on}: {}\n", pieces(f)));
+        }
     }
+    t.push_str(&format!(
+        "\nformula MAPE: the alpha-beta formula over {} on the same held-out rows (inside a \
+         node)\n",
+        link
+    ));
     t
 }
