@@ -54,8 +54,14 @@ pub fn plan(
         )),
         None => t.push_str("; no price file (`--price-file`)\n"),
     }
+    // Device names as typed can be long (`a100-sxm4-40gb`): the column widens to them.
+    let dw = r
+        .rows
+        .iter()
+        .map(|row| row.device.len())
+        .fold(6, usize::max);
     t.push_str(&format!(
-        "\n{:<6} {:>4} {:<24} {:<9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>11} {:<4} {:>9} {:>9}\n",
+        "\n{:<dw$} {:>4} {:<24} {:<9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>11} {:<4} {:>9} {:>9}\n",
         "device",
         "gpus",
         "layout",
@@ -78,7 +84,7 @@ pub fn plan(
     };
     for row in &r.rows[..shown] {
         t.push_str(&format!(
-            "{:<6} {:>4} {:<24} {:<9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>5}/{:<5} {:<4} {:>9} {:>9}{}\n",
+            "{:<dw$} {:>4} {:<24} {:<9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>5}/{:<5} {:<4} {:>9} {:>9}{}\n",
             row.device,
             row.gpus,
             row.layout_name,
