@@ -139,6 +139,13 @@ enum Command {
     /// memory per GPU and whether it fits, samples/s and cost per 1,000 steps. Compute comes
     /// from the bundle's per-layer training-step predictions for each device.
     Plan(cmd::plan::PlanArgs),
+    /// Fit collectives (all-reduce, send/recv) to measured NCCL timings, and check the fits
+    ///
+    /// `perfcast collectives fit all_reduce.csv send_recv.csv --out a100-dgx.json` writes the
+    /// fits `plan` and `scale predict` use with `--collectives`; `perfcast collectives eval`
+    /// prints their error on held-out messages and GPU counts.
+    #[command(subcommand)]
+    Collectives(cmd::collectives::CollectivesCommand),
     /// Serve a bundle over HTTP: module and network predictions as JSON
     ///
     /// `POST /v1/predict` (`{"module": {...}}` or `{"modules": [...]}` with `batch`, `phase`,
@@ -226,6 +233,7 @@ pub fn main_entry() -> ExitCode {
         Command::Bundle(c) => cmd::predict::bundle(c, &ui),
         Command::Scale(c) => cmd::scale::run(c, &ui),
         Command::Plan(args) => cmd::plan::run(args, &ui),
+        Command::Collectives(c) => cmd::collectives::run(c, &ui),
         Command::Serve(args) => cmd::serve::serve(args, &ui),
         Command::Loadtest(args) => cmd::serve::loadtest(args, &ui),
     };

@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::link::Link;
+use crate::measured::Collectives;
 
 /// Smallest chunk a pipelined tree splits a message into: below it per-chunk overheads
 /// dominate (NCCL's chunks are hundreds of KiB).
@@ -66,6 +67,14 @@ pub enum Strategy {
         /// The algorithm between nodes.
         inter: InterNode,
     },
+    /// All-reduces priced by fits to measured timings where they cover the device count
+    /// (inside one node), by `beyond` elsewhere.
+    Fitted {
+        /// The fits.
+        fits: Box<Collectives>,
+        /// The strategy for what the fits do not cover.
+        beyond: Box<Strategy>,
+    },
 }
 
 impl Strategy {
@@ -87,6 +96,18 @@ impl Strategy {
                 },
                 inter_link.name
             ),
+            Strategy::Fitted { fits, beyond } => match fits.max_allreduce_gpus() {
+                Some(max) => format!(
+                    "all-reduce from fit `{}` up to {max} devices, {} beyond",
+                    fits.name,
+                    beyond.name()
+                ),
+                None => format!(
+                    "{} (fit `{}` has no all-reduce inside a node)",
+                    beyond.name(),
+                    fits.name
+                ),
+            },
         }
     }
 
@@ -104,6 +125,7 @@ impl Strategy {
                 "`gpus_per_node` must be at least 1, got 0",
             )),
             Strategy::Hierarchical { inter_link, .. } => inter_link.validate(),
+            Strategy::Fitted { beyond, .. } => beyond.validate(),
             _ => Ok(()),
         }
     }
@@ -145,6 +167,17 @@ impl Strategy {
                 inter_link,
                 inter,
             } => hierarchical_s(devices, *gpus_per_node, bytes, link, inter_link, *inter),
+            Strategy::Fitted { fits, beyond } => {
+                // The fits are of one node: a hierarchical strategy's devices fill nodes first.
+                let inside = match beyond.as_ref() {
+                    Strategy::Hierarchical { gpus_per_node, .. } => devices <= *gpus_per_node,
+                    _ => true,
+                };
+                match fits.allreduce_s(devices, bytes).filter(|_| inside) {
+                    Some(s) => s,
+                    None => beyond.allreduce_s(devices, bytes, link)?,
+                }
+            }
         })
     }
 }
@@ -310,6 +343,60 @@ mod tests {
         assert!(close(h(8, 32), want), "{} vs {want}", h(8, 32));
         // Faster than a flat ring of 32 over the slow link.
         assert!(h(8, 32) < ring_allreduce_s(32, 1e8, &ib));
+    }
+
+    #[test]
+    fn fitted_all_reduces_inside_a_node_and_the_formula_beyond() {
+        use crate::measured::{Collective, Sample};
+        // Timings of a 100 GB/s, 2 us-per-step ring on 2 to 8 GPUs, fitted.
+        let l = link(100.0, 2.0);
+        let samples: Vec<Sample> = [2usize, 4, 8]
+            .iter()
+            .flat_map(|&p| {
+                (0..40).map(move |e| {
+                    let bytes = 4096.0 * 1.3f64.powi(e);
+                    Sample {
+                        collective: Collective::AllReduce,
+                        workers: p,
+                        devices_per_node: p,
+                        bytes,
+                        time_s: ring_allreduce_s(p, bytes, &link(100.0, 2.0)),
+                    }
+                })
+            })
+            .collect();
+        let fits = Collectives::fit("test", vec![], &samples).unwrap();
+        let slow = link(10.0, 50.0);
+        let fitted = Strategy::Fitted {
+            fits: Box::new(fits.clone()),
+            beyond: Box::new(Strategy::Ring),
+        };
+        // Inside the fitted range the measurements decide, not the (slow) link given.
+        let got = fitted.allreduce_s(8, 1e8, &slow).unwrap();
+        assert!(
+            (got - ring_allreduce_s(8, 1e8, &l)).abs() < 1e-9 * got,
+            "{got}"
+        );
+        // Beyond it, the ring formula over the link given.
+        let got = fitted.allreduce_s(16, 1e8, &slow).unwrap();
+        assert!(close(got, ring_allreduce_s(16, 1e8, &slow)), "{got}");
+        assert!(
+            fitted
+                .name()
+                .contains("fit `test` up to 8 devices, ring all-reduce beyond")
+        );
+        // A hierarchical strategy with 4 GPUs per node: 8 devices span two nodes.
+        let h = Strategy::Hierarchical {
+            gpus_per_node: 4,
+            inter_link: slow.clone(),
+            inter: InterNode::Ring,
+        };
+        let fitted = Strategy::Fitted {
+            fits: Box::new(fits),
+            beyond: Box::new(h.clone()),
+        };
+        let got = fitted.allreduce_s(8, 1e8, &slow).unwrap();
+        assert!(close(got, h.allreduce_s(8, 1e8, &slow).unwrap()));
     }
 
     #[test]

@@ -14,6 +14,14 @@ pub enum Error {
         /// What is wrong, with the line and the value.
         message: String,
     },
+    /// A collectives file (measured timings or fitted parameters) that cannot be used.
+    #[error("collectives file `{path}`: {message}", path = path.display())]
+    Collectives {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with the line, the column and the value.
+        message: String,
+    },
     /// A file that cannot be read.
     #[error("reading `{path}`", path = path.display())]
     Io {

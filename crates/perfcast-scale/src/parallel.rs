@@ -60,12 +60,23 @@ impl TpComm {
     /// Seconds on `t` devices over `link` for `batch` samples at `bytes` per element (ring
     /// all-reduce: `2 (t-1)/t S/B + 2 (t-1) alpha`).
     pub fn seconds(&self, t: usize, batch: f64, bytes: f64, link: &Link) -> f64 {
+        self.seconds_by(t, batch, bytes, &|p, b| ring_allreduce_s(p, b, link))
+    }
+
+    /// As [`TpComm::seconds`], with `allreduce(devices, bytes)` pricing each all-reduce.
+    pub fn seconds_by(
+        &self,
+        t: usize,
+        batch: f64,
+        bytes: f64,
+        allreduce: &dyn Fn(usize, f64) -> f64,
+    ) -> f64 {
         if t <= 1 {
             return 0.0;
         }
         let ar = |elems: f64| {
             if elems > 0.0 {
-                ring_allreduce_s(t, elems * batch * bytes, link)
+                allreduce(t, elems * batch * bytes)
             } else {
                 0.0
             }

@@ -13,8 +13,11 @@
 //!   per micro-batch over the link inside a node.
 //! - The split network is cut into `pp` stages balanced by those times; a stage's time per
 //!   micro-batch is its compute plus its TP communication plus sending its activation forward
-//!   and its gradient backward. The step takes `(m + pp - 1)` slots of the slowest stage:
-//!   `m` of them compute (and TP/PP communication), `pp - 1` the bubble.
+//!   and its gradient backward. A micro-batch passes through every stage once and the slowest
+//!   stage paces the other `m - 1`: the step takes the sum of the stage times plus `m - 1`
+//!   times the slowest, which is `(m + pp - 1)` slots of it when the stages are balanced; `m`
+//!   slots of the slowest stage are compute (and TP/PP communication), the rest the bubble.
+//!   One micro-batch is the serial schedule: forward through every stage, then backward.
 //! - The gradients of the slowest stage are all-reduced over the `dp` replicas in buckets that
 //!   overlap the last micro-batch's backward pass (as [`crate::analytic`] does), and the
 //!   optimiser update streams the device's parameters and state through its memory.
@@ -24,7 +27,7 @@
 //!   at most `max_memory_fraction` of the device's memory.
 //!
 //! For each layout and schedule the planner tries the micro-batch counts (powers of two up to
-//! the replica's batch) and, unless told, recomputation (none, selective, full), and keeps the
+//! the replica's batch, or only the count given) and, unless told, recomputation (none, selective, full), and keeps the
 //! fastest combination that fits, or the smallest one when none does. Plans are sorted by time
 //! or cost; the fitting plans not beaten on both time and cost by another form the Pareto front.
 
@@ -36,11 +39,13 @@ use perfcast_core::{DeviceSpec, Network, slugify};
 use serde::{Deserialize, Serialize};
 
 use crate::analytic::{LayerCost, Optimizer, Overlap, buckets};
+use crate::collective::ring_allreduce_s;
 use crate::collective::{InterNode, Strategy};
 use crate::error::{Error, Result};
 use crate::link::Link;
+use crate::measured::Collectives;
 use crate::memory::{GIB, Graph, MemoryConfig, MemoryEstimate, Recompute, Tensor, stage_peak};
-use crate::parallel::{Schedule, TensorParallel, bubble_fraction, partition, tensor_parallel};
+use crate::parallel::{Schedule, TensorParallel, partition, tensor_parallel};
 
 /// Per-layer compute of a network on one device.
 pub trait LayerTimes {
@@ -110,6 +115,13 @@ pub struct PlanConfig {
     pub reserve_bytes: f64,
     /// Sort order.
     pub sort: SortBy,
+    /// Micro-batches per replica per step; `None` tries powers of two and keeps the best.
+    #[serde(default)]
+    pub micro_batches: Option<usize>,
+    /// Collectives fitted to measured timings: they price the all-reduces and sends inside a
+    /// node they cover; `None` (default) prices every collective by the link formula.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collectives: Option<Collectives>,
 }
 
 impl Default for PlanConfig {
@@ -131,6 +143,8 @@ impl Default for PlanConfig {
             overlap: Overlap::default(),
             reserve_bytes: crate::memory::GPU_RESERVE_BYTES,
             sort: SortBy::Time,
+            micro_batches: None,
+            collectives: None,
         }
     }
 }
@@ -167,7 +181,8 @@ impl Layout {
         if let Some(s) = self.schedule {
             parts.push(s.name().into());
         }
-        if self.micro_batches > 1 {
+        // A pipeline names even one micro-batch: that is its serial schedule.
+        if self.micro_batches > 1 || self.pp > 1 {
             parts.push(format!("m{}x{}", self.micro_batches, self.micro_batch));
         }
         parts.join(" ")
@@ -206,7 +221,8 @@ pub struct PlanRow {
     pub pp_comm_s: f64,
     /// Seconds the DP all-reduce keeps the link busy (hidden or not).
     pub dp_comm_s: f64,
-    /// The share of the pipelined part the GPUs idle, `(pp-1)/(m+pp-1)`.
+    /// The share of the pipelined part the GPUs idle: `(pp-1)/(m+pp-1)` with balanced
+    /// stages.
     pub bubble_fraction: f64,
     /// Peak memory per GPU (the worst stage).
     pub memory: MemoryEstimate,
@@ -454,7 +470,17 @@ pub fn plan(
                 for schedule in schedules {
                     let mut best: Option<PlanRow> = None;
                     let replica = config.global_batch.div_ceil(dp);
-                    for m in micro_batch_counts(replica) {
+                    let counts = match config.micro_batches {
+                        None => micro_batch_counts(replica),
+                        Some(n) if n <= replica => vec![n],
+                        Some(n) => {
+                            skipped.push(skip(format!(
+                                "{n} micro-batches cannot split a replica batch of {replica}"
+                            )));
+                            break;
+                        }
+                    };
+                    for m in counts {
                         let mb = replica.div_ceil(m);
                         let key = (tp, mb);
                         let t = match times.entry(key) {
@@ -597,6 +623,14 @@ fn validate(config: &PlanConfig) -> Result<()> {
     if config.gpus_per_node == 0 {
         return Err(Error::invalid("gpus per node", "must be at least 1, got 0"));
     }
+    if let Some(n) = config.micro_batches
+        && (n == 0 || n > perfcast_core::MAX_BATCH)
+    {
+        return Err(Error::invalid(
+            "micro-batches",
+            format!("must be 1 to {}, got {n}", perfcast_core::MAX_BATCH),
+        ));
+    }
     config.inter_link.validate()
 }
 
@@ -643,10 +677,21 @@ fn evaluate(
         micro_batch: mb,
     } = layout;
     let link = &device.link;
+    let fits = config.collectives.as_ref();
+    // Inside a node: the fits where they cover a collective, the link formula otherwise.
+    let allreduce = |p: usize, bytes: f64| {
+        fits.and_then(|f| f.allreduce_s(p, bytes))
+            .unwrap_or_else(|| ring_allreduce_s(p, bytes, link))
+    };
+    let send = |bytes: f64| {
+        fits.and_then(|f| f.send_s(bytes))
+            .unwrap_or_else(|| link.transfer_s(bytes))
+    };
     let act = config.activation_bytes;
     let b = mb as f64;
     // Per stage and micro-batch: compute (with recomputation), TP and PP communication.
     let mut worst = (0usize, 0.0, 0.0, 0.0, f64::NEG_INFINITY);
+    let mut stages_sum = 0.0;
     for (s, r) in stages.iter().enumerate() {
         let mut compute: f64 = times[r.clone()].iter().map(|(f, b)| f + b).sum();
         compute += match recompute {
@@ -661,23 +706,26 @@ fn evaluate(
         };
         let tp_s: f64 = split.tp.comm[r.clone()]
             .iter()
-            .map(|c| c.seconds(tp, b, act, link))
+            .map(|c| c.seconds_by(tp, b, act, &allreduce))
             .sum();
         let mut pp_s = 0.0;
         if s + 1 < stages.len() {
-            pp_s += link.transfer_s(split.graph.elems(Tensor::Layer(r.end - 1)) * b * act);
+            pp_s += send(split.graph.elems(Tensor::Layer(r.end - 1)) * b * act);
         }
         if s > 0 {
-            pp_s += link.transfer_s(split.graph.elems(Tensor::Layer(r.start - 1)) * b * act);
+            pp_s += send(split.graph.elems(Tensor::Layer(r.start - 1)) * b * act);
         }
         let total = compute + tp_s + pp_s;
+        stages_sum += total;
         if total > worst.4 {
             worst = (s, compute, tp_s, pp_s, total);
         }
     }
     let (slow, compute, tp_s, pp_s, stage_s) = worst;
-    let pipeline = (m + pp - 1) as f64 * stage_s;
-    let bubble_s = (pp - 1) as f64 * stage_s;
+    // A micro-batch passes every stage once, and the slowest stage paces the other m - 1:
+    // with balanced stages this is (m + pp - 1) slots, with m = 1 the serial sum.
+    let pipeline = stages_sum + (m - 1) as f64 * stage_s;
+    let bubble_s = stages_sum - stage_s;
     // Gradients of the slowest stage, all-reduced over the replicas while the last
     // micro-batch's backward pass runs.
     let r = stages[slow].clone();
@@ -699,6 +747,14 @@ fn evaluate(
             inter_link: config.inter_link.clone(),
             inter: InterNode::Ring,
         }
+    };
+    // Fits price the DP all-reduce only where it stays inside a node.
+    let strategy = match &config.collectives {
+        Some(fits) if strategy == Strategy::Ring => Strategy::Fitted {
+            fits: Box::new(fits.clone()),
+            beyond: Box::new(strategy),
+        },
+        _ => strategy,
     };
     let total_bytes: f64 = layers.iter().map(|l| l.grad_bytes).sum();
     let (dp_comm_s, dp_exposed) = if dp == 1 || total_bytes == 0.0 {
@@ -771,7 +827,11 @@ fn evaluate(
         tp_comm_s: m as f64 * tp_s,
         pp_comm_s: m as f64 * pp_s,
         dp_comm_s,
-        bubble_fraction: bubble_fraction(pp, m),
+        bubble_fraction: if pipeline > 0.0 {
+            bubble_s / pipeline
+        } else {
+            0.0
+        },
         memory,
         capacity_bytes,
         fits: memory.total <= capacity_bytes,
@@ -819,6 +879,7 @@ fn sort(rows: &mut [PlanRow], by: SortBy) {
 mod tests {
     use super::*;
     use crate::memory::tests::gpt_block;
+    use crate::parallel::bubble_fraction;
     use perfcast_core::network::Layer;
 
     /// Compute proportional to FLOPs at 10 TFLOP/s, backward twice the forward.
@@ -918,8 +979,9 @@ mod tests {
             // Cost: step x 1000 / 3600 x GPUs x $2.
             let cost = row.step_s * 1000.0 / 3600.0 * row.gpus as f64 * 2.0;
             assert!((row.cost_per_1000_steps.unwrap() - cost).abs() < 1e-12);
-            let bf = bubble_fraction(l.pp, l.micro_batches);
-            assert_eq!(row.bubble_fraction, bf);
+            let pipelined =
+                row.step_s - row.update_s - (row.exposed_comm_s - row.pp_comm_s - row.tp_comm_s);
+            assert!((row.bubble_fraction - row.bubble_s / pipelined).abs() < 1e-12);
         }
         // Free of memory pressure, a single GPU takes no recomputation.
         let single = r.rows.iter().find(|r| r.gpus == 1).unwrap();
@@ -952,16 +1014,183 @@ mod tests {
             .find(|r| r.layout.pp == 4 && r.layout.schedule == Some(Schedule::OneFOneB))
             .unwrap();
         let m = pp4.layout.micro_batches as f64;
-        // (m + p - 1) slots; m compute-and-communication slots, p - 1 bubble slots.
-        let slot = pp4.bubble_s / 3.0;
-        assert!(((pp4.compute_s + pp4.tp_comm_s + pp4.pp_comm_s) / m - slot).abs() < 1e-12);
-        assert!((pp4.bubble_s / (pp4.bubble_s + m * slot) - pp4.bubble_fraction).abs() < 1e-12);
         // Equal blocks, four stages: one block each, and a block's activation crosses each
         // boundary forward and its gradient backward: a middle stage sends 2 per micro-batch.
         let link = Link::preset("nvlink").unwrap();
         let mb = pp4.layout.micro_batch as f64;
         let send = link.transfer_s(128.0 * 256.0 * mb * 4.0);
         assert!((pp4.pp_comm_s - m * 2.0 * send).abs() < 1e-12, "{pp4:?}");
+        // m slots of the slowest (a middle) stage; the bubble is the other three stages, the
+        // two end ones a send shorter.
+        let slot = (pp4.compute_s + pp4.tp_comm_s + pp4.pp_comm_s) / m;
+        assert!(
+            (pp4.bubble_s - (3.0 * slot - 2.0 * send)).abs() < 1e-12,
+            "{pp4:?}"
+        );
+        assert!((pp4.bubble_s / (pp4.bubble_s + m * slot) - pp4.bubble_fraction).abs() < 1e-12);
+    }
+
+    /// The pipeline-parallel row of a 4-GPU plan with `m` micro-batches, 1F1B.
+    fn pp4_row(net: &Network, link: &Link, global_batch: usize, m: usize) -> PlanRow {
+        let compute = flops_time;
+        let devices = [DeviceOption {
+            label: "x".into(),
+            spec: device(80.0),
+            link: link.clone(),
+            price_per_gpu_hour: None,
+            compute: &compute,
+        }];
+        let config = PlanConfig {
+            global_batch,
+            gpus: vec![4],
+            recompute: Some(Recompute::None),
+            micro_batches: Some(m),
+            ..PlanConfig::default()
+        };
+        let r = plan(net, &devices, &config).unwrap();
+        r.rows
+            .into_iter()
+            .find(|r| r.layout.pp == 4 && r.layout.schedule == Some(Schedule::OneFOneB))
+            .unwrap()
+    }
+
+    #[test]
+    fn one_micro_batch_is_the_serial_sum_of_stages_and_sends() {
+        // Five blocks over four stages: unbalanced, so the serial sum is not 4 slowest stages.
+        let net = gpt(5, 128, 256, 4);
+        let link = Link::preset("nvlink").unwrap();
+        let row = pp4_row(&net, &link, 4, 1);
+        assert_eq!((row.layout.micro_batches, row.layout.micro_batch), (1, 4));
+        let times = flops_time(&net, 4).unwrap();
+        let graph = Graph::new(&net).unwrap();
+        let costs: Vec<f64> = times.iter().map(|(f, b)| f + b).collect();
+        let stages = partition(&costs, &graph.cut_points(), 4).unwrap();
+        let compute: f64 = costs.iter().sum();
+        // Each of the three boundaries: the activation forward, its gradient backward.
+        let sends: f64 = stages[..3]
+            .iter()
+            .map(|r| 2.0 * link.transfer_s(graph.elems(Tensor::Layer(r.end - 1)) * 4.0 * 4.0))
+            .sum();
+        let pipelined = row.compute_s + row.pp_comm_s + row.bubble_s;
+        assert!(
+            (pipelined - (compute + sends)).abs() < 1e-12 * pipelined,
+            "{row:?}"
+        );
+        assert!((row.step_s - row.update_s - (compute + sends)).abs() < 1e-12 * row.step_s);
+        let slowest = stages
+            .iter()
+            .map(|r| costs[r.clone()].iter().sum::<f64>())
+            .fold(0.0, f64::max);
+        assert!(row.step_s - row.update_s < 4.0 * slowest);
+    }
+
+    #[test]
+    fn more_micro_batches_shrink_the_bubble_as_the_formula_says() {
+        // Balanced stages and sends that cost next to nothing: the bubble is (p-1)/(m+p-1).
+        let net = gpt(4, 128, 256, 4);
+        let link = Link::custom(1e5, 0.0).unwrap();
+        let mut last = 1.0;
+        for m in [1usize, 2, 4, 8, 16] {
+            let row = pp4_row(&net, &link, 16, m);
+            assert_eq!(row.layout.micro_batches, m);
+            let want = bubble_fraction(4, m);
+            assert!((row.bubble_fraction - want).abs() < 1e-4, "m={m}: {row:?}");
+            assert!(row.bubble_fraction < last);
+            last = row.bubble_fraction;
+        }
+        // A count the replica batch cannot take is skipped with the reason.
+        let compute = flops_time;
+        let devices = [DeviceOption {
+            label: "x".into(),
+            spec: device(80.0),
+            link,
+            price_per_gpu_hour: None,
+            compute: &compute,
+        }];
+        let config = PlanConfig {
+            global_batch: 4,
+            gpus: vec![4],
+            micro_batches: Some(8),
+            ..PlanConfig::default()
+        };
+        let r = plan(&net, &devices, &config).unwrap();
+        assert!(r.rows.is_empty());
+        assert!(r.skipped[0].reason.contains("8 micro-batches"), "{r:?}");
+        let config = PlanConfig {
+            micro_batches: Some(0),
+            ..config
+        };
+        let e = plan(&net, &devices, &config).unwrap_err().to_string();
+        assert!(e.contains("got 0"), "{e}");
+    }
+
+    #[test]
+    fn fitted_collectives_price_tp_pp_and_dp_inside_a_node() {
+        use crate::measured::{Collective, Sample};
+        // Timings of a link unlike the device's, fitted: plans with the fits must come out as
+        // plans over that link.
+        let measured = Link::custom(40.0, 7.0).unwrap();
+        let mut samples = Vec::new();
+        for e in 0..50 {
+            let bytes = 4096.0 * 1.3f64.powi(e);
+            for p in [2usize, 4, 8] {
+                samples.push(Sample {
+                    collective: Collective::AllReduce,
+                    workers: p,
+                    devices_per_node: p,
+                    bytes,
+                    time_s: ring_allreduce_s(p, bytes, &measured),
+                });
+            }
+            samples.push(Sample {
+                collective: Collective::SendRecv,
+                workers: 2,
+                devices_per_node: 2,
+                bytes,
+                time_s: measured.transfer_s(bytes),
+            });
+        }
+        let fits = Collectives::fit("test", vec![], &samples).unwrap();
+        let net = gpt(4, 128, 256, 4);
+        let config = PlanConfig {
+            global_batch: 8,
+            gpus: vec![4],
+            recompute: Some(Recompute::None),
+            ..PlanConfig::default()
+        };
+        let run = |link: &Link, collectives: Option<Collectives>| {
+            let compute = flops_time;
+            let devices = [DeviceOption {
+                label: "x".into(),
+                spec: device(80.0),
+                link: link.clone(),
+                price_per_gpu_hour: None,
+                compute: &compute,
+            }];
+            let config = PlanConfig {
+                collectives,
+                ..config.clone()
+            };
+            plan(&net, &devices, &config).unwrap().rows
+        };
+        let nvlink = Link::preset("nvlink").unwrap();
+        let with_fits = run(&nvlink, Some(fits));
+        let over_measured = run(&measured, None);
+        let formula = run(&nvlink, None);
+        let key = |r: &PlanRow| (r.layout_name.clone(), r.recompute);
+        for row in &with_fits {
+            let twin = over_measured.iter().find(|r| key(r) == key(row)).unwrap();
+            for (a, b) in [
+                (row.tp_comm_s, twin.tp_comm_s),
+                (row.pp_comm_s, twin.pp_comm_s),
+                (row.dp_comm_s, twin.dp_comm_s),
+            ] {
+                assert!((a - b).abs() <= 1e-6 * b.max(1e-12), "{row:?} vs {twin:?}");
+            }
+        }
+        // And the slower measured link makes every communicating plan slower than the formula.
+        let tp4 = |rows: &[PlanRow]| rows.iter().find(|r| r.layout.tp == 4).unwrap().tp_comm_s;
+        assert!(tp4(&with_fits) > tp4(&formula));
     }
 
     #[test]

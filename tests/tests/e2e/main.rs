@@ -1,6 +1,7 @@
 //! End-to-end tests of the real `perfcast` binary on temporary directories.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
+mod collectives;
 mod devices;
 mod import;
 mod models;

@@ -97,7 +97,8 @@ fn plan_lists_every_layout_sorted_with_breakdown_memory_and_cost() {
     for col in [
         "layout",
         "compute",
-        "comm",
+        "p2p",
+        "all-reduce",
         "bubble",
         "update",
         "mem/GPU GiB",
@@ -155,6 +156,98 @@ fn a_plan_that_fits_nowhere_says_so_and_exits_0() {
             .all(|x| x["memory"]["total"].as_f64().unwrap() >= smallest)
     );
     assert!(r["message"].as_str().unwrap().starts_with("no plan fits"));
+}
+
+const DGX_FITS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../examples/collectives/a100-dgx.json"
+);
+const GPT2_LARGE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../examples/transformers/gpt2-large.json"
+);
+
+/// `plan` of GPT-2 large on 4 A100s with the arguments after it, as JSON.
+fn gpt2_large_on_4(extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
+        "--transformer",
+        GPT2_LARGE,
+        "--seq",
+        "1024",
+        "--global-batch",
+        "4",
+        "--gpus",
+        "4",
+        "--devices",
+        "a100-sxm4-40gb",
+        "--link",
+        "nvlink",
+        "--recompute",
+        "none",
+        "--format",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    let o = plan(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn one_micro_batch_runs_the_pipeline_serially_and_fits_price_the_collectives() {
+    let r = gpt2_large_on_4(&["--micro-batches", "1"]);
+    let f = |x: &serde_json::Value, k: &str| x[k].as_f64().unwrap();
+    let rows = r["rows"].as_array().unwrap();
+    assert!(rows.iter().all(|x| x["layout"]["micro_batches"] == 1));
+    let pp4 = rows
+        .iter()
+        .find(|x| x["layout"]["pp"] == 4 && x["layout"]["schedule"] == "1f1b")
+        .unwrap();
+    // Serial: the three other stages idle the slowest one's GPU for about three stages.
+    assert!(f(pp4, "bubble_s") > 2.0 * f(pp4, "compute_s"), "{pp4}");
+    assert!(f(pp4, "pp_comm_s") > 0.0);
+    // More micro-batches, a smaller bubble share.
+    let r8 = gpt2_large_on_4(&["--micro-batches", "4"]);
+    let pp4_m4 = r8["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["layout"]["pp"] == 4 && x["layout"]["schedule"] == "1f1b")
+        .unwrap();
+    assert!(f(pp4_m4, "bubble_fraction") < f(pp4, "bubble_fraction"));
+
+    // The fits change what the collectives cost, and the text says which priced them.
+    let fitted = gpt2_large_on_4(&["--micro-batches", "1", "--collectives", DGX_FITS]);
+    assert_eq!(fitted["config"]["collectives"]["name"], "a100-dgx");
+    let tp4 = |r: &serde_json::Value| {
+        let row = r["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["layout"]["tp"] == 4)
+            .unwrap()
+            .clone();
+        f(&row, "tp_comm_s")
+    };
+    assert_ne!(tp4(&fitted), tp4(&r));
+    let base = [
+        "--transformer",
+        GPT2_LARGE,
+        "--seq",
+        "1024",
+        "--global-batch",
+        "4",
+        "--gpus",
+        "4",
+        "--devices",
+        "a100-sxm4-40gb",
+    ];
+    let o = plan(&[&base[..], &["--collectives", DGX_FITS]].concat());
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("fit `a100-dgx`"), "{out}");
+    let o = plan(&base);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("the link's alpha-beta formula"), "{out}");
 }
 
 #[test]
@@ -258,6 +351,28 @@ fn bad_input_is_one_line_naming_the_value() {
                 "x.txt",
             ],
             "`--plot x.txt`",
+        ),
+        (
+            vec![
+                "--network",
+                "resnet18",
+                "--global-batch",
+                "8",
+                "--micro-batches",
+                "0",
+            ],
+            "`--micro-batches 0`",
+        ),
+        (
+            vec![
+                "--network",
+                "resnet18",
+                "--global-batch",
+                "8",
+                "--collectives",
+                &bad_prices,
+            ],
+            "prices.toml",
         ),
     ] {
         let o = plan(&args);

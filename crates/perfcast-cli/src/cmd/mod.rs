@@ -2,6 +2,7 @@
 
 pub mod backends;
 pub mod bundle_eval;
+pub mod collectives;
 pub mod datasets;
 pub mod devices;
 pub mod devices_eval;

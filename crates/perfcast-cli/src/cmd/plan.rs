@@ -100,6 +100,15 @@ pub struct PlanArgs {
     /// activations; same traffic)
     #[arg(long)]
     sequence_parallel: bool,
+    /// Collectives fitted to measured timings (`perfcast collectives fit`, e.g.
+    /// `examples/collectives/a100-dgx.json`): they price the all-reduces and sends inside a
+    /// node they cover, in place of the link formula
+    #[arg(long)]
+    collectives: Option<PathBuf>,
+    /// Micro-batches per replica per step, exactly (1: the serial pipeline schedule, forward
+    /// through every stage then backward); default: try powers of two, keep the fastest
+    #[arg(long)]
+    micro_batches: Option<usize>,
     /// Sort by
     #[arg(long, value_enum, default_value_t = SortArg::Time)]
     sort: SortArg,
@@ -138,6 +147,9 @@ pub fn run(a: PlanArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         a.max_memory_fraction
     );
     anyhow::ensure!(!a.gpus.is_empty(), "`--gpus` needs at least one count");
+    if a.micro_batches == Some(0) {
+        anyhow::bail!("`--micro-batches 0`: at least 1 micro-batch is needed");
+    }
     if let Some(&bad) = a.gpus.iter().find(|&&g| g == 0) {
         anyhow::bail!("`--gpus {bad}`: a GPU count must be at least 1");
     }
@@ -174,6 +186,11 @@ pub fn run(a: PlanArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(|l| Link::parse(l).with_context(|| format!("`--link {l}`")))
         .transpose()?;
+    let collectives = a
+        .collectives
+        .as_deref()
+        .map(perfcast_scale::Collectives::from_file)
+        .transpose()?;
     let prices = a
         .price_file
         .as_deref()
@@ -200,6 +217,8 @@ pub fn run(a: PlanArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             SortArg::Time => SortBy::Time,
             SortArg::Cost => SortBy::Cost,
         },
+        micro_batches: a.micro_batches,
+        collectives,
         ..PlanConfig::default()
     };
     let (report, links) = plan_with_bundle(

@@ -153,6 +153,10 @@ pub struct PredictArgs {
     /// Gradient exchange
     #[arg(long, value_enum, default_value_t = StrategyArg::Ring)]
     strategy: StrategyArg,
+    /// Collectives fitted to measured timings (`perfcast collectives fit`): they price the
+    /// all-reduce on as many devices as they were fitted on (one node), `--strategy` beyond
+    #[arg(long)]
+    collectives: Option<PathBuf>,
     /// Parameter servers (`--strategy ps`)
     #[arg(long, default_value_t = 1)]
     servers: usize,
@@ -313,6 +317,13 @@ fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
                 InterArg::Tree => InterNode::Tree,
             },
         },
+    };
+    let strategy = match &a.collectives {
+        Some(path) => Strategy::Fitted {
+            fits: Box::new(perfcast_scale::Collectives::from_file(path)?),
+            beyond: Box::new(strategy),
+        },
+        None => strategy,
     };
     let overlap = match a.overlap {
         OverlapArg::Bucketed => bucketed(a.bucket_mb)?,

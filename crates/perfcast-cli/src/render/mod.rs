@@ -5,6 +5,7 @@
 pub mod backends;
 pub mod bundle_eval;
 pub mod charts;
+pub mod collectives;
 pub mod datasets;
 pub mod devices;
 pub mod import;

@@ -39,6 +39,13 @@ pub fn plan(
         l.join(", "),
         100.0 * c.max_memory_fraction
     ));
+    match &c.collectives {
+        Some(f) => t.push_str(&format!(
+            "; collectives inside a node: {}, the link formula for the rest",
+            f.describe()
+        )),
+        None => t.push_str("; collectives: the link's alpha-beta formula"),
+    }
     match prices {
         Some(p) => t.push_str(&format!(
             "; prices {} ({})\n",
@@ -47,16 +54,23 @@ pub fn plan(
         )),
         None => t.push_str("; no price file (`--price-file`)\n"),
     }
+    // Device names as typed can be long (`a100-sxm4-40gb`): the column widens to them.
+    let dw = r
+        .rows
+        .iter()
+        .map(|row| row.device.len())
+        .fold(6, usize::max);
     t.push_str(&format!(
-        "\n{:<6} {:>4} {:<24} {:<9} {:>10} {:>10} {:>10} {:>10} {:>9} {:>11} {:<4} {:>9} {:>9}\n",
+        "\n{:<dw$} {:>4} {:<24} {:<9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>11} {:<4} {:>9} {:>9}\n",
         "device",
         "gpus",
         "layout",
         "recompute",
         "step",
         "compute",
-        "comm",
         "bubble",
+        "p2p",
+        "all-reduce",
         "update",
         "mem/GPU GiB",
         "fits",
@@ -70,15 +84,16 @@ pub fn plan(
     };
     for row in &r.rows[..shown] {
         t.push_str(&format!(
-            "{:<6} {:>4} {:<24} {:<9} {:>10} {:>10} {:>10} {:>10} {:>9} {:>5}/{:<5} {:<4} {:>9} {:>9}{}\n",
+            "{:<dw$} {:>4} {:<24} {:<9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>5}/{:<5} {:<4} {:>9} {:>9}{}\n",
             row.device,
             row.gpus,
             row.layout_name,
             row.recompute.name(),
             fmt_ms(row.step_s * 1e3),
             fmt_ms(row.compute_s * 1e3),
-            fmt_ms(row.exposed_comm_s * 1e3),
             fmt_ms(row.bubble_s * 1e3),
+            fmt_ms(row.pp_comm_s * 1e3),
+            fmt_ms((row.exposed_comm_s - row.pp_comm_s) * 1e3),
             fmt_ms(row.update_s * 1e3),
             gib(row.memory.total),
             gib(row.capacity_bytes),
@@ -96,8 +111,9 @@ pub fn plan(
         ));
     }
     t.push_str(
-        "\ncomm: TP all-reduces, PP sends and the DP all-reduce not hidden behind the backward \
-         pass; mem: peak per GPU / allowed; * on the time-cost Pareto front\n",
+        "\np2p: pipeline activation and gradient sends; all-reduce: TP all-reduces and the DP \
+         all-reduce not hidden behind the backward pass; mem: peak per GPU / allowed; * on the \
+         time-cost Pareto front\n",
     );
     if !r.skipped.is_empty() {
         t.push_str(&format!(
