@@ -34,6 +34,7 @@ import-all:
     cargo run --release -p perfcast-cli -- import neusight ../shared/data/neusight --out datasets/neusight --force
     cargo run --release -p perfcast-cli -- import justus ../shared/data/justus --out datasets/justus --force
     cargo run --release -p perfcast-cli -- import deepbench ../shared/data/deepbench --out datasets/deepbench --force
+    cargo run --release -p perfcast-cli -- import vidur ../shared/data/vidur --out datasets/vidur --force
 
 # Train every cheap model on a dataset: just train datasets/neusight/tesla-v100-pcie-32gb models/v100
 train DATA OUT *ARGS:
@@ -48,7 +49,7 @@ train DATA OUT *ARGS:
 # target/models-gpu keeps the report
 DB := "datasets/deepbench/geforce-gtx-1080-ti datasets/deepbench/geforce-gtx-titan-x datasets/deepbench/radeon-instinct-mi25 datasets/deepbench/radeon-vega-frontier-edition datasets/deepbench/tesla-m40 datasets/deepbench/tesla-p100-pcie-16gb datasets/deepbench/tesla-t4 datasets/deepbench/tesla-v100-sxm2-16gb datasets/deepbench/titan-x-pascal datasets/deepbench/titan-xp"
 gpu-bundle:
-    cargo run --release -p perfcast-cli -- train --data datasets/neusight {{DB}} datasets/h100-ns --models util --folds 3 --seed 0 --out target/models-gpu --force --bundle checkpoints/gpu --max-model-kb 8192 --cost-weight 0 --no-progress
+    cargo run --release -p perfcast-cli -- train --data datasets/neusight {{DB}} datasets/h100-ns datasets/vidur --models util --folds 3 --seed 0 --out target/models-gpu --force --bundle checkpoints/gpu --max-model-kb 8192 --cost-weight 0 --no-progress
 
 # The GPU issue's splits (A100 extrapolation, NVIDIA to AMD, leave one GPU out) for the util model
 gpu-splits:
