@@ -937,7 +937,11 @@ pub(crate) mod tests {
 
     #[test]
     fn a_tensor_too_large_to_hold_is_refused_before_its_values_are_read() {
-        let t = W::new().int(1, 1 << 32).int(1, 1 << 32).int(2, 1).str(8, "huge");
+        let t = W::new()
+            .int(1, 1 << 32)
+            .int(1, 1 << 32)
+            .int(2, 1)
+            .str(8, "huge");
         let err = Tensor::decode(&t.0).unwrap_err();
         assert_eq!(
             err.0,
@@ -945,6 +949,11 @@ pub(crate) mod tests {
              elements"
         );
         let t = W::new().int(1, 0).int(1, 1 << 62).str(8, "wide");
-        assert!(Tensor::decode(&t.0).unwrap_err().0.contains("[0, 4611686018427387904]"));
+        assert!(
+            Tensor::decode(&t.0)
+                .unwrap_err()
+                .0
+                .contains("[0, 4611686018427387904]")
+        );
     }
 }
