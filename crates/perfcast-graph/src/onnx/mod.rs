@@ -49,6 +49,7 @@
 
 pub mod proto;
 mod report;
+pub mod testing;
 
 pub use report::{ImportReport, UnmappedRow};
 
