@@ -99,3 +99,18 @@ pub fn views(network: &Network) -> usize {
         .filter(|l| l.spec.kind() == ModuleKind::View)
         .count()
 }
+
+/// The batch to run: `--batch` when given (with a warning when it differs from the batch the
+/// ONNX file fixes), else the file's, else 1.
+pub fn batch(given: Option<usize>, file: Option<usize>, ui: &crate::Ui) -> usize {
+    match (given, file) {
+        (Some(b), Some(f)) if b != f => {
+            ui.info(format!(
+                "warning: `--batch {b}` overrides the batch of {f} the ONNX file fixes"
+            ));
+            b
+        }
+        (Some(b), _) => b,
+        (None, f) => f.unwrap_or(1),
+    }
+}
