@@ -1465,7 +1465,11 @@ impl<'a> Importer<'a> {
                 }
                 let n = n as usize;
                 let values = (n <= proto::SMALL)
-                    .then(|| (0..n as i64).map(|i| s.checked_add(i * d)).collect())
+                    .then(|| {
+                        (0..n as i128)
+                            .map(|i| i64::try_from(i128::from(s) + i * step).ok())
+                            .collect()
+                    })
                     .flatten();
                 return Ok(Some(vec![konst(vec![n], values)]));
             }

@@ -208,6 +208,13 @@ fn range_neg_and_constant_of_shape_beyond_64_bits_or_the_limits_are_refused() {
             "a Range from -9223372036854775808 to 1 by 1 holds 9223372036854775809 values",
         ],
     );
+    // A step so large that `index * delta` leaves i64 while every value fits: imported.
+    let big = model(
+        X,
+        vec![k("s", &[MIN]), k("l", &[MAX]), k("d", &[1 << 62])],
+        vec![range(), relu()],
+    );
+    assert_eq!(import(&big).expect("imports").folded, 1);
     let err = refused(&model(
         X,
         vec![k("s", &[]), k("l", &[1]), k("d", &[1])],
