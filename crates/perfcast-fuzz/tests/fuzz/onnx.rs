@@ -287,6 +287,10 @@ fn seeds() -> Vec<Model> {
             Node::new("Range", "range", &["s", "l", "d"], &["y"]),
         ),
         one(
+            vec![k("s", &[min]), k("l", &[max]), k("d", &[1 << 62])],
+            Node::new("Range", "range", &["s", "l", "d"], &["y"]),
+        ),
+        one(
             vec![k("c", &[min])],
             Node::new("Neg", "neg", &["c"], &["y"]),
         ),
