@@ -111,6 +111,10 @@ pub fn batch(given: Option<usize>, file: Option<usize>, ui: &crate::Ui) -> usize
             b
         }
         (Some(b), _) => b,
-        (None, f) => f.unwrap_or(1),
+        (None, Some(f)) => {
+            ui.info(format!("note: batch {f}, the batch the ONNX file fixes"));
+            f
+        }
+        (None, None) => 1,
     }
 }

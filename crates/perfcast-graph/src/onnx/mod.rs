@@ -812,7 +812,7 @@ impl<'a> Importer<'a> {
         let mut read = 0usize;
         for i in 0..node.inputs.len() {
             if let Some(v) = self.val(node, i).ok().flatten() {
-                read += v.shape.as_deref().map_or(0, elements);
+                read = read.saturating_add(v.shape.as_deref().map_or(0, elements));
             }
         }
         let mut written = 0usize;
@@ -822,7 +822,7 @@ impl<'a> Importer<'a> {
                 .cloned()
                 .flatten()
                 .or_else(|| self.declared.get(o).cloned());
-            written += shape.as_deref().map_or(0, elements);
+            written = written.saturating_add(shape.as_deref().map_or(0, elements));
             self.vals.insert(o.clone(), Val::external(shape));
         }
         let e = self
@@ -836,7 +836,7 @@ impl<'a> Importer<'a> {
             });
         e.count += 1;
         e.flops += written as f64;
-        e.bytes += 4.0 * (read + written) as f64;
+        e.bytes += 4.0 * read.saturating_add(written) as f64;
         Ok(())
     }
 
@@ -883,16 +883,22 @@ impl<'a> Importer<'a> {
                 if a.len() != 2 || b.len() != 2 {
                     return Err(self.node_error(node, format!("Gemm of {a:?} and {b:?}")));
                 }
-                let m = if node.int("transA", 0) == 1 {
-                    a[1]
+                let (m, k) = if node.int("transA", 0) == 1 {
+                    (a[1], a[0])
                 } else {
-                    a[0]
+                    (a[0], a[1])
                 };
-                let n = if node.int("transB", 0) == 1 {
-                    b[0]
+                let (k2, n) = if node.int("transB", 0) == 1 {
+                    (b[1], b[0])
                 } else {
-                    b[1]
+                    (b[0], b[1])
                 };
+                if k != k2 {
+                    return Err(self.node_error(
+                        node,
+                        format!("Gemm of {a:?} and {b:?}: inner sizes {k} and {k2} differ"),
+                    ));
+                }
                 same(vec![m, n])
             }
             "Conv" | "MaxPool" | "AveragePool" => same(self.window_shape(node)?.0),

@@ -319,6 +319,15 @@ fn shapes_that_do_not_fit_together_are_refused() {
         &refused(&model(X, vec![idx], vec![gather])),
         &["index 7 is out of range for axis 1 of [1, 3, 8, 8]"],
     );
+    let gemm = Node::new("Gemm", "fc", &["x", "w"], &["y"]);
+    assert_names(
+        &refused(&model(
+            &[1, 16],
+            vec![Tensor::weight("w", &[8, 32])],
+            vec![gemm],
+        )),
+        &["Gemm of [1, 16] and [8, 32]: inner sizes 16 and 8 differ"],
+    );
     let squeeze = Node::new("Squeeze", "sq", &["x"], &["y"]).with(Attribute::ints("axes", &[1]));
     assert_names(
         &refused(&model(X, vec![], vec![squeeze])),
