@@ -16,8 +16,8 @@ pub struct ModelArgs {
     /// needs `--seq` (examples: `examples/transformers/`)
     #[arg(long, value_name = "CONFIG.json")]
     pub transformer: Option<PathBuf>,
-    /// An ONNX model; symbolic batch axes are 1 (the batch is `--batch`), symbolic sequence axes
-    /// `--seq`
+    /// An ONNX model; symbolic batch axes are 1 (the batch is `--batch`, else a batch the file
+    /// fixes), symbolic sequence axes `--seq`
     #[arg(long, value_name = "MODEL.onnx", conflicts_with = "transformer")]
     pub onnx: Option<PathBuf>,
     /// Tokens per sample for `--transformer`, and for symbolic sequence axes of `--onnx`

@@ -12,7 +12,19 @@
 //!
 //! Shapes are inferred at the dims the inputs get: a symbolic batch axis is 1, so every layer
 //! describes one sample (the batch belongs to the [`perfcast_core::Context`]: `--batch`). A
-//! symbolic sequence axis gets `seq`. A layer's spec takes the tensor's full shape with its
+//! fixed batch is read the same way for every op: when the first input's leading dim is a
+//! number N above 1 (rank 2 or more), the graph is imported at batch 1 and N is reported in
+//! [`Imported::batch`]; other inputs, recorded shapes and `Reshape`, `Expand` and
+//! `ConstantOfShape` targets that lead with N get 1 there. A symbolic sequence axis gets `seq`.
+//!
+//! # Limits
+//!
+//! Nothing in a file makes the importer panic or allocate without bound: every dim is at most
+//! [`MAX_AXIS`] and every tensor at most [`MAX_ELEMENTS`] elements (an initializer is refused
+//! by its dims before its values are read), window attributes lie within the sizes a spec
+//! takes, axes and permutations are checked against the rank, shape arithmetic is checked, and
+//! a constant computed from values holds at most 2^26 elements. Each refusal is one line naming
+//! the node, the attribute and the value. A layer's spec takes the tensor's full shape with its
 //! leading axes folded into the first (an element-wise op on `[1, T, h]` is `[1, T, h]`; a
 //! 4-D attention product `[1, H, T, d] x [1, H, d, T]` is a matmul of `H` heads).
 //!
