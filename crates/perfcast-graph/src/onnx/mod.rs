@@ -1092,9 +1092,14 @@ impl<'a> Importer<'a> {
                     None => (0..s.len() as i64).collect(),
                 };
                 let keep = node.int("keepdims", 1) == 1;
+                let what = if op.starts_with("Arg") {
+                    "axis"
+                } else {
+                    "axes"
+                };
                 let axes: Vec<usize> = axes
                     .iter()
-                    .map(|&a| self.need_axis(node, "axes", a, s.len()))
+                    .map(|&a| self.need_axis(node, what, a, s.len()))
                     .collect::<Result<_>>()?;
                 let mut out = Vec::new();
                 for (i, &d) in s.iter().enumerate() {
