@@ -129,7 +129,8 @@ impl ModelSource {
 /// The networks to measure: the model `source` names (built as an inference graph, no
 /// dropout layers, for every phase measured; an ONNX model with unmapped ops is refused, since
 /// a measured run would include them and its prediction not), zoo entries (`vgg16@112`, at
-/// `resolution` without `@`) and network files, in that order; at least one.
+/// `resolution` without `@`) and network files, in that order; at least one. With them, the
+/// batch the ONNX file fixes, if any.
 pub fn measured_networks(
     source: &ModelSource,
     names: &[String],
