@@ -2,7 +2,8 @@
 //!
 //! The crate holds no code of its own: its one test binary (`tests/fuzz/main.rs`) drives
 //! proptest strategies over every input perfcast reads from outside — module specs, network
-//! JSON, device specs, sweep TOML, CSV importers, Parquet datasets and bundle manifests — and
+//! JSON, device specs, sweep TOML, CSV importers, Parquet datasets, bundle manifests and ONNX
+//! models (random graphs encoded as protobuf, hostile seeds mutated) — and
 //! fails on any panic, on a derived number that is not finite, and on rows that an import
 //! writes but a read does not give back.
 //!

@@ -28,4 +28,4 @@ mod source;
 pub mod transformer;
 
 pub use error::{Error, Result};
-pub use source::{Loaded, ModelSource, measured_networks, named_dims};
+pub use source::{Loaded, Measured, ModelSource, measured_networks, named_dims};

@@ -37,6 +37,21 @@ pub struct Loaded {
     pub report: Option<ImportReport>,
 }
 
+impl Loaded {
+    /// The batch the model file fixes (an ONNX export at a fixed batch above 1), if any.
+    pub fn file_batch(&self) -> Option<usize> {
+        self.report.as_ref().and_then(|r| r.batch)
+    }
+}
+
+/// The networks to measure, with the batch the model file fixes (see [`Loaded::file_batch`]).
+pub struct Measured {
+    /// The networks, in order.
+    pub networks: Vec<NetworkChoice>,
+    /// The batch the ONNX file fixes, if any.
+    pub file_batch: Option<usize>,
+}
+
 /// Parses `NAME=DIMS` (`ids=1x128`).
 pub fn named_dims(text: &str) -> Result<(String, Vec<usize>)> {
     let (name, dims) = text.split_once('=').ok_or_else(|| {
@@ -114,15 +129,18 @@ impl ModelSource {
 /// The networks to measure: the model `source` names (built as an inference graph, no
 /// dropout layers, for every phase measured; an ONNX model with unmapped ops is refused, since
 /// a measured run would include them and its prediction not), zoo entries (`vgg16@112`, at
-/// `resolution` without `@`) and network files, in that order; at least one.
+/// `resolution` without `@`) and network files, in that order; at least one. With them, the
+/// batch the ONNX file fixes, if any.
 pub fn measured_networks(
     source: &ModelSource,
     names: &[String],
     files: &[PathBuf],
     resolution: Option<usize>,
-) -> Result<Vec<NetworkChoice>> {
+) -> Result<Measured> {
     let mut out = Vec::new();
+    let mut file_batch = None;
     if let Some(loaded) = source.load(Phase::Inference, &[])? {
+        file_batch = loaded.file_batch();
         if let Some(report) = &loaded.report
             && !report.unmapped.is_empty()
         {
@@ -153,7 +171,10 @@ pub fn measured_networks(
             zoo::names().join(", ")
         )));
     }
-    Ok(out)
+    Ok(Measured {
+        networks: out,
+        file_batch,
+    })
 }
 
 #[cfg(test)]

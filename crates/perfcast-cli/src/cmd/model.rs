@@ -16,8 +16,8 @@ pub struct ModelArgs {
     /// needs `--seq` (examples: `examples/transformers/`)
     #[arg(long, value_name = "CONFIG.json")]
     pub transformer: Option<PathBuf>,
-    /// An ONNX model; symbolic batch axes are 1 (the batch is `--batch`), symbolic sequence axes
-    /// `--seq`
+    /// An ONNX model; symbolic batch axes are 1 (the batch is `--batch`, else a batch the file
+    /// fixes), symbolic sequence axes `--seq`
     #[arg(long, value_name = "MODEL.onnx", conflicts_with = "transformer")]
     pub onnx: Option<PathBuf>,
     /// Tokens per sample for `--transformer`, and for symbolic sequence axes of `--onnx`
@@ -98,4 +98,23 @@ pub fn views(network: &Network) -> usize {
         .iter()
         .filter(|l| l.spec.kind() == ModuleKind::View)
         .count()
+}
+
+/// The batch to run: `--batch` when given (with a warning when it differs from the batch the
+/// ONNX file fixes), else the file's, else 1.
+pub fn batch(given: Option<usize>, file: Option<usize>, ui: &crate::Ui) -> usize {
+    match (given, file) {
+        (Some(b), Some(f)) if b != f => {
+            ui.info(format!(
+                "warning: `--batch {b}` overrides the batch of {f} the ONNX file fixes"
+            ));
+            b
+        }
+        (Some(b), _) => b,
+        (None, Some(f)) => {
+            ui.info(format!("note: batch {f}, the batch the ONNX file fixes"));
+            f
+        }
+        (None, None) => 1,
+    }
 }

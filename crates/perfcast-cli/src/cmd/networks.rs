@@ -27,7 +27,7 @@ fn choices(
     files: &[PathBuf],
     resolution: Option<usize>,
     model: &crate::cmd::model::ModelArgs,
-) -> anyhow::Result<Vec<NetworkChoice>> {
+) -> anyhow::Result<perfcast_graph::Measured> {
     Ok(perfcast_graph::measured_networks(
         &model.source(),
         names,
@@ -39,8 +39,8 @@ fn choices(
 /// Options shared by every command that measures networks.
 #[derive(Debug, Args)]
 pub struct MeasureOptions {
-    /// Batch sizes, comma-separated
-    #[arg(long, value_delimiter = ',', default_value = "1")]
+    /// Batch sizes, comma-separated (default: the batch an `--onnx` file fixes, else 1)
+    #[arg(long, value_delimiter = ',')]
     batch: Vec<usize>,
     /// Phases, comma-separated: inference, training (forward, backward, SGD update)
     #[arg(long, value_delimiter = ',', default_value = "inference")]
@@ -89,10 +89,18 @@ pub struct MeasureArgs {
 }
 
 impl MeasureOptions {
-    /// The measuring plan.
-    fn plan(&self) -> MeasurePlan {
+    /// The measuring plan; without `--batch`, at the batch the ONNX file fixes (else 1).
+    fn plan(&self, file_batch: Option<usize>, ui: &Ui) -> MeasurePlan {
+        let batch = if self.batch.is_empty() {
+            vec![crate::cmd::model::batch(None, file_batch, ui)]
+        } else {
+            for &b in &self.batch {
+                crate::cmd::model::batch(Some(b), file_batch, ui);
+            }
+            self.batch.clone()
+        };
         MeasurePlan {
-            batch: self.batch.clone(),
+            batch,
             phases: self.phase.clone(),
             threads: self.threads,
             backend: self.backend,
@@ -110,7 +118,11 @@ const MAX_THREADS: usize = 1024;
 /// Refuses, before anything is allocated, a thread count past [`MAX_THREADS`] and a batch that
 /// cannot fit this machine's memory ([`cpu_run_bytes`]): `measure --batch 100000` ran until
 /// the allocator aborted.
-fn check_fits(nets: &[NetworkChoice], options: &MeasureOptions) -> anyhow::Result<()> {
+fn check_fits(
+    nets: &[NetworkChoice],
+    options: &MeasureOptions,
+    plan: &MeasurePlan,
+) -> anyhow::Result<()> {
     anyhow::ensure!(
         (1..=MAX_THREADS).contains(&options.threads),
         "`--threads` must be from 1 to {MAX_THREADS}, got {}",
@@ -122,7 +134,7 @@ fn check_fits(nets: &[NetworkChoice], options: &MeasureOptions) -> anyhow::Resul
     }
     let training = options.phase.contains(&Phase::Training);
     for net in nets {
-        for &batch in &options.batch {
+        for &batch in &plan.batch {
             let need_gb = cpu_run_bytes(&net.network, batch, training) / 1e9;
             anyhow::ensure!(
                 need_gb <= memory_gb,
@@ -136,14 +148,11 @@ fn check_fits(nets: &[NetworkChoice], options: &MeasureOptions) -> anyhow::Resul
 
 /// `perfcast measure`.
 pub fn run_measure(a: MeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
-    let nets = choices(&a.network, &a.network_file, a.resolution, &a.model)?;
-    check_fits(&nets, &a.options)?;
-    let rows = measure_networks(
-        &nets,
-        &a.options.plan(),
-        &crate::alloc::Counted,
-        Bars::new(ui).as_ref(),
-    )?;
+    let measured = choices(&a.network, &a.network_file, a.resolution, &a.model)?;
+    let plan = a.options.plan(measured.file_batch, ui);
+    let nets = measured.networks;
+    check_fits(&nets, &a.options, &plan)?;
+    let rows = measure_networks(&nets, &plan, &crate::alloc::Counted, Bars::new(ui).as_ref())?;
     // The memory model's peak of a training step as `measure` runs it, under burn's rules
     // (what this backend keeps) and the reference (PyTorch's) rules the planner uses for GPUs.
     let predict = |r: &NetworkRecord, framework| {
@@ -201,10 +210,10 @@ fn runs(source: &RunsSource, ui: &Ui) -> anyhow::Result<Vec<(String, NetworkReco
         );
         return Ok(labelled(records));
     }
-    let nets = choices(&source.networks, &source.network_file, None, &source.model)?;
+    let measured = choices(&source.networks, &source.network_file, None, &source.model)?;
     Ok(measure_networks(
-        &nets,
-        &source.options.plan(),
+        &measured.networks,
+        &source.options.plan(measured.file_batch, ui),
         &perfcast_profile::network_runs::NoPeak,
         Bars::new(ui).as_ref(),
     )?

@@ -18,9 +18,9 @@ pub struct PredictArgs {
     /// Bundle directory written by `perfcast train --bundle` or `perfcast quickstart`
     #[arg(long, default_value = "checkpoints/local")]
     bundle: PathBuf,
-    /// Batch size
-    #[arg(long, default_value_t = 1)]
-    batch: usize,
+    /// Batch size (default: the batch an `--onnx` file fixes, else 1)
+    #[arg(long)]
+    batch: Option<usize>,
     /// Phase: inference, or training (forward + backward)
     #[arg(long, default_value = "inference")]
     phase: Phase,
@@ -176,9 +176,7 @@ impl PredictArgs {
     }
 }
 
-fn network(
-    a: &PredictArgs,
-) -> anyhow::Result<Option<(Network, Option<crate::cmd::model::ImportReport>)>> {
+fn network(a: &PredictArgs) -> anyhow::Result<Option<Named>> {
     let given = [
         a.network.is_some(),
         a.network_file.is_some(),
@@ -212,6 +210,25 @@ fn network(
     Ok(None)
 }
 
+/// The network the flags name (with its import report) and the context to predict in: at
+/// `--batch`, else at the batch an ONNX file fixes, else 1.
+fn network_and_context(a: &PredictArgs, ui: &Ui) -> anyhow::Result<(Option<Named>, Context)> {
+    let mut context = Context {
+        batch: a.batch.unwrap_or(1),
+        phase: a.phase,
+        threads: a.threads,
+        utilisation: 0.0,
+    };
+    context.validate()?;
+    let net = network(a)?;
+    let file_batch = net.as_ref().and_then(|(_, r)| r.as_ref()?.batch);
+    context.batch = crate::cmd::model::batch(a.batch, file_batch, ui);
+    Ok((net, context))
+}
+
+/// A network and, for an ONNX model, its import report.
+type Named = (Network, Option<crate::cmd::model::ImportReport>);
+
 /// Loads a bundle, with a hint when the default one does not exist yet.
 pub fn load_bundle(dir: &Path) -> anyhow::Result<Bundle> {
     if !dir.exists() && dir == Path::new("checkpoints/local") {
@@ -228,15 +245,8 @@ pub fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         emit(&crate::render::predict::devices_table())?;
         return Ok(ExitCode::SUCCESS);
     }
-    let context = Context {
-        batch: a.batch,
-        phase: a.phase,
-        threads: a.threads,
-        utilisation: 0.0,
-    };
-    context.validate()?;
     // Parse the query before loading the bundle: a bad query is reported as such.
-    let net = network(&a)?;
+    let (net, context) = network_and_context(&a, ui)?;
     let queries: Vec<(ModuleSpec, Context)> = if net.is_some() {
         Vec::new()
     } else if let Some(path) = &a.modules_file {
@@ -336,4 +346,55 @@ pub fn bundle(c: BundleCommand, _ui: &Ui) -> anyhow::Result<ExitCode> {
         Format::Text => emit(&crate::render::predict::bundle(&manifest))?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use perfcast_graph::onnx::testing::resnet18;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        predict: PredictArgs,
+    }
+
+    #[test]
+    fn a_fixed_batch_onnx_predicts_as_a_dynamic_one_at_that_batch() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let fixed = dir.path().join("resnet18-b8.onnx");
+        let dynamic = dir.path().join("resnet18.onnx");
+        std::fs::write(&fixed, resnet18(Some(8), 224).encode()).expect("write");
+        std::fs::write(&dynamic, resnet18(None, 224).encode()).expect("write");
+        let bundle = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../checkpoints/gpu");
+        let predictor = Predictor::new(load_bundle(&bundle).expect("bundle"));
+        let ui = Ui {
+            quiet: true,
+            verbose: 0,
+            progress: false,
+            color: false,
+        };
+        let total = |args: &[&str]| {
+            let cli = Cli::parse_from(std::iter::once("predict").chain(args.iter().copied()));
+            let (net, context) = network_and_context(&cli.predict, &ui).expect("network");
+            let (net, _) = net.expect("a network");
+            let p = predictor
+                .predict_network(&net, &context)
+                .expect("prediction");
+            (p.total_ms, context.batch)
+        };
+        let (fixed_ms, fixed_batch) = total(&["--onnx", fixed.to_str().expect("utf-8")]);
+        let (dynamic_ms, _) = total(&["--onnx", dynamic.to_str().expect("utf-8"), "--batch", "8"]);
+        let (one_ms, _) = total(&["--onnx", dynamic.to_str().expect("utf-8")]);
+        assert_eq!(fixed_batch, 8);
+        let gap = (fixed_ms - dynamic_ms).abs() / dynamic_ms;
+        eprintln!("fixed batch 8: {fixed_ms} ms, dynamic at --batch 8: {dynamic_ms} ms, gap {gap}");
+        assert!(gap < 0.005, "{fixed_ms} ms vs {dynamic_ms} ms");
+        // The batch matters (batch 1 is cheaper), so the check above is not vacuous.
+        assert!(one_ms < 0.9 * dynamic_ms, "{one_ms} ms at batch 1");
+        // `--batch` overrides the file's.
+        let (_, given) = total(&["--onnx", fixed.to_str().expect("utf-8"), "--batch", "2"]);
+        assert_eq!(given, 2);
+    }
 }

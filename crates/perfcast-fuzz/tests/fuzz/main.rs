@@ -13,6 +13,7 @@ mod core;
 mod data;
 mod harness;
 mod mutate;
+mod onnx;
 mod profile;
 mod roundtrip;
 mod select;

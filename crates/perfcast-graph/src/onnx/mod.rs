@@ -12,7 +12,19 @@
 //!
 //! Shapes are inferred at the dims the inputs get: a symbolic batch axis is 1, so every layer
 //! describes one sample (the batch belongs to the [`perfcast_core::Context`]: `--batch`). A
-//! symbolic sequence axis gets `seq`. A layer's spec takes the tensor's full shape with its
+//! fixed batch is read the same way for every op: when the first input's leading dim is a
+//! number N above 1 (rank 2 or more), the graph is imported at batch 1 and N is reported in
+//! [`Imported::batch`]; other inputs, recorded shapes and `Reshape`, `Expand` and
+//! `ConstantOfShape` targets that lead with N get 1 there. A symbolic sequence axis gets `seq`.
+//!
+//! # Limits
+//!
+//! Nothing in a file makes the importer panic or allocate without bound: every dim is at most
+//! [`MAX_AXIS`] and every tensor at most [`MAX_ELEMENTS`] elements (an initializer is refused
+//! by its dims before its values are read), window attributes lie within the sizes a spec
+//! takes, axes and permutations are checked against the rank, shape arithmetic is checked, and
+//! a constant computed from values holds at most 2^26 elements. Each refusal is one line naming
+//! the node, the attribute and the value. A layer's spec takes the tensor's full shape with its
 //! leading axes folded into the first (an element-wise op on `[1, T, h]` is `[1, T, h]`; a
 //! 4-D attention product `[1, H, T, d] x [1, H, d, T]` is a matmul of `H` heads).
 //!
@@ -49,6 +61,7 @@
 
 pub mod proto;
 mod report;
+pub mod testing;
 
 pub use report::{ImportReport, UnmappedRow};
 
@@ -56,8 +69,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 use perfcast_core::{
-    BatchNorm2d, Conv2d, Elementwise, Embedding, Layer, LayerNorm, Linear, Matmul, ModuleKind,
-    ModuleSpec, NETWORK_INPUT, Network, Pool2d, features,
+    BatchNorm2d, Conv2d, Elementwise, Embedding, Layer, LayerNorm, Linear, MAX_AXIS, MAX_ELEMENTS,
+    Matmul, ModuleKind, ModuleSpec, NETWORK_INPUT, Network, Pool2d, features,
 };
 use serde::Serialize;
 
@@ -113,6 +126,10 @@ pub struct Imported {
     pub opset: i64,
     /// Notes: nearest-kind mappings and other approximations, by op, with counts.
     pub notes: BTreeMap<String, usize>,
+    /// The batch the file fixes: its first input's leading dim when that is a number above 1
+    /// (the network is the per-sample graph, to run at this batch); `None` for batch 1 or a
+    /// symbolic batch.
+    pub batch: Option<usize>,
 }
 
 impl Imported {
@@ -215,7 +232,11 @@ struct Importer<'a> {
     skip: HashMap<usize, String>,
     layers: Vec<Layer>,
     names: HashSet<String>,
+    /// Next suffix to try per base name, so that uniquifying stays linear in the nodes.
+    suffixes: HashMap<String, usize>,
     input_shape: Vec<usize>,
+    /// The batch the file fixes (its first input's leading dim, when above 1).
+    batch: Option<usize>,
     unmapped: BTreeMap<String, Unmapped>,
     fused: BTreeMap<String, usize>,
     notes: BTreeMap<String, usize>,
@@ -223,8 +244,24 @@ struct Importer<'a> {
     symbols: HashMap<String, usize>,
 }
 
+/// Most elements of a constant the importer computes from values (`ConstantOfShape`,
+/// `Range`): such a tensor's size comes from numbers in the file, not from bytes it holds.
+const MAX_CONSTANT: usize = 1 << 26;
+
+/// Elements of a shape; saturating, though every shape is checked against [`MAX_ELEMENTS`].
 fn elements(shape: &[usize]) -> usize {
-    shape.iter().product()
+    shape.iter().fold(1usize, |n, &d| n.saturating_mul(d))
+}
+
+/// Why a shape is larger than any module spec may describe, if it is.
+fn oversized(shape: &[usize]) -> Option<String> {
+    if let Some((i, d)) = shape.iter().enumerate().find(|(_, d)| **d > MAX_AXIS) {
+        return Some(format!(
+            "axis {i} of {shape:?} is {d}, above the largest size perfcast takes ({MAX_AXIS})"
+        ));
+    }
+    (elements(shape) as u64 > MAX_ELEMENTS)
+        .then(|| format!("{shape:?} holds more than {MAX_ELEMENTS} elements"))
 }
 
 /// A full shape as a spec's `[c, h, w]`: leading axes folded into the first.
@@ -269,11 +306,12 @@ fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     Some(out)
 }
 
-/// Normalises a possibly negative axis for a rank.
+/// Normalises a possibly negative axis for a rank; `None` when out of range (a scalar has no
+/// axis).
 fn axis(a: i64, rank: usize) -> Option<usize> {
-    let r = rank as i64;
-    let a = if a < 0 { a + r } else { a };
-    (0..r.max(1)).contains(&a).then_some(a as usize)
+    let r = i64::try_from(rank).ok()?;
+    let a = if a < 0 { a.checked_add(r)? } else { a };
+    (0..r).contains(&a).then_some(a as usize)
 }
 
 /// What a node maps to.
@@ -308,7 +346,9 @@ impl<'a> Importer<'a> {
             skip: HashMap::new(),
             layers: Vec::new(),
             names: HashSet::new(),
+            suffixes: HashMap::new(),
             input_shape: Vec::new(),
+            batch: None,
             unmapped: BTreeMap::new(),
             fused: BTreeMap::new(),
             notes: BTreeMap::new(),
@@ -349,7 +389,21 @@ impl<'a> Importer<'a> {
             if me.vals.contains_key(&input.name) {
                 continue;
             }
-            let shape = me.input_dims(input)?;
+            let mut shape = me.input_dims(input)?;
+            if let Some(why) = oversized(&shape) {
+                return Err(me.file_error(format!("input `{}`: {why}", input.name)));
+            }
+            // A fixed batch N is run as the per-sample graph (batch 1) at batch N; other
+            // inputs sharing that leading dim carry the same batch.
+            if primary && shape.len() >= 2 && shape[0] > 1 {
+                me.batch = Some(shape[0]);
+            }
+            if let Some(n) = me.batch
+                && shape.len() >= 2
+                && shape[0] == n
+            {
+                shape[0] = 1;
+            }
             let src = if primary {
                 me.input_shape = {
                     let first = shape.iter().position(|&d| d != 1).unwrap_or(shape.len());
@@ -381,12 +435,18 @@ impl<'a> Importer<'a> {
                 let resolved: Option<Vec<usize>> = dims
                     .iter()
                     .map(|d| match d {
-                        Dim::Value(v) if *v >= 0 => Some(*v as usize),
+                        Dim::Value(v) => usize::try_from(*v).ok().filter(|&v| v <= MAX_AXIS),
                         Dim::Param(p) => me.symbols.get(p).copied(),
-                        _ => None,
+                        Dim::Unknown => None,
                     })
                     .collect();
-                if let Some(shape) = resolved {
+                // A recorded shape past the limits is left unknown, as one never recorded.
+                if let Some(mut shape) = resolved.filter(|s| oversized(s).is_none()) {
+                    if let Some(n) = me.batch
+                        && shape.first() == Some(&n)
+                    {
+                        shape[0] = 1;
+                    }
                     me.declared.insert(v.name.clone(), shape);
                 }
             }
@@ -413,6 +473,33 @@ impl<'a> Importer<'a> {
             op: node.op.clone(),
             message,
         }
+    }
+
+    /// `v`, the value of `what`, when it lies in `lo..=hi`; else an error naming both.
+    fn ranged(&self, node: &Node, what: &str, v: i64, lo: i64, hi: i64) -> Result<i64> {
+        if (lo..=hi).contains(&v) {
+            Ok(v)
+        } else {
+            Err(self.node_error(
+                node,
+                format!("`{what}` value {v} is out of range ({lo} to {hi})"),
+            ))
+        }
+    }
+
+    /// The axis `a` of a tensor of rank `rank`, or an error naming `what`, the value and the
+    /// rank.
+    fn need_axis(&self, node: &Node, what: &str, a: i64, rank: usize) -> Result<usize> {
+        axis(a, rank).ok_or_else(|| {
+            self.node_error(
+                node,
+                if rank == 0 {
+                    format!("`{what}` {a} for a scalar input (rank 0 has no axis)")
+                } else {
+                    format!("`{what}` {a} is out of range for rank {rank}")
+                },
+            )
+        })
     }
 
     /// The dims of a graph input: given, declared, or its symbols resolved.
@@ -446,7 +533,7 @@ impl<'a> Importer<'a> {
         let mut out = Vec::with_capacity(rank);
         for (i, d) in declared.iter().enumerate() {
             let v = match d {
-                Dim::Value(v) if *v > 0 => *v as usize,
+                Dim::Value(v) if *v > 0 => usize::try_from(*v).unwrap_or(usize::MAX),
                 Dim::Param(p) => {
                     let lower = p.to_ascii_lowercase();
                     let seq_like = ["seq", "len", "token", "position", "time", "step"]
@@ -492,11 +579,12 @@ impl<'a> Importer<'a> {
         };
         let base = format!("{base}{suffix}");
         let mut name = base.clone();
-        let mut k = 1;
+        let mut k = self.suffixes.get(&base).copied().unwrap_or(1);
         while name == NETWORK_INPUT || self.names.contains(&name) {
             name = format!("{base}#{k}");
             k += 1;
         }
+        self.suffixes.insert(base, k);
         self.names.insert(name.clone());
         name
     }
@@ -521,19 +609,6 @@ impl<'a> Importer<'a> {
             }
             self.node(g, i, node)?;
         }
-        let mapped_flops = self
-            .layers
-            .iter()
-            .map(|l| features::derive(&l.spec, 1).flops)
-            .sum();
-        let mapped_bytes = self
-            .layers
-            .iter()
-            .map(|l| {
-                let d = features::derive(&l.spec, 1);
-                d.bytes_read + d.bytes_written
-            })
-            .sum();
         if self.layers.is_empty() {
             return Err(self.file_error("no node maps to a module: nothing to predict".into()));
         }
@@ -542,8 +617,23 @@ impl<'a> Importer<'a> {
             input: self.input_shape.clone(),
             layers: std::mem::take(&mut self.layers),
         };
+        // Checked before any feature is derived: derived features assume valid specs.
         network.check()?;
+        let mapped_flops = network
+            .layers
+            .iter()
+            .map(|l| features::derive(&l.spec, 1).flops)
+            .sum();
+        let mapped_bytes = network
+            .layers
+            .iter()
+            .map(|l| {
+                let d = features::derive(&l.spec, 1);
+                d.bytes_read + d.bytes_written
+            })
+            .sum();
         Ok(Imported {
+            batch: self.batch,
             network,
             unmapped: self.unmapped.into_values().collect(),
             folded: self.folded,
@@ -734,7 +824,7 @@ impl<'a> Importer<'a> {
         let mut read = 0usize;
         for i in 0..node.inputs.len() {
             if let Some(v) = self.val(node, i).ok().flatten() {
-                read += v.shape.as_deref().map_or(0, elements);
+                read = read.saturating_add(v.shape.as_deref().map_or(0, elements));
             }
         }
         let mut written = 0usize;
@@ -744,7 +834,7 @@ impl<'a> Importer<'a> {
                 .cloned()
                 .flatten()
                 .or_else(|| self.declared.get(o).cloned());
-            written += shape.as_deref().map_or(0, elements);
+            written = written.saturating_add(shape.as_deref().map_or(0, elements));
             self.vals.insert(o.clone(), Val::external(shape));
         }
         let e = self
@@ -758,7 +848,7 @@ impl<'a> Importer<'a> {
             });
         e.count += 1;
         e.flops += written as f64;
-        e.bytes += 4.0 * (read + written) as f64;
+        e.bytes += 4.0 * read.saturating_add(written) as f64;
         Ok(())
     }
 
@@ -805,16 +895,22 @@ impl<'a> Importer<'a> {
                 if a.len() != 2 || b.len() != 2 {
                     return Err(self.node_error(node, format!("Gemm of {a:?} and {b:?}")));
                 }
-                let m = if node.int("transA", 0) == 1 {
-                    a[1]
+                let (m, k) = if node.int("transA", 0) == 1 {
+                    (a[1], a[0])
                 } else {
-                    a[0]
+                    (a[0], a[1])
                 };
-                let n = if node.int("transB", 0) == 1 {
-                    b[0]
+                let (k2, n) = if node.int("transB", 0) == 1 {
+                    (b[1], b[0])
                 } else {
-                    b[1]
+                    (b[0], b[1])
                 };
+                if k != k2 {
+                    return Err(self.node_error(
+                        node,
+                        format!("Gemm of {a:?} and {b:?}: inner sizes {k} and {k2} differ"),
+                    ));
+                }
                 same(vec![m, n])
             }
             "Conv" | "MaxPool" | "AveragePool" => same(self.window_shape(node)?.0),
@@ -827,13 +923,12 @@ impl<'a> Importer<'a> {
             }
             "Reshape" => {
                 let input = self.shape(node, 0)?;
-                let target = self.need_ints(node, 1, "target shape")?;
+                let target = self.batch_free(self.need_ints(node, 1, "target shape")?);
                 same(self.reshape(node, &input, &target)?)
             }
             "Flatten" => {
                 let s = self.shape(node, 0)?;
-                let a = axis(node.int("axis", 1), s.len() + 1)
-                    .ok_or_else(|| self.node_error(node, "bad `axis`".into()))?;
+                let a = self.need_axis(node, "axis", node.int("axis", 1), s.len() + 1)?;
                 same(vec![elements(&s[..a]), elements(&s[a..])])
             }
             "Transpose" => {
@@ -842,13 +937,24 @@ impl<'a> Importer<'a> {
                 if perm.is_empty() {
                     same(s.iter().rev().copied().collect())
                 } else {
-                    let p: Option<Vec<usize>> = perm
-                        .iter()
-                        .map(|&p| axis(p, s.len()).map(|a| s[a]))
-                        .collect();
-                    same(p.ok_or_else(|| {
-                        self.node_error(node, format!("`perm` {perm:?} for rank {}", s.len()))
-                    })?)
+                    let mut seen = vec![false; s.len()];
+                    let permutation = perm.len() == s.len()
+                        && perm.iter().all(|&p| {
+                            usize::try_from(p)
+                                .ok()
+                                .and_then(|p| seen.get_mut(p))
+                                .is_some_and(|was| !std::mem::replace(was, true))
+                        });
+                    if !permutation {
+                        return Err(self.node_error(
+                            node,
+                            format!(
+                                "`perm` {perm:?} is not a permutation of 0..{} (input {s:?})",
+                                s.len()
+                            ),
+                        ));
+                    }
+                    same(perm.iter().map(|&p| s[p as usize]).collect())
                 }
             }
             "Squeeze" | "Unsqueeze" => {
@@ -864,17 +970,31 @@ impl<'a> Importer<'a> {
             }
             "Concat" => {
                 let mut s = self.shape(node, 0)?;
-                let a = axis(node.int("axis", 0), s.len())
-                    .ok_or_else(|| self.node_error(node, "bad `axis`".into()))?;
+                let a = self.need_axis(node, "axis", node.int("axis", 0), s.len())?;
+                let first = s.clone();
                 for i in 1..node.inputs.len() {
-                    s[a] += self.shape(node, i)?.get(a).copied().unwrap_or(0);
+                    let t = self.shape(node, i)?;
+                    let fits = t.len() == first.len()
+                        && t.iter()
+                            .zip(&first)
+                            .enumerate()
+                            .all(|(j, (x, y))| j == a || x == y);
+                    if !fits {
+                        return Err(self.node_error(
+                            node,
+                            format!(
+                                "input `{}` of shape {t:?} does not match {first:?} off axis {a}",
+                                node.inputs[i]
+                            ),
+                        ));
+                    }
+                    s[a] = s[a].saturating_add(t[a]);
                 }
                 same(s)
             }
             "Split" => {
                 let s = self.shape(node, 0)?;
-                let a = axis(node.int("axis", 0), s.len())
-                    .ok_or_else(|| self.node_error(node, "bad `axis`".into()))?;
+                let a = self.need_axis(node, "axis", node.int("axis", 0), s.len())?;
                 let sizes: Vec<i64> = match node.attr("split") {
                     Some(x) => x.ints.clone(),
                     None if node.inputs.len() > 1 && !node.inputs[1].is_empty() => {
@@ -888,17 +1008,32 @@ impl<'a> Importer<'a> {
                             .collect()
                     }
                 };
+                let sum = sizes.iter().try_fold(0i64, |sum, &k| {
+                    (k >= 0).then(|| sum.checked_add(k)).flatten()
+                });
+                if sum != i64::try_from(s[a]).ok() || sizes.len() != n_out {
+                    return Err(self.node_error(
+                        node,
+                        format!(
+                            "`split` {sizes:?} does not divide axis {a} of {s:?} into {n_out} \
+                             outputs"
+                        ),
+                    ));
+                }
                 sizes
                     .iter()
                     .map(|&k| {
                         let mut t = s.clone();
-                        t[a] = k.max(0) as usize;
+                        t[a] = k as usize;
                         Some(t)
                     })
                     .collect()
             }
             "Slice" => {
                 let s = self.shape(node, 0)?;
+                if s.is_empty() {
+                    return Err(self.node_error(node, "a Slice of a scalar input".into()));
+                }
                 let (starts, ends, axes, steps) = if node.inputs.len() > 1 {
                     let starts = self.need_ints(node, 1, "starts")?;
                     let ends = self.need_ints(node, 2, "ends")?;
@@ -923,17 +1058,25 @@ impl<'a> Importer<'a> {
                     (starts, node.ints("ends"), axes, vec![1; n])
                 };
                 same(
-                    slice_shape(&s, &starts, &ends, &axes, &steps).ok_or_else(|| {
-                        self.node_error(node, format!("a slice of {s:?} that does not resolve"))
-                    })?,
+                    slice_shape(&s, &starts, &ends, &axes, &steps)
+                        .map_err(|why| self.node_error(node, why))?,
                 )
             }
             "GatherElements" => same(self.shape(node, 1)?),
             "Gather" => {
                 let data = self.shape(node, 0)?;
                 let idx = self.shape(node, 1)?;
-                let a = axis(node.int("axis", 0), data.len())
-                    .ok_or_else(|| self.node_error(node, "bad `axis`".into()))?;
+                let a = self.need_axis(node, "axis", node.int("axis", 0), data.len())?;
+                let n = i64::try_from(data[a]).unwrap_or(i64::MAX);
+                if let Some(bad) = self
+                    .ints(node, 1)?
+                    .and_then(|v| v.into_iter().find(|&i| !(-n..n).contains(&i)))
+                {
+                    return Err(self.node_error(
+                        node,
+                        format!("index {bad} is out of range for axis {a} of {data:?}"),
+                    ));
+                }
                 let mut s = data[..a].to_vec();
                 s.extend(&idx);
                 s.extend(&data[a + 1..]);
@@ -949,7 +1092,15 @@ impl<'a> Importer<'a> {
                     None => (0..s.len() as i64).collect(),
                 };
                 let keep = node.int("keepdims", 1) == 1;
-                let axes: Vec<usize> = axes.iter().filter_map(|&a| axis(a, s.len())).collect();
+                let what = if op.starts_with("Arg") {
+                    "axis"
+                } else {
+                    "axes"
+                };
+                let axes: Vec<usize> = axes
+                    .iter()
+                    .map(|&a| self.need_axis(node, what, a, s.len()))
+                    .collect::<Result<_>>()?;
                 let mut out = Vec::new();
                 for (i, &d) in s.iter().enumerate() {
                     if axes.contains(&i) {
@@ -964,11 +1115,13 @@ impl<'a> Importer<'a> {
             }
             "Expand" => {
                 let s = self.shape(node, 0)?;
-                let target: Vec<usize> = self
-                    .need_ints(node, 1, "target shape")?
+                let target = self.batch_free(self.need_ints(node, 1, "target shape")?);
+                let target: Vec<usize> = target
                     .iter()
-                    .map(|&d| d.max(1) as usize)
-                    .collect();
+                    .map(
+                        |&d| Ok(self.ranged(node, "shape", d, 0, MAX_AXIS as i64)?.max(1) as usize),
+                    )
+                    .collect::<Result<_>>()?;
                 same(broadcast(&s, &target).ok_or_else(|| {
                     self.node_error(node, format!("cannot expand {s:?} to {target:?}"))
                 })?)
@@ -984,18 +1137,28 @@ impl<'a> Importer<'a> {
                     Some(_) => self
                         .need_ints(node, 3, "axes")?
                         .iter()
-                        .filter_map(|&a| axis(a, r))
-                        .collect(),
+                        .map(|&a| self.need_axis(node, "axes", a, r))
+                        .collect::<Result<_>>()?,
                     None => (0..r).collect(),
                 };
                 if pads.len() != 2 * axes.len() {
                     return Err(self
                         .node_error(node, format!("{} pads for {} axes", pads.len(), axes.len())));
                 }
+                let limit = MAX_AXIS as i64;
+                for &p in &pads {
+                    self.ranged(node, "pads", p, -limit, limit)?;
+                }
                 let mut out = s.clone();
                 for (k, &a) in axes.iter().enumerate() {
                     let grown = s[a] as i64 + pads[k] + pads[k + axes.len()];
-                    out[a] = grown.max(0) as usize;
+                    if grown < 0 {
+                        return Err(self.node_error(
+                            node,
+                            format!("`pads` {pads:?} shrink axis {a} of {s:?} below zero"),
+                        ));
+                    }
+                    out[a] = grown as usize;
                 }
                 same(out)
             }
@@ -1006,8 +1169,8 @@ impl<'a> Importer<'a> {
                 .collect(),
         };
         for s in out.iter().flatten() {
-            if s.iter().any(|&d| d > perfcast_core::MAX_AXIS) {
-                return Err(self.node_error(node, format!("output shape {s:?} is too large")));
+            if let Some(why) = oversized(s) {
+                return Err(self.node_error(node, format!("output shape: {why}")));
             }
         }
         Ok(out)
@@ -1043,6 +1206,17 @@ impl<'a> Importer<'a> {
         Ok(out)
     }
 
+    /// A target shape with the file's fixed batch, when it leads, taken out: the graph is
+    /// imported per sample.
+    fn batch_free(&self, mut target: Vec<i64>) -> Vec<i64> {
+        if let Some(n) = self.batch
+            && target.first() == i64::try_from(n).ok().as_ref()
+        {
+            target[0] = 1;
+        }
+        target
+    }
+
     fn reshape(&self, node: &Node, input: &[usize], target: &[i64]) -> Result<Vec<usize>> {
         let allow_zero = node.int("allowzero", 0) == 1;
         let mut out: Vec<usize> = Vec::with_capacity(target.len());
@@ -1056,7 +1230,18 @@ impl<'a> Importer<'a> {
                 0 if !allow_zero => out.push(*input.get(i).ok_or_else(|| {
                     self.node_error(node, format!("target {target:?} copies a missing axis {i}"))
                 })?),
-                t if t >= 0 => out.push(t as usize),
+                t if t >= 0 => {
+                    if t > MAX_AXIS as i64 {
+                        return Err(self.node_error(
+                            node,
+                            format!(
+                                "target shape {target:?} has {t} on axis {i}, above the largest \
+                                 size perfcast takes ({MAX_AXIS})"
+                            ),
+                        ));
+                    }
+                    out.push(t as usize)
+                }
                 _ => {
                     return Err(
                         self.node_error(node, format!("target shape {target:?} is not valid"))
@@ -1092,24 +1277,57 @@ impl<'a> Importer<'a> {
                 self.node_error(node, format!("only 2-D windows are supported, input {x:?}"))
             );
         }
-        let kernel: Vec<i64> = match node.attr("kernel_shape") {
-            Some(a) => a.ints.clone(),
-            None if node.op == "Conv" => {
-                let w = self.shape(node, 1)?;
-                w[2..].iter().map(|&d| d as i64).collect()
+        let weight = if node.op == "Conv" {
+            let w = self.shape(node, 1)?;
+            if w.len() != 4 {
+                return Err(self.node_error(
+                    node,
+                    format!(
+                        "weight `{}` has shape {w:?}: a 2-D Conv takes a rank-4 weight",
+                        node.inputs[1]
+                    ),
+                ));
             }
-            None => return Err(self.node_error(node, "missing `kernel_shape`".into())),
+            Some(w)
+        } else {
+            None
         };
-        let pair = |v: Vec<i64>, default: i64| -> [usize; 2] {
-            [
-                v.first().copied().unwrap_or(default).max(0) as usize,
-                v.get(1).copied().unwrap_or(default).max(0) as usize,
-            ]
+        let kernel: Vec<i64> = match (node.attr("kernel_shape"), &weight) {
+            (Some(a), _) => a.ints.clone(),
+            (None, Some(w)) => w[2..].iter().map(|&d| d as i64).collect(),
+            (None, None) => return Err(self.node_error(node, "missing `kernel_shape`".into())),
         };
-        let k = pair(kernel, 1);
-        let s = pair(node.ints("strides"), 1);
-        let d = pair(node.ints("dilations"), 1);
+        // Two values (one per spatial axis), each within the sizes a spec takes.
+        let pair = |what: &str, v: &[i64], default: i64, lo: i64| -> Result<[usize; 2]> {
+            let v = if v.is_empty() { &[default; 2][..] } else { v };
+            if v.len() != 2 {
+                return Err(self.node_error(
+                    node,
+                    format!(
+                        "`{what}` {v:?} has {} values, a 2-D window takes 2",
+                        v.len()
+                    ),
+                ));
+            }
+            let one = |x: i64| self.ranged(node, what, x, lo, MAX_AXIS as i64);
+            Ok([one(v[0])? as usize, one(v[1])? as usize])
+        };
+        let k = pair("kernel_shape", &kernel, 1, 1)?;
+        let s = pair("strides", &node.ints("strides"), 1, 1)?;
+        let d = pair("dilations", &node.ints("dilations"), 1, 1)?;
         let pads = node.ints("pads");
+        if !pads.is_empty() && pads.len() != 4 {
+            return Err(self.node_error(
+                node,
+                format!(
+                    "`pads` {pads:?} has {} values, a 2-D window takes 4",
+                    pads.len()
+                ),
+            ));
+        }
+        for &p in &pads {
+            self.ranged(node, "pads", p, 0, MAX_AXIS as i64)?;
+        }
         let auto = node
             .attr("auto_pad")
             .and_then(|a| a.s.clone())
@@ -1120,7 +1338,7 @@ impl<'a> Importer<'a> {
             let ext = d[i] * (k[i].max(1) - 1) + 1;
             let (pb, pe) = if auto.starts_with("SAME") {
                 let o = x[2 + i].div_ceil(s[i].max(1));
-                let total = ((o - 1) * s[i] + ext).saturating_sub(x[2 + i]);
+                let total = (o.saturating_sub(1) * s[i] + ext).saturating_sub(x[2 + i]);
                 (total / 2, total - total / 2)
             } else {
                 (
@@ -1149,10 +1367,22 @@ impl<'a> Importer<'a> {
                 span / s[i] + 1
             };
         }
-        out[1] = if node.op == "Conv" {
-            self.shape(node, 1)?[0]
-        } else {
-            x[1]
+        out[1] = match &weight {
+            Some(w) => {
+                let groups = self.ranged(node, "group", node.int("group", 1), 1, x[1] as i64)?;
+                let g = groups as usize;
+                if w[1].checked_mul(g) != Some(x[1]) || w[0] % g != 0 {
+                    return Err(self.node_error(
+                        node,
+                        format!(
+                            "weight `{}` of shape {w:?} does not fit input {x:?} in {g} groups",
+                            node.inputs[1]
+                        ),
+                    ));
+                }
+                w[0]
+            }
+            None => x[1],
         };
         Ok((out, k, s, p, d))
     }
@@ -1206,8 +1436,20 @@ impl<'a> Importer<'a> {
         // Shapes first (every op the importer knows), then values where they are cheap.
         let shapes = match op {
             "ConstantOfShape" => {
-                let dims = self.need_ints(node, 0, "shape")?;
-                vec![Some(dims.iter().map(|&d| d.max(0) as usize).collect())]
+                let dims = self.batch_free(self.need_ints(node, 0, "shape")?);
+                let shape: Vec<usize> = dims
+                    .iter()
+                    .map(|&d| Ok(self.ranged(node, "shape", d, 0, MAX_AXIS as i64)? as usize))
+                    .collect::<Result<_>>()?;
+                if elements(&shape) > MAX_CONSTANT {
+                    return Err(self.node_error(
+                        node,
+                        format!(
+                            "a constant of shape {shape:?} holds more than {MAX_CONSTANT} elements"
+                        ),
+                    ));
+                }
+                vec![Some(shape)]
             }
             "Range" => {
                 let (Some(s), Some(l), Some(d)) = (
@@ -1217,14 +1459,41 @@ impl<'a> Importer<'a> {
                 ) else {
                     return Err(self.node_error(node, "a Range of unknown bounds".into()));
                 };
-                let (s, l, d) = (s[0], l[0], d[0]);
-                let n = if d == 0 {
-                    0
-                } else {
-                    ((l - s) as f64 / d as f64).ceil().max(0.0) as usize
+                let one = |v: Vec<i64>, what: &str| match v.as_slice() {
+                    [x] => Ok(*x),
+                    _ => Err(self.node_error(
+                        node,
+                        format!("`{what}` holds {} values {v:?}, a Range takes one", v.len()),
+                    )),
                 };
-                let values =
-                    (n <= proto::SMALL).then(|| (0..n as i64).map(|i| s + i * d).collect());
+                let (s, l, d) = (one(s, "start")?, one(l, "limit")?, one(d, "delta")?);
+                if d == 0 {
+                    return Err(self.node_error(node, "`delta` value 0 never ends".into()));
+                }
+                // In i128: `limit - start` of two i64 does not overflow there.
+                let (span, step) = (i128::from(l) - i128::from(s), i128::from(d));
+                let n = if (span > 0) == (step > 0) && span != 0 {
+                    (span.abs() + step.abs() - 1) / step.abs()
+                } else {
+                    0
+                };
+                if n > MAX_CONSTANT as i128 {
+                    return Err(self.node_error(
+                        node,
+                        format!(
+                            "a Range from {s} to {l} by {d} holds {n} values, more than \
+                             {MAX_CONSTANT}"
+                        ),
+                    ));
+                }
+                let n = n as usize;
+                let values = (n <= proto::SMALL)
+                    .then(|| {
+                        (0..n as i128)
+                            .map(|i| i64::try_from(i128::from(s) + i * step).ok())
+                            .collect()
+                    })
+                    .flatten();
                 return Ok(Some(vec![konst(vec![n], values)]));
             }
             _ => self.infer(node)?,
@@ -1267,13 +1536,23 @@ impl<'a> Importer<'a> {
                 _ => None,
             },
             "Slice" => match a {
-                Some(data) if self.shape(node, 0)?.len() == 1 && node.inputs.len() > 2 => {
+                // Values of a unit-step slice; its arguments were checked by `infer`.
+                Some(data)
+                    if self.shape(node, 0)?.len() == 1
+                        && node.inputs.len() > 2
+                        && self.ints(node, 4)?.is_none_or(|v| v == [1]) =>
+                {
                     let starts = self.need_ints(node, 1, "starts")?;
                     let ends = self.need_ints(node, 2, "ends")?;
                     let n = data.len() as i64;
                     let c = |v: i64| if v < 0 { (v + n).max(0) } else { v.min(n) };
-                    let (s, e) = (c(starts[0]), c(ends[0]));
-                    Some(data[s as usize..e.max(s) as usize].to_vec())
+                    match (starts.first(), ends.first()) {
+                        (Some(&s), Some(&e)) => {
+                            let (s, e) = (c(s), c(e));
+                            data.get(s as usize..e.max(s) as usize).map(<[i64]>::to_vec)
+                        }
+                        _ => None,
+                    }
                 }
                 _ => None,
             },
@@ -1284,7 +1563,18 @@ impl<'a> Importer<'a> {
                     .collect();
                 vals.and_then(|v| elementwise_ints(op, &v, elements(&shape)))
             }
-            "Neg" => a.map(|v| v.iter().map(|x| -x).collect()),
+            "Neg" => match a {
+                Some(v) => Some(
+                    v.iter()
+                        .map(|&x| {
+                            x.checked_neg().ok_or_else(|| {
+                                self.node_error(node, format!("Neg of {x} overflows 64 bits"))
+                            })
+                        })
+                        .collect::<Result<_>>()?,
+                ),
+                None => None,
+            },
             _ => None,
         };
         let mut out = vec![konst(shape, values)];
@@ -1418,7 +1708,7 @@ impl<'a> Importer<'a> {
                         Some(a) => a.ints.clone(),
                         None => self.ints(node, 1)?.unwrap_or_default(),
                     };
-                    axes.len() == 1 && axis(axes[0], input.len()) == Some(input.len() - 1)
+                    axes.len() == 1 && axis(axes[0], input.len()) == input.len().checked_sub(1)
                 };
                 if !last_only {
                     self.note(format!(
@@ -1559,8 +1849,8 @@ impl<'a> Importer<'a> {
         self.node_error(
             node,
             format!(
-                "input {x:?} has a fixed batch above 1 (or no batch axis): perfcast's specs are \
-                 per sample\n\nhint: export with a dynamic batch axis, or pass `--input \
+                "input {x:?} has a leading axis above 1 that is not the graph's batch (or no \
+                 batch axis): perfcast's specs are per sample\n\nhint: pass `--input \
                  NAME=1x...` and `--batch N`"
             ),
         )
@@ -1705,6 +1995,7 @@ impl<'a> Importer<'a> {
             return Err(self.batch_error(node, &x));
         }
         let (_, k, s, p, d) = self.window_shape(node)?;
+        // Checked in `window_shape`: from 1 to the input channels.
         let groups = node.int("group", 1).max(1) as usize;
         let mut bias = node.inputs.get(2).is_some_and(|s| !s.is_empty());
         if self.options.fuse_conv_bn
@@ -1753,7 +2044,7 @@ fn squeeze_unsqueeze(op: &str, s: &[usize], axes: &[i64]) -> Option<Vec<usize>> 
         }
         let axes: Vec<usize> = axes
             .iter()
-            .map(|&a| axis(a, s.len()))
+            .map(|&a| axis(a, s.len()).filter(|&a| s[a] == 1))
             .collect::<Option<_>>()?;
         Some(
             s.iter()
@@ -1777,34 +2068,53 @@ fn squeeze_unsqueeze(op: &str, s: &[usize], axes: &[i64]) -> Option<Vec<usize>> 
     }
 }
 
+/// The shape of a slice, or why its arguments are not valid (lengths that differ, an axis
+/// out of range or twice, a step of 0 or beyond the largest size).
 fn slice_shape(
     s: &[usize],
     starts: &[i64],
     ends: &[i64],
     axes: &[i64],
     steps: &[i64],
-) -> Option<Vec<usize>> {
+) -> std::result::Result<Vec<usize>, String> {
+    if starts.is_empty() {
+        return Err("`starts` is empty".into());
+    }
+    if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
+        return Err(format!(
+            "`starts` {starts:?}, `ends` {ends:?}, `axes` {axes:?} and `steps` {steps:?} differ \
+             in length"
+        ));
+    }
     let mut out = s.to_vec();
+    let mut seen = vec![false; s.len()];
     for (k, &a) in axes.iter().enumerate() {
-        let a = axis(a, s.len())?;
-        let n = s[a] as i64;
-        let step = *steps.get(k).unwrap_or(&1);
-        if step == 0 {
-            return None;
+        let a = axis(a, s.len())
+            .filter(|&a| !std::mem::replace(&mut seen[a], true))
+            .ok_or_else(|| format!("`axes` {axes:?} for rank {}", s.len()))?;
+        let step = steps[k];
+        if step == 0 || step.unsigned_abs() > MAX_AXIS as u64 {
+            return Err(format!(
+                "`steps` value {step} is out of range (1 to {MAX_AXIS} in magnitude)"
+            ));
         }
-        let clamp = |v: i64, lo: i64, hi: i64| v.clamp(lo, hi);
-        let norm = |v: i64| if v < 0 { v + n } else { v };
-        let (start, end) = (norm(*starts.get(k)?), norm(*ends.get(k)?));
+        // In i128 so that no start, end or step near the i64 limits overflows.
+        let (n, step) = (s[a] as i128, i128::from(step));
+        let norm = |v: i64| {
+            let v = i128::from(v);
+            if v < 0 { v + n } else { v }
+        };
+        let (start, end) = (norm(starts[k]), norm(ends[k]));
         let len = if step > 0 {
-            let (st, en) = (clamp(start, 0, n), clamp(end, 0, n));
+            let (st, en) = (start.clamp(0, n), end.clamp(0, n));
             ((en - st).max(0) + step - 1) / step
         } else {
-            let (st, en) = (clamp(start, -1, n - 1), clamp(end, -1, n - 1));
+            let (st, en) = (start.clamp(-1, n - 1), end.clamp(-1, n - 1));
             ((st - en).max(0) + (-step) - 1) / (-step)
         };
         out[a] = len as usize;
     }
-    Some(out)
+    Ok(out)
 }
 
 /// Element-wise integer arithmetic with broadcasting of scalars and equal lengths.
@@ -2021,7 +2331,15 @@ mod tests {
         );
         assert_eq!(
             slice_shape(&[10, 8], &[0, 2], &[i64::MAX, -2], &[0, 1], &[2, 1]),
-            Some(vec![5, 4])
+            Ok(vec![5, 4])
+        );
+        assert_eq!(
+            slice_shape(&[10], &[i64::MIN], &[i64::MAX], &[0], &[-3]),
+            Ok(vec![0])
+        );
+        assert_eq!(
+            slice_shape(&[10], &[i64::MAX], &[i64::MIN], &[0], &[-3]),
+            Ok(vec![4])
         );
         assert_eq!(
             elementwise_ints("Mul", &[vec![2, 3], vec![4]], 2),

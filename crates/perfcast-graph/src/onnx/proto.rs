@@ -1,5 +1,6 @@
-//! A small reader of the ONNX protobuf messages the importer needs (ModelProto, GraphProto,
-//! NodeProto, AttributeProto, TensorProto, ValueInfoProto), after `onnx/onnx.proto3`.
+//! A small reader (and writer) of the ONNX protobuf messages the importer needs (ModelProto,
+//! GraphProto, NodeProto, AttributeProto, TensorProto, ValueInfoProto), after
+//! `onnx/onnx.proto3`.
 //!
 //! Hand-written over the protobuf wire format (varints, length-delimited fields, packed and
 //! unpacked repeated scalars), borrowing from the file's bytes: a weight tensor's data is
@@ -169,6 +170,9 @@ pub struct Tensor {
 /// Largest tensor whose values are decoded: shape arithmetic and indices are far smaller.
 pub const SMALL: usize = 4096;
 
+/// Most elements a tensor may declare: the largest tensor a module spec may describe.
+pub const MAX_ELEMENTS: u64 = perfcast_core::MAX_ELEMENTS;
+
 impl Tensor {
     fn decode(b: &[u8]) -> R<Tensor> {
         let mut r = Reader::new(b, "TensorProto");
@@ -192,13 +196,26 @@ impl Tensor {
                 _ => {}
             }
         }
-        let elements: i64 = t.dims.iter().product();
         if t.dims.iter().any(|&d| d < 0) {
             return Err(DecodeError(format!(
                 "TensorProto `{}`: negative dim in {:?}",
                 t.name, t.dims
             )));
         }
+        // Refused by its dims before any value is read, so no size can overflow or allocate.
+        let elements = t
+            .dims
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(d.unsigned_abs()))
+            .filter(|&n| n <= MAX_ELEMENTS)
+            .filter(|_| t.dims.iter().all(|&d| d.unsigned_abs() <= MAX_ELEMENTS))
+            .ok_or_else(|| {
+                DecodeError(format!(
+                    "TensorProto `{}`: dims {:?} hold more than {MAX_ELEMENTS} elements",
+                    t.name, t.dims
+                ))
+            })?;
+        let elements = elements as i64;
         if external || elements as usize > SMALL {
             return Ok(t);
         }
@@ -511,6 +528,295 @@ fn decode_graph(b: &[u8]) -> R<Graph> {
     Ok(g)
 }
 
+/// Protobuf writing of the same messages: what tests, the fuzz harness and tools use to build
+/// ONNX files without Python. A tensor's values are written as typed fields (`int64_data`,
+/// `int32_data`, `float_data`, `double_data`), a tensor without values as its dims only.
+#[derive(Default)]
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn varint(&mut self, mut v: u64) {
+        loop {
+            let b = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                self.0.push(b);
+                break;
+            }
+            self.0.push(b | 0x80);
+        }
+    }
+
+    fn key(&mut self, field: u32, wire: u64) {
+        self.varint((u64::from(field) << 3) | wire);
+    }
+
+    fn int(&mut self, field: u32, v: i64) {
+        self.key(field, 0);
+        self.varint(v as u64);
+    }
+
+    fn bytes(&mut self, field: u32, b: &[u8]) {
+        self.key(field, 2);
+        self.varint(b.len() as u64);
+        self.0.extend_from_slice(b);
+    }
+
+    fn packed_ints(&mut self, field: u32, values: &[i64]) {
+        if values.is_empty() {
+            return;
+        }
+        let mut body = Writer::default();
+        for &v in values {
+            body.varint(v as u64);
+        }
+        self.bytes(field, &body.0);
+    }
+
+    fn packed_bytes(&mut self, field: u32, values: impl Iterator<Item = u8>) {
+        let body: Vec<u8> = values.collect();
+        if !body.is_empty() {
+            self.bytes(field, &body);
+        }
+    }
+}
+
+impl Tensor {
+    /// An integer tensor with its values (int64).
+    pub fn from_ints(name: &str, dims: &[i64], values: &[i64]) -> Tensor {
+        Tensor {
+            name: name.into(),
+            dims: dims.to_vec(),
+            data_type: dtype::INT64,
+            ints: values.to_vec(),
+            floats: values.iter().map(|&v| v as f32).collect(),
+            has_values: true,
+        }
+    }
+
+    /// A float tensor whose values the file leaves out (a weight, by its dims only).
+    pub fn weight(name: &str, dims: &[i64]) -> Tensor {
+        Tensor {
+            name: name.into(),
+            dims: dims.to_vec(),
+            data_type: dtype::FLOAT,
+            ..Tensor::default()
+        }
+    }
+
+    /// The `TensorProto` bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.packed_ints(1, &self.dims);
+        w.int(2, i64::from(self.data_type));
+        if self.has_values {
+            match self.data_type {
+                dtype::FLOAT => {
+                    w.packed_bytes(4, self.floats.iter().flat_map(|v| v.to_le_bytes()));
+                }
+                dtype::DOUBLE => w.packed_bytes(
+                    10,
+                    self.floats.iter().flat_map(|&v| f64::from(v).to_le_bytes()),
+                ),
+                dtype::INT64 => w.packed_ints(7, &self.ints),
+                _ => w.packed_ints(5, &self.ints),
+            }
+        }
+        if !self.name.is_empty() {
+            w.bytes(8, self.name.as_bytes());
+        }
+        w.0
+    }
+}
+
+impl Attribute {
+    /// An integer attribute.
+    pub fn int(name: &str, v: i64) -> Attribute {
+        Attribute {
+            name: name.into(),
+            i: Some(v),
+            ..Attribute::default()
+        }
+    }
+
+    /// An integer-list attribute.
+    pub fn ints(name: &str, v: &[i64]) -> Attribute {
+        Attribute {
+            name: name.into(),
+            ints: v.to_vec(),
+            ..Attribute::default()
+        }
+    }
+
+    /// A tensor attribute.
+    pub fn tensor(name: &str, t: Tensor) -> Attribute {
+        Attribute {
+            name: name.into(),
+            t: Some(t),
+            ..Attribute::default()
+        }
+    }
+
+    /// The `AttributeProto` bytes (with its `type`, as ONNX readers want).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.bytes(1, self.name.as_bytes());
+        let mut kind = 0;
+        if let Some(f) = self.f {
+            w.key(2, 5);
+            w.0.extend_from_slice(&f.to_le_bytes());
+            kind = 1;
+        }
+        if let Some(i) = self.i {
+            w.int(3, i);
+            kind = 2;
+        }
+        if let Some(s) = &self.s {
+            w.bytes(4, s.as_bytes());
+            kind = 3;
+        }
+        if let Some(t) = &self.t {
+            w.bytes(5, &t.encode());
+            kind = 4;
+        }
+        if !self.floats.is_empty() {
+            w.packed_bytes(7, self.floats.iter().flat_map(|v| v.to_le_bytes()));
+            kind = 6;
+        }
+        if !self.ints.is_empty() {
+            w.packed_ints(8, &self.ints);
+            kind = 7;
+        }
+        w.int(20, kind);
+        w.0
+    }
+}
+
+impl Node {
+    /// A node of the default domain, named `name`.
+    pub fn new(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> Node {
+        Node {
+            inputs: inputs.iter().map(|s| s.to_string()).collect(),
+            outputs: outputs.iter().map(|s| s.to_string()).collect(),
+            name: name.into(),
+            op: op.into(),
+            ..Node::default()
+        }
+    }
+
+    /// The node with one more attribute.
+    pub fn with(mut self, attribute: Attribute) -> Node {
+        self.attributes.push(attribute);
+        self
+    }
+
+    /// The `NodeProto` bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        for i in &self.inputs {
+            w.bytes(1, i.as_bytes());
+        }
+        for o in &self.outputs {
+            w.bytes(2, o.as_bytes());
+        }
+        if !self.name.is_empty() {
+            w.bytes(3, self.name.as_bytes());
+        }
+        w.bytes(4, self.op.as_bytes());
+        for a in &self.attributes {
+            w.bytes(5, &a.encode());
+        }
+        if !self.domain.is_empty() {
+            w.bytes(7, self.domain.as_bytes());
+        }
+        w.0
+    }
+}
+
+impl ValueInfo {
+    /// A float tensor named `name` of dims `dims`.
+    pub fn new(name: &str, dims: Vec<Dim>) -> ValueInfo {
+        ValueInfo {
+            name: name.into(),
+            elem_type: dtype::FLOAT,
+            dims: Some(dims),
+        }
+    }
+
+    /// The `ValueInfoProto` bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut tensor = Writer::default();
+        tensor.int(1, i64::from(self.elem_type));
+        if let Some(dims) = &self.dims {
+            let mut shape = Writer::default();
+            for d in dims {
+                let mut dim = Writer::default();
+                match d {
+                    Dim::Value(v) => dim.int(1, *v),
+                    Dim::Param(p) => dim.bytes(2, p.as_bytes()),
+                    Dim::Unknown => {}
+                }
+                shape.bytes(1, &dim.0);
+            }
+            tensor.bytes(2, &shape.0);
+        }
+        let mut type_proto = Writer::default();
+        type_proto.bytes(1, &tensor.0);
+        let mut w = Writer::default();
+        w.bytes(1, self.name.as_bytes());
+        w.bytes(2, &type_proto.0);
+        w.0
+    }
+}
+
+impl Graph {
+    /// The `GraphProto` bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        for n in &self.nodes {
+            w.bytes(1, &n.encode());
+        }
+        w.bytes(2, self.name.as_bytes());
+        for t in &self.initializers {
+            w.bytes(5, &t.encode());
+        }
+        for v in &self.inputs {
+            w.bytes(11, &v.encode());
+        }
+        for v in &self.outputs {
+            w.bytes(12, &v.encode());
+        }
+        for v in &self.value_info {
+            w.bytes(13, &v.encode());
+        }
+        w.0
+    }
+}
+
+impl Model {
+    /// A model of `graph` at IR version 8 and default-domain opset 17.
+    pub fn new(graph: Graph) -> Model {
+        Model {
+            ir_version: 8,
+            opset: 17,
+            producer: "perfcast".into(),
+            graph,
+        }
+    }
+
+    /// The `ModelProto` bytes: what [`decode_model`] reads back as `self`.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.int(1, self.ir_version);
+        w.bytes(2, self.producer.as_bytes());
+        w.bytes(7, &self.graph.encode());
+        let mut opset = Writer::default();
+        opset.int(2, self.opset);
+        w.bytes(8, &opset.0);
+        w.0
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -594,5 +900,60 @@ pub(crate) mod tests {
         assert!(err.0.starts_with("NodeProto at byte"), "{}", err.0);
         let err = decode_model(b"hello world, not protobuf").unwrap_err();
         assert!(!err.0.is_empty());
+    }
+
+    #[test]
+    fn a_written_model_reads_back_as_itself() {
+        let graph = Graph {
+            name: "g".into(),
+            nodes: vec![
+                Node::new("Conv", "conv0", &["x", "w"], &["y"])
+                    .with(Attribute::ints("pads", &[1, 1, 1, 1]))
+                    .with(Attribute::int("group", -3)),
+                Node::new("Constant", "", &[], &["c"]).with(Attribute::tensor(
+                    "value",
+                    Tensor::from_ints("", &[2], &[i64::MIN, i64::MAX]),
+                )),
+            ],
+            initializers: vec![
+                Tensor::weight("w", &[8, 3, 3, 3]),
+                Tensor::from_ints("shape", &[2], &[1, -1]),
+            ],
+            inputs: vec![ValueInfo::new(
+                "x",
+                vec![
+                    Dim::Param("batch".into()),
+                    Dim::Value(3),
+                    Dim::Unknown,
+                    Dim::Value(8),
+                ],
+            )],
+            outputs: vec![ValueInfo::new("y", vec![])],
+            value_info: vec![],
+        };
+        let model = Model::new(graph);
+        assert_eq!(decode_model(&model.encode()).unwrap(), model);
+    }
+
+    #[test]
+    fn a_tensor_too_large_to_hold_is_refused_before_its_values_are_read() {
+        let t = W::new()
+            .int(1, 1 << 32)
+            .int(1, 1 << 32)
+            .int(2, 1)
+            .str(8, "huge");
+        let err = Tensor::decode(&t.0).unwrap_err();
+        assert_eq!(
+            err.0,
+            "TensorProto `huge`: dims [4294967296, 4294967296] hold more than 1099511627776 \
+             elements"
+        );
+        let t = W::new().int(1, 0).int(1, 1 << 62).str(8, "wide");
+        assert!(
+            Tensor::decode(&t.0)
+                .unwrap_err()
+                .0
+                .contains("[0, 4611686018427387904]")
+        );
     }
 }

@@ -28,6 +28,8 @@ pub struct ImportReport {
     pub source: PathBuf,
     /// Nodes in the file.
     pub nodes: usize,
+    /// The batch the file fixes (its first input's leading dim above 1), or `None`.
+    pub batch: Option<usize>,
     /// Layers in the network.
     pub layers: usize,
     /// Nodes folded as constants.
@@ -53,6 +55,7 @@ impl ImportReport {
         ImportReport {
             source,
             nodes: imported.nodes,
+            batch: imported.batch,
             layers: imported.network.layers.len(),
             folded: imported.folded,
             fused: imported.fused.clone(),
