@@ -112,6 +112,18 @@ def test_devices_select_targets(gpu_bundle):
     assert gpu_bundle.predict(gemm, batch=8, device=spec) == t4
 
 
+def test_a_data_type_suffix_predicts_tensor_core_kernels(gpu_bundle):
+    gemm = {"kind": "linear", "tokens": 512, "in_features": 4096, "out_features": 4096}
+    fp32 = gpu_bundle.predict(gemm, batch=8, device="a100-sxm4-80gb")
+    fp16 = gpu_bundle.predict(gemm, batch=8, device="a100-sxm4-80gb:fp16")
+    # The fp16 tensor peak is 16x the fp32 one: the GEMM runs several times faster.
+    assert 0 < fp16 < fp32 / 3
+    with pytest.raises(perfcast.InputError, match="fp8"):
+        gpu_bundle.predict(gemm, device="h100:fp8")
+    with pytest.raises(perfcast.InputError, match="no `fp16` peak"):
+        gpu_bundle.predict(gemm, device="k80:fp16")
+
+
 def test_bad_queries_raise_input_errors_naming_the_field(gpu_bundle):
     with pytest.raises(perfcast.InputError, match="`kind`: unknown variant `warp_drive`"):
         gpu_bundle.predict({"kind": "warp_drive"})

@@ -477,6 +477,9 @@ impl Recompute {
 }
 
 /// Precision and optimiser, for memory.
+///
+/// Mixed precision ([`MemoryConfig::mixed`]) as frameworks run it: half-precision weights,
+/// gradients and activations, an fp32 master copy of the weights and fp32 optimiser state.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MemoryConfig {
     /// Optimiser, for its state (SGD none, momentum one buffer, Adam two).
@@ -485,6 +488,10 @@ pub struct MemoryConfig {
     pub activation_bytes: f64,
     /// Bytes per parameter, and per parameter gradient (4: fp32).
     pub param_bytes: f64,
+    /// Bytes per parameter of a master copy kept beside the working weights: 4 under mixed
+    /// precision (fp32 master weights, whose type the optimiser state takes too), 0 otherwise.
+    #[serde(default)]
+    pub master_bytes: f64,
     /// Recomputation.
     pub recompute: Recompute,
     /// Bytes the runtime holds besides tensors (CUDA context, cuBLAS/cuDNN workspaces).
@@ -499,9 +506,26 @@ impl Default for MemoryConfig {
             optimizer: Optimizer::Adam,
             activation_bytes: 4.0,
             param_bytes: 4.0,
+            master_bytes: 0.0,
             recompute: Recompute::None,
             reserve_bytes: 0.0,
             framework: Framework::Reference,
+        }
+    }
+}
+
+impl MemoryConfig {
+    /// This config for modules computing in elements of `bytes` (2: fp16/bf16): mixed
+    /// precision, with fp32 master weights and optimiser state; 4 or more: unchanged.
+    pub fn mixed(self, bytes: f64) -> MemoryConfig {
+        if bytes >= 4.0 {
+            return self;
+        }
+        MemoryConfig {
+            activation_bytes: bytes,
+            param_bytes: bytes,
+            master_bytes: 4.0,
+            ..self
         }
     }
 }
@@ -601,8 +625,13 @@ pub fn stage_peak(
     let b = batch as f64;
     let (act, pb) = (config.activation_bytes, config.param_bytes);
     let params = graph.params(range.clone());
-    let weights = params * pb;
-    let optimizer = params * config.optimizer.state_bytes_per_param(pb);
+    let weights = params * (pb + config.master_bytes);
+    let state_bytes = if config.master_bytes > 0.0 {
+        config.master_bytes
+    } else {
+        pb
+    };
+    let optimizer = params * config.optimizer.state_bytes_per_param(state_bytes);
     let (peak, held_per_mb) = match config.recompute {
         Recompute::None => (
             graph.sweep(range.clone(), b, act, pb),
@@ -875,6 +904,21 @@ pub(crate) mod tests {
             let sum = m.weights + m.optimizer + m.gradients + m.activations + m.workspace;
             assert!(close(m.total, sum, 1e-12));
         }
+    }
+
+    #[test]
+    fn mixed_precision_keeps_fp32_masters_and_halves_activations() {
+        let net = perfcast_core::zoo::build("resnet18", Some(64)).unwrap();
+        let fp32 = training_memory(&net, 8, &MemoryConfig::default()).unwrap();
+        let half = training_memory(&net, 8, &MemoryConfig::default().mixed(2.0)).unwrap();
+        // 2-byte weights plus a 4-byte master; Adam's two moments in fp32 either way.
+        assert!(close(half.weights, 1.5 * fp32.weights, 1e-12));
+        assert!(close(half.optimizer, fp32.optimizer, 1e-12));
+        // Half the bytes per element; the peak's moment may move, as the weights do not halve.
+        let ratio = half.activations / fp32.activations;
+        assert!((0.5 - 1e-9..0.6).contains(&ratio), "activations {ratio}x");
+        assert!(half.total < fp32.total);
+        assert_eq!(MemoryConfig::default().mixed(4.0), MemoryConfig::default());
     }
 
     #[test]

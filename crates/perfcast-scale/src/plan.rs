@@ -687,7 +687,14 @@ fn evaluate(
         fits.and_then(|f| f.send_s(bytes))
             .unwrap_or_else(|| link.transfer_s(bytes))
     };
-    let act = config.activation_bytes;
+    // A device seen in half precision trains in mixed precision: half-width activations
+    // and gradients on the wire, fp32 masters in memory.
+    let elem = device.spec.dtype.bytes();
+    let act = if elem < 4.0 {
+        elem
+    } else {
+        config.activation_bytes
+    };
     let b = mb as f64;
     // Per stage and micro-batch: compute (with recomputation), TP and PP communication.
     let mut worst = (0usize, 0.0, 0.0, 0.0, f64::NEG_INFINITY);
@@ -785,10 +792,12 @@ fn evaluate(
         optimizer: config.optimizer,
         activation_bytes: act,
         param_bytes: 4.0,
+        master_bytes: 0.0,
         recompute,
         reserve_bytes: config.reserve_bytes,
         framework: crate::memory::Framework::Reference,
-    };
+    }
+    .mixed(elem);
     let mut memory = MemoryEstimate::default();
     let mut params_max: f64 = 0.0;
     for (s, r) in stages.iter().enumerate() {

@@ -453,3 +453,55 @@ fn a_transformer_config_plans_every_layout_tensor_parallel_included() {
     let tp = rows.iter().find(|x| x["layout"]["tp"] == 2).unwrap();
     assert!(tp["exposed_comm_s"].as_f64().unwrap() > 0.0, "{tp}");
 }
+
+#[test]
+fn a_device_in_bf16_plans_mixed_precision_at_its_tensor_peak() {
+    let at = |device: &str| {
+        let o = plan(&[
+            "--transformer",
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../examples/transformers/gpt2-large.json"
+            ),
+            "--seq",
+            "1024",
+            "--global-batch",
+            "4",
+            "--gpus",
+            "4",
+            "--micro-batches",
+            "1",
+            "--recompute",
+            "none",
+            "--devices",
+            device,
+            "--format",
+            "json",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let rows = r["rows"].as_array().unwrap().clone();
+        let pp4 = rows
+            .into_iter()
+            .find(|row| row["layout"]["pp"] == 4)
+            .unwrap_or_else(|| panic!("no pp4 row for {device}"));
+        (
+            pp4["step_s"].as_f64().unwrap(),
+            pp4["memory"]["activations"].as_f64().unwrap(),
+            pp4["memory"]["weights"].as_f64().unwrap(),
+        )
+    };
+    let (fp32_s, fp32_act, fp32_w) = at("h100");
+    let (bf16_s, bf16_act, bf16_w) = at("h100:bf16");
+    assert!(
+        bf16_s < fp32_s / 2.0,
+        "bf16 {bf16_s} s against fp32 {fp32_s} s"
+    );
+    // Half-width activations; 2-byte weights beside 4-byte masters.
+    let ratio = bf16_act / fp32_act;
+    assert!((0.5 - 1e-9..0.6).contains(&ratio), "activations {ratio}x");
+    assert!((bf16_w / fp32_w - 1.5).abs() < 1e-6, "{bf16_w} / {fp32_w}");
+    let o = plan(&["--network", "resnet18@64", "--devices", "k80:bf16"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no `bf16` peak"), "{}", stderr(&o));
+}

@@ -197,3 +197,44 @@ fn train_writes_a_bundle_that_predict_and_bundle_show_use() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("manifest.json"), "{}", stderr(&o));
 }
+
+#[test]
+fn dtype_predicts_a_gpu_in_half_precision_and_refuses_what_it_cannot() {
+    let bundle = concat!(env!("CARGO_MANIFEST_DIR"), "/../checkpoints/gpu");
+    let gemm = |extra: &[&str]| {
+        let mut args = vec![
+            "predict",
+            "linear",
+            "--input",
+            "2048x4096",
+            "--out-features",
+            "4096",
+            "--bundle",
+            bundle,
+            "--format",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    let ms = |o: &std::process::Output| {
+        assert!(o.status.success(), "{}", stderr(o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v[0]["prediction"]["ms"].as_f64().unwrap()
+    };
+    let fp32 = ms(&gemm(&["--device", "a40"]));
+    let fp16 = ms(&gemm(&["--device", "a40", "--dtype", "fp16"]));
+    assert_eq!(fp16, ms(&gemm(&["--device", "a40:fp16"])));
+    // The fp16 tensor peak is 4x the fp32 one, and the bundle learned fp16 GEMMs on it.
+    assert!(fp16 < fp32 / 2.0, "fp16 {fp16} ms against fp32 {fp32} ms");
+    for (extra, says) in [
+        (vec!["--dtype", "fp16"], "needs a GPU"),
+        (vec!["--device", "a40", "--dtype", "fp8"], "fp8"),
+        (vec!["--device", "k80", "--dtype", "bf16"], "no `bf16` peak"),
+        (vec!["--device", "a40", "--dtype", "int4"], "int4"),
+    ] {
+        let o = gemm(&extra);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{extra:?}: {}", stderr(&o));
+    }
+}

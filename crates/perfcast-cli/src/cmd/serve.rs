@@ -25,6 +25,17 @@ pub struct ServeArgs {
     /// Bundle directory written by `perfcast train --bundle` or `perfcast quickstart`
     #[arg(long, default_value = "checkpoints/local")]
     bundle: PathBuf,
+    /// Serve predictions for this known device (a cross-device bundle such as
+    /// `checkpoints/gpu`), optionally in a data type: `h100`, `h100:bf16`
+    #[arg(long, value_name = "NAME[:TYPE]", conflicts_with = "device_spec")]
+    device: Option<String>,
+    /// Serve predictions for the device of this spec file
+    #[arg(long, value_name = "FILE.json")]
+    device_spec: Option<PathBuf>,
+    /// Data type the device's modules compute in (fp32, tf32, fp16, bf16); needs `--device`
+    /// or `--device-spec`
+    #[arg(long, value_name = "TYPE")]
+    dtype: Option<perfcast_core::DType>,
     /// Address to listen on (loopback by default; port 0 picks a free port and prints it)
     #[arg(long, default_value = "127.0.0.1:8787")]
     addr: SocketAddr,
@@ -80,7 +91,27 @@ pub fn serve(a: ServeArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             "`--threads` must be from 1 to {MAX_THREADS}, got {t}"
         );
     }
-    let bundle = load_bundle(&a.bundle)?;
+    let bundle =
+        match perfcast_core::known::target_device(a.device_spec.as_deref(), a.device.as_deref())? {
+            Some(device) => {
+                let device = match a.dtype {
+                    Some(dtype) => device.at_dtype(dtype)?,
+                    None => device,
+                };
+                ui.info(format!(
+                    "perfcast serve: predicting for `{}` in {}",
+                    device.name, device.dtype
+                ));
+                perfcast_select::Bundle::load_for_device(&a.bundle, &device)?
+            }
+            None => {
+                anyhow::ensure!(
+                    a.dtype.is_none(),
+                    "`--dtype` needs a GPU: pass `--device <name>` or `--device-spec <file>`"
+                );
+                load_bundle(&a.bundle)?
+            }
+        };
     let kinds = bundle.kinds().count();
     let predictor = Arc::new(Predictor::new(bundle));
     let config = ServeConfig {
