@@ -21,7 +21,7 @@ Inputs are random standardised rows: values do not change the arithmetic, so thi
 speed only. Python runs single-threaded by default (`--threads`), as perfcast's single-row
 figures are; batches use the same thread count for both. Not part of CI: needs `torch` and
 `scikit-learn` (`pip install torch scikit-learn`) and a built binary
-(`cargo build --release -p perfcast-cli`). Usage:
+(`cargo build --release --bin perfcast`). Usage:
 
     python3 bench/predict_py.py --bundle checkpoints/local --threads 1
 
