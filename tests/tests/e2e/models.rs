@@ -65,11 +65,14 @@ fn transformer_configs_predict_with_their_new_kinds_marked() {
     assert!(layers.len() > 12 * 20, "{}", layers.len());
     assert!(layers.iter().any(|l| l["name"] == "h11.mlp.act.tanh"));
     assert!(check_layers(&v) > 0);
-    // The GPU bundle has no embedding model: the spec roofline answers, marked.
+    // Embeddings are learned (Vidur's kernels); the GPU bundle has no `copy` model: the spec
+    // roofline answers those, marked.
     let tokens = layers.iter().find(|l| l["name"] == "embed.tokens").unwrap();
     assert_eq!(tokens["kind"], "embedding");
-    assert_eq!(tokens["fallback"], true);
-    assert_eq!(tokens["model"], "roofline-spec");
+    assert_eq!(tokens["fallback"], false);
+    let copy = layers.iter().find(|l| l["kind"] == "copy").unwrap();
+    assert_eq!(copy["fallback"], true);
+    assert_eq!(copy["model"], "roofline-spec");
     let qkv = layers.iter().find(|l| l["name"] == "h0.attn.qkv").unwrap();
     assert_eq!(qkv["fallback"], false);
     assert!(v["fallback_layers"].as_u64().unwrap() >= 1);
@@ -105,12 +108,14 @@ fn transformer_configs_predict_with_their_new_kinds_marked() {
             .any(|l| l["kind"] == "dropout")
     );
 
-    // Llama: RMSNorm and SiLU, also without a GPU model, marked.
+    // Llama: RMSNorm learned from Vidur's kernels, SiLU without a GPU model, marked.
     let llama = path("examples/transformers/llama-7b.json");
     let v = json(&predict_gpu(&["--transformer", &llama, "--seq", "256"]));
     let layers = v["layers"].as_array().unwrap();
     let rms = layers.iter().find(|l| l["kind"] == "rmsnorm").unwrap();
-    assert_eq!(rms["fallback"], true);
+    assert_eq!(rms["fallback"], false);
+    let silu = layers.iter().find(|l| l["kind"] == "silu").unwrap();
+    assert_eq!(silu["fallback"], true);
     check_layers(&v);
 
     // Text output says which layers are zero-cost.

@@ -456,6 +456,7 @@ fn a_transformer_config_plans_every_layout_tensor_parallel_included() {
 
 #[test]
 fn a_device_in_bf16_plans_mixed_precision_at_its_tensor_peak() {
+    // Data parallel: every GPU holds the whole model, so memory ratios are the formats'.
     let at = |device: &str| {
         let o = plan(&[
             "--transformer",
@@ -483,8 +484,8 @@ fn a_device_in_bf16_plans_mixed_precision_at_its_tensor_peak() {
         let rows = r["rows"].as_array().unwrap().clone();
         let pp4 = rows
             .into_iter()
-            .find(|row| row["layout"]["pp"] == 4)
-            .unwrap_or_else(|| panic!("no pp4 row for {device}"));
+            .find(|row| row["layout"]["dp"] == 4)
+            .unwrap_or_else(|| panic!("no dp4 row for {device}"));
         (
             pp4["step_s"].as_f64().unwrap(),
             pp4["memory"]["activations"].as_f64().unwrap(),
@@ -501,7 +502,14 @@ fn a_device_in_bf16_plans_mixed_precision_at_its_tensor_peak() {
     let ratio = bf16_act / fp32_act;
     assert!((0.5 - 1e-9..0.6).contains(&ratio), "activations {ratio}x");
     assert!((bf16_w / fp32_w - 1.5).abs() < 1e-6, "{bf16_w} / {fp32_w}");
-    let o = plan(&["--network", "resnet18@64", "--devices", "k80:bf16"]);
+    let o = plan(&[
+        "--network",
+        "resnet18@64",
+        "--global-batch",
+        "64",
+        "--devices",
+        "k80:bf16",
+    ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("no `bf16` peak"), "{}", stderr(&o));
 }

@@ -220,7 +220,7 @@ fn dtype_predicts_a_gpu_in_half_precision_and_refuses_what_it_cannot() {
     let ms = |o: &std::process::Output| {
         assert!(o.status.success(), "{}", stderr(o));
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        v[0]["prediction"]["ms"].as_f64().unwrap()
+        v[0]["ms"].as_f64().unwrap()
     };
     let fp32 = ms(&gemm(&["--device", "a40"]));
     let fp16 = ms(&gemm(&["--device", "a40", "--dtype", "fp16"]));
