@@ -238,3 +238,55 @@ fn dtype_predicts_a_gpu_in_half_precision_and_refuses_what_it_cannot() {
         assert!(stderr(&o).contains(says), "{extra:?}: {}", stderr(&o));
     }
 }
+
+#[test]
+fn map_carries_a_measured_step_to_other_gpus_beside_the_flop_ratio() {
+    let bundle = concat!(env!("CARGO_MANIFEST_DIR"), "/../checkpoints/gpu");
+    let o = run(&[
+        "map",
+        "--network",
+        "resnet18@64",
+        "--batch",
+        "16",
+        "--measured-ms",
+        "40",
+        "--anchor",
+        "t4",
+        "--device",
+        "v100,l4",
+        "--bundle",
+        bundle,
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(rows.len(), 2);
+    let f = |r: &serde_json::Value, k: &str| r[k].as_f64().unwrap();
+    // The FLOP ratio is the anchor's peak over the target's (T4 8,141 GFLOP/s).
+    assert!((f(&rows[0], "flop_ratio_ms") - 40.0 * 8141.0 / 14029.0).abs() < 1e-9);
+    assert!((f(&rows[1], "flop_ratio_ms") - 40.0 * 8141.0 / 31334.0).abs() < 1e-9);
+    for r in &rows {
+        assert!(f(r, "mapped_ms") >= f(r, "roofline_ms"), "{r}");
+        assert!(f(r, "bundle_ratio_ms") > 0.0);
+    }
+    // A training GPU of the bundle takes the bundle's ratio; an unseen one the blend.
+    assert_eq!(f(&rows[0], "mapped_ms"), f(&rows[0], "bundle_ratio_ms"));
+    let blend = (f(&rows[1], "bundle_ratio_ms") * f(&rows[1], "flop_ratio_ms")).sqrt();
+    assert!((f(&rows[1], "mapped_ms") - blend.max(f(&rows[1], "roofline_ms"))).abs() < 1e-9);
+    let o = run(&[
+        "map",
+        "--network",
+        "resnet18",
+        "--measured-ms",
+        "40",
+        "--anchor",
+        "iphone",
+        "--device",
+        "v100",
+        "--bundle",
+        bundle,
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("`--anchor`"), "{}", stderr(&o));
+}

@@ -19,17 +19,46 @@ use crate::render;
 use perfcast_data::import::known::target_device;
 
 /// Arguments of `perfcast map`.
+///
+/// Two modes. A profile: `--from <dataset of the anchor> --train <datasets>` maps every measured
+/// module with a pair model. A network step: `--network <zoo name or file> --measured-ms T
+/// --anchor <device>` maps one measured step with a bundle (`--bundle`, default
+/// `checkpoints/gpu`): the measured time times the bundle's target/anchor ratio for the same
+/// network, beside the plain peak-FLOP ratio.
 #[derive(Debug, Args)]
 pub struct MapArgs {
     /// Dataset measured on the anchor device (its `device.json` is the anchor's spec): the
     /// modules to map
-    #[arg(long)]
-    pub from: PathBuf,
+    #[arg(
+        long,
+        required_unless_present = "measured_ms",
+        conflicts_with = "measured_ms"
+    )]
+    pub from: Option<PathBuf>,
     /// Datasets of devices that measured the same configurations (e.g. `datasets/deepbench`),
     /// or a folder of them: the mapping is fitted on every ordered pair of them
-    #[arg(long, required = true, num_args = 1..)]
+    #[arg(long, num_args = 1.., required_unless_present = "measured_ms")]
     pub train: Vec<PathBuf>,
-    /// Target device by name (`perfcast predict --list-devices`)
+    /// Network mode: the step time measured on `--anchor`, ms
+    #[arg(long, requires_all = ["anchor", "network"])]
+    pub measured_ms: Option<f64>,
+    /// Network mode: the device the step was measured on (a known name, `:TYPE` allowed)
+    #[arg(long)]
+    pub anchor: Option<String>,
+    /// Network mode: a zoo network (`resnet50`, `resnet50@128`) or a network JSON file
+    #[arg(long)]
+    pub network: Option<String>,
+    /// Network mode: samples per step
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// Network mode: inference (forward) or training (a whole step)
+    #[arg(long, default_value = "training")]
+    pub step: perfcast_core::Phase,
+    /// Network mode: the bundle whose ratio maps the step
+    #[arg(long, default_value = "checkpoints/gpu")]
+    pub bundle: PathBuf,
+    /// Target device by name (`perfcast predict --list-devices`); network mode takes a
+    /// comma-separated list
     #[arg(long, conflicts_with = "device_spec")]
     pub device: Option<String>,
     /// Target device spec: perfcast's `device.json` format (may name its `software` stack) or
@@ -52,9 +81,15 @@ pub struct MapArgs {
 
 /// Runs `perfcast map`.
 pub fn run(a: MapArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
+    if let Some(measured_ms) = a.measured_ms {
+        return map_network(&a, measured_ms, ui);
+    }
     let target = target_device(a.device_spec.as_deref(), a.device.as_deref())?
         .ok_or_else(|| anyhow::anyhow!("name the target with `--device` or `--device-spec`"))?;
-    let from = DatasetDir::open(&a.from)?;
+    let Some(from) = &a.from else {
+        anyhow::bail!("give `--from <dataset>` (a profile) or `--measured-ms` (a network step)");
+    };
+    let from = DatasetDir::open(from)?;
     let train = resolve_datasets(&a.train)?;
     let report = map_profile(
         &from,
@@ -84,6 +119,140 @@ pub fn run(a: MapArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             }))?
         }
         Format::Text => emit(&render::devices::map(&report))?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One target of a mapped network step.
+#[derive(Debug, serde::Serialize)]
+struct MappedStep {
+    device: String,
+    /// The bundle's prediction for the target, ms.
+    predicted_ms: f64,
+    /// The measured step times the bundle's target/anchor ratio, ms.
+    bundle_ratio_ms: f64,
+    /// The measured step times the anchor's over the target's peak FLOP/s, ms.
+    flop_ratio_ms: f64,
+    /// What `map` answers: the bundle ratio on a device the bundle was trained on (or in another
+    /// data type than the anchor's); on another, the geometric mean of the two ratios, which
+    /// scored better than either with the target left out of training (docs/accuracy.md,
+    /// "Anchor mapping on DeepBench").
+    mapped_ms: f64,
+    /// How `mapped_ms` was formed.
+    method: &'static str,
+    /// The spec roofline of the step on the target, ms (no answer is below it).
+    roofline_ms: f64,
+}
+
+/// `perfcast map --measured-ms`: a step measured on the anchor, mapped to each target.
+fn map_network(a: &MapArgs, measured_ms: f64, ui: &Ui) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        measured_ms.is_finite() && measured_ms > 0.0 && measured_ms <= 8.64e7,
+        "`--measured-ms` must be a positive time of at most a day, got {measured_ms}"
+    );
+    let anchor_name = a.anchor.as_deref().unwrap_or_default();
+    let anchor = perfcast_core::known::lookup(anchor_name)
+        .map_err(|e| anyhow::anyhow!("`--anchor`: {e}"))?;
+    let network_arg = a.network.as_deref().unwrap_or_default();
+    let network = if std::path::Path::new(network_arg).is_file() {
+        perfcast_core::Network::from_json_file(std::path::Path::new(network_arg))?
+    } else {
+        perfcast_core::NetworkChoice::zoo(network_arg, None)?.network
+    };
+    let context = perfcast_core::Context {
+        batch: a.batch,
+        phase: a.step,
+        threads: 1,
+        utilisation: 0.0,
+    };
+    context.validate()?;
+    let mut targets = Vec::new();
+    if let Some(path) = &a.device_spec {
+        targets.push(perfcast_core::DeviceSpec::read_file(path)?);
+    }
+    for name in a.device.iter().flat_map(|d| d.split(',')) {
+        targets.push(
+            perfcast_core::known::lookup(name.trim())
+                .map_err(|e| anyhow::anyhow!("`--device`: {e}"))?,
+        );
+    }
+    anyhow::ensure!(
+        !targets.is_empty(),
+        "name the targets with `--device a,b` or `--device-spec <file>`"
+    );
+    let predict = |device: &perfcast_core::DeviceSpec| -> anyhow::Result<_> {
+        let bundle = perfcast_select::Bundle::load_for_device(&a.bundle, device)?;
+        let trained = bundle
+            .manifest
+            .trained_devices
+            .iter()
+            .any(|d| d.name == device.name && d.dtype == device.dtype);
+        let p = perfcast_select::Predictor::new(bundle).predict_network(&network, &context)?;
+        Ok((p.total_ms, p.roofline_ms, trained))
+    };
+    let (anchor_ms, _, _) = predict(&anchor)?;
+    let mut out = Vec::new();
+    for target in &targets {
+        let (predicted_ms, roofline_ms, trained) = predict(target)?;
+        let bundle_ratio_ms = measured_ms * predicted_ms / anchor_ms;
+        let flop_ratio_ms = measured_ms * anchor.peak_gflops / target.peak_gflops;
+        let (mapped_ms, method) = if trained {
+            (
+                bundle_ratio_ms,
+                "bundle ratio (a training device of the bundle)",
+            )
+        } else if target.dtype != anchor.dtype {
+            // Peaks of two data types do not compare the way the same kernels do.
+            (
+                bundle_ratio_ms,
+                "bundle ratio (another data type than the anchor's)",
+            )
+        } else {
+            (
+                (bundle_ratio_ms * flop_ratio_ms).sqrt(),
+                "geometric mean of the bundle and FLOP ratios (target not trained on)",
+            )
+        };
+        out.push(MappedStep {
+            device: target.slug(),
+            predicted_ms,
+            bundle_ratio_ms,
+            flop_ratio_ms,
+            mapped_ms: mapped_ms.max(roofline_ms),
+            method,
+            roofline_ms,
+        });
+    }
+    ui.info(format!(
+        "`{}` at batch {} ({}) measured {} ms on `{}`; the bundle predicts {} ms there",
+        network.name,
+        a.batch,
+        a.step,
+        crate::output::sig3(measured_ms),
+        anchor.name,
+        crate::output::sig3(anchor_ms)
+    ));
+    match a.format {
+        Format::Json => emit_json(&out)?,
+        Format::Text => {
+            let mut t = format!(
+                "{:<32} {:>11} {:>11} {:>11} {:>11} {:>11}  method\n",
+                "target", "mapped", "bundle x", "FLOP x", "predicted", "roofline"
+            );
+            for r in &out {
+                t.push_str(&format!(
+                    "{:<32} {:>8} ms {:>8} ms {:>8} ms {:>8} ms {:>8} ms  {}\n",
+                    r.device,
+                    crate::output::sig3(r.mapped_ms),
+                    crate::output::sig3(r.bundle_ratio_ms),
+                    crate::output::sig3(r.flop_ratio_ms),
+                    crate::output::sig3(r.predicted_ms),
+                    crate::output::sig3(r.roofline_ms),
+                    r.method
+                ));
+            }
+            emit(&t)?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
