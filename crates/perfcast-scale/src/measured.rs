@@ -441,26 +441,11 @@ impl Collectives {
 
     /// Writes the fits as JSON, replacing `path` atomically (a temp file beside it, renamed).
     pub fn write(&self, path: &Path) -> Result<()> {
-        let err = |source: std::io::Error| Error::WriteRuns {
-            path: path.to_path_buf(),
-            source,
-        };
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        let mut builder = tempfile::Builder::new();
-        builder.prefix(".perfcast-").suffix(".tmp");
-        // Temp files are private by default; the result is an ordinary data file.
-        #[cfg(unix)]
-        builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644));
-        let mut tmp = builder.tempfile_in(dir).map_err(err)?;
-        let mut text =
-            serde_json::to_string_pretty(self).map_err(|e| err(std::io::Error::other(e)))?;
-        text.push('\n');
-        std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(err)?;
-        tmp.persist(path).map_err(|e| err(e.error))?;
-        Ok(())
+        crate::runs::write_atomically(path, |mut file| {
+            let mut text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
+            text.push('\n');
+            std::io::Write::write_all(&mut file, text.as_bytes())
+        })
     }
 }
 

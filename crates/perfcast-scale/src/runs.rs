@@ -41,26 +41,11 @@ pub fn read_runs(path: &Path) -> Result<Vec<Run>> {
 /// header, one line per run (fields quoted where they need it), atomically (a temp file in
 /// the same directory, renamed over `path`).
 pub fn write_runs(path: &Path, report: &RunsReport) -> Result<()> {
-    let err = |source: std::io::Error| Error::WriteRuns {
-        path: path.to_path_buf(),
-        source,
-    };
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let mut builder = tempfile::Builder::new();
-    builder.prefix(".perfcast-").suffix(".tmp");
-    // Temp files are private by default; the result is an ordinary data file.
-    #[cfg(unix)]
-    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644));
-    let tmp = builder.tempfile_in(dir).map_err(err)?;
-    {
+    write_atomically(path, |file| {
         use std::io::Write as _;
-        let mut out = std::io::BufWriter::new(tmp.as_file());
-        out.write_all(provenance(report).as_bytes()).map_err(err)?;
+        let mut out = std::io::BufWriter::new(file);
+        out.write_all(provenance(report).as_bytes())?;
         let mut w = csv::Writer::from_writer(out);
-        let to_io = |e: csv::Error| std::io::Error::other(e);
         w.write_record([
             "network",
             "resolution",
@@ -73,9 +58,7 @@ pub fn write_runs(path: &Path, report: &RunsReport) -> Result<()> {
             "time_s",
             "min_s",
             "max_s",
-        ])
-        .map_err(to_io)
-        .map_err(err)?;
+        ])?;
         let resolution = report.resolution.map(|v| v.to_string()).unwrap_or_default();
         for run in &report.runs {
             w.write_record([
@@ -90,12 +73,33 @@ pub fn write_runs(path: &Path, report: &RunsReport) -> Result<()> {
                 format!("{:.6}", run.time_s),
                 format!("{:.6}", run.min_s),
                 format!("{:.6}", run.max_s),
-            ])
-            .map_err(to_io)
-            .map_err(err)?;
+            ])?;
         }
-        w.flush().map_err(err)?;
-    }
+        w.flush()
+    })
+}
+
+/// Writes `path` atomically: `fill` writes a temp file beside it (readable like any data file,
+/// not the temp file's private mode), which is synced and renamed over `path`; a failure
+/// leaves `path` as it was.
+pub(crate) fn write_atomically(
+    path: &Path,
+    fill: impl FnOnce(&std::fs::File) -> std::io::Result<()>,
+) -> Result<()> {
+    let err = |source: std::io::Error| Error::WriteRuns {
+        path: path.to_path_buf(),
+        source,
+    };
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".perfcast-").suffix(".tmp");
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644));
+    let tmp = builder.tempfile_in(dir).map_err(err)?;
+    fill(tmp.as_file()).map_err(err)?;
     tmp.as_file().sync_all().map_err(err)?;
     tmp.persist(path).map_err(|e| err(e.error))?;
     Ok(())
