@@ -7,9 +7,9 @@
 //! directions of every link together, so it is halved here; PCIe 4.0 x16 is 32 GB/s, 5.0 x16 64.
 //! A board sold as two dies (MI250X) is described as the board.
 
+use crate::DeviceSpec;
 use crate::dtype::{Links, TypePeaks};
 use crate::gpus::Published;
-use crate::{DeviceKind, DeviceSpec};
 
 /// A datasheet entry: the fp32 spec, the per-type peaks, the links and the board power.
 #[derive(Clone, Copy, Debug)]
@@ -57,32 +57,6 @@ impl Datasheet {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-const fn gpu(
-    name: &'static str,
-    gflops: f64,
-    bandwidth_gbs: f64,
-    sms: u32,
-    shaders: u32,
-    clock_mhz: f64,
-    memory_gb: f64,
-    l2_mb: f64,
-    note: &'static str,
-) -> Published {
-    Published {
-        name,
-        kind: DeviceKind::Gpu,
-        gflops,
-        bandwidth_gbs,
-        cores: sms,
-        threads: shaders,
-        clock_mhz,
-        memory_gb,
-        l2_mb,
-        note,
-    }
-}
-
 /// One row: base, then tf32, fp16, bf16, fp8 (GFLOP/s), peer and host links (GB/s), power.
 #[allow(clippy::too_many_arguments)]
 const fn sheet(
@@ -119,7 +93,7 @@ const HOPPER_TENSOR: (Option<f64>, Option<f64>, Option<f64>, Option<f64>) = (
 /// GPUs of the 2026 catalogue that no other table lists.
 pub const CURRENT: [Datasheet; 12] = [
     sheet(
-        gpu(
+        Published::gpu(
             "NVIDIA A100-SXM4-80GB",
             19_500.0,
             2_039.0,
@@ -139,7 +113,7 @@ pub const CURRENT: [Datasheet; 12] = [
         400.0,
     ),
     sheet(
-        gpu(
+        Published::gpu(
             "NVIDIA A40",
             37_400.0,
             696.0,
@@ -159,7 +133,7 @@ pub const CURRENT: [Datasheet; 12] = [
         300.0,
     ),
     sheet(
-        gpu(
+        Published::gpu(
             "NVIDIA H100 PCIe",
             51_200.0,
             2_000.0,
@@ -179,7 +153,7 @@ pub const CURRENT: [Datasheet; 12] = [
         350.0,
     ),
     sheet(
-        gpu(
+        Published::gpu(
             "NVIDIA H200",
             66_900.0,
             4_800.0,
@@ -199,7 +173,7 @@ pub const CURRENT: [Datasheet; 12] = [
         700.0,
     ),
     sheet(
-        gpu(
+        Published::gpu(
             "NVIDIA GH200",
             66_900.0,
             4_000.0,
@@ -219,7 +193,7 @@ pub const CURRENT: [Datasheet; 12] = [
         1_000.0,
     ),
     sheet(
-        gpu(
+        Published::gpu(
             "NVIDIA B200",
             75_000.0,
             8_000.0,
@@ -239,7 +213,7 @@ pub const CURRENT: [Datasheet; 12] = [
         1_000.0,
     ),
     sheet(
-        gpu(
+        Published::gpu(
             "NVIDIA L40S",
             91_600.0,
             864.0,
@@ -259,7 +233,7 @@ pub const CURRENT: [Datasheet; 12] = [
         350.0,
     ),
     sheet(
-        gpu(
+        Published::gpu(
             "NVIDIA A10G",
             35_000.0,
             600.0,
@@ -280,7 +254,7 @@ pub const CURRENT: [Datasheet; 12] = [
         300.0,
     ),
     sheet(
-        gpu(
+        Published::gpu(
             "NVIDIA GeForce RTX 4090",
             82_600.0,
             1_008.0,
@@ -300,7 +274,7 @@ pub const CURRENT: [Datasheet; 12] = [
         450.0,
     ),
     sheet(
-        gpu(
+        Published::gpu(
             "NVIDIA RTX 6000 Ada Generation",
             91_100.0,
             960.0,
@@ -320,7 +294,7 @@ pub const CURRENT: [Datasheet; 12] = [
         300.0,
     ),
     sheet(
-        gpu(
+        Published::gpu(
             "AMD Instinct MI250X",
             47_900.0,
             3_276.8,
@@ -340,7 +314,7 @@ pub const CURRENT: [Datasheet; 12] = [
         560.0,
     ),
     sheet(
-        gpu(
+        Published::gpu(
             "AMD Instinct MI300X",
             81_700.0,
             5_300.0,

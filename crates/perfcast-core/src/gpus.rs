@@ -36,6 +36,34 @@ pub struct Published {
 }
 
 impl Published {
+    /// A GPU's row of a published table: name, fp32 GFLOP/s, GB/s, SMs, shader cores, clock
+    /// MHz, memory GB, L2 MB, and where the figures come from.
+    #[allow(clippy::too_many_arguments)]
+    pub const fn gpu(
+        name: &'static str,
+        gflops: f64,
+        bandwidth_gbs: f64,
+        sms: u32,
+        shaders: u32,
+        clock_mhz: f64,
+        memory_gb: f64,
+        l2_mb: f64,
+        note: &'static str,
+    ) -> Published {
+        Published {
+            name,
+            kind: DeviceKind::Gpu,
+            gflops,
+            bandwidth_gbs,
+            cores: sms,
+            threads: shaders,
+            clock_mhz,
+            memory_gb,
+            l2_mb,
+            note,
+        }
+    }
+
     /// As a [`DeviceSpec`] (source: published).
     pub fn spec(&self) -> DeviceSpec {
         DeviceSpec {

@@ -6,7 +6,7 @@
 //! and is left out, as the importer leaves it out. The AMD files give a vector and a matrix-core
 //! fp32 peak; the vector one is used, as the importer does.
 
-use crate::{DeviceKind, DeviceSpec};
+use crate::DeviceSpec;
 
 use crate::gpus::{self, Published};
 
@@ -22,18 +22,17 @@ const fn neusight(
     memory_gb: f64,
     l2_mb: f64,
 ) -> Published {
-    Published {
+    Published::gpu(
         name,
-        kind: DeviceKind::Gpu,
         gflops,
         bandwidth_gbs,
-        cores: sms,
-        threads: sms * per_sm,
+        sms,
+        sms * per_sm,
         clock_mhz,
         memory_gb,
         l2_mb,
-        note: "NeuSight device_configs (MIT)",
-    }
+        "NeuSight device_configs (MIT)",
+    )
 }
 
 /// NeuSight's published specs, in file-name order.
