@@ -3,6 +3,11 @@
 //! Latency is close to a power law in the work (FLOPs, bytes) and the shapes, so a linear model
 //! in log space with a few second-order terms is cheap and often good. Solved in closed form:
 //! `(XᵀX + λI) w = Xᵀ ln(y)` by Cholesky, the intercept unpenalised.
+//!
+//! Guarded against blow-ups on small or ill-conditioned data: the penalty is raised tenfold at
+//! a time while the system is ill-conditioned (pivots of the factor spread too far apart), and
+//! predictions are clamped in log space to the training targets' range widened by
+//! [`LOG_MARGIN`] on each side.
 
 use serde::{Deserialize, Serialize};
 
@@ -45,8 +50,20 @@ fn expand_into(z: &[f64], active: &[usize], degree: u8, out: &mut Vec<f64>) {
     }
 }
 
-/// Solves the symmetric positive-definite system `a x = b` in place (Cholesky).
-fn cholesky_solve(a: &mut [f64], b: &mut [f64], n: usize) -> Result<()> {
+/// How far (ln ms) predictions may leave the training targets' range: one decade.
+pub const LOG_MARGIN: f64 = std::f64::consts::LN_10;
+
+/// The smallest squared ratio of the Cholesky factor's smallest to largest pivot (a rough
+/// reciprocal condition number) a solve is accepted at.
+const MIN_RCOND: f64 = 1e-12;
+
+/// Tenfold penalty raises tried on an ill-conditioned system before giving up.
+const MAX_RAISES: usize = 12;
+
+/// Solves the symmetric positive-definite system `a x = b` in place (Cholesky); returns the
+/// squared ratio of the factor's smallest to largest pivot.
+fn cholesky_solve(a: &mut [f64], b: &mut [f64], n: usize) -> Result<f64> {
+    let (mut low, mut high) = (f64::INFINITY, 0.0f64);
     for j in 0..n {
         let mut d = a[j * n + j];
         for k in 0..j {
@@ -58,6 +75,7 @@ fn cholesky_solve(a: &mut [f64], b: &mut [f64], n: usize) -> Result<()> {
             ));
         }
         let d = d.sqrt();
+        (low, high) = (low.min(d), high.max(d));
         a[j * n + j] = d;
         for i in j + 1..n {
             let mut s = a[i * n + j];
@@ -81,7 +99,36 @@ fn cholesky_solve(a: &mut [f64], b: &mut [f64], n: usize) -> Result<()> {
         }
         b[i] = s / a[i * n + i];
     }
-    Ok(())
+    Ok(if n == 0 { 1.0 } else { (low / high).powi(2) })
+}
+
+/// Solves `(a + penalty I) w = b`, raising the penalty tenfold while the system is singular or
+/// worse conditioned than [`MIN_RCOND`]; returns the weights.
+fn solve_guarded(a: &[f64], b: &[f64], p: usize, mut penalty: f64) -> Result<Vec<f64>> {
+    // A penalty of zero cannot be raised tenfold: start from a tiny share of the diagonal.
+    let scale = (0..p).map(|i| a[i * p + i]).sum::<f64>() / p.max(1) as f64;
+    let floor = 1e-12 * scale.max(f64::MIN_POSITIVE);
+    let mut last = None;
+    for _ in 0..=MAX_RAISES {
+        let mut m = a.to_vec();
+        for i in 0..p {
+            m[i * p + i] += penalty;
+        }
+        let mut w = b.to_vec();
+        match cholesky_solve(&mut m, &mut w, p) {
+            Ok(rcond) if rcond >= MIN_RCOND && w.iter().all(|v| v.is_finite()) => return Ok(w),
+            Ok(_) => {}
+            Err(e) => last = Some(e),
+        }
+        penalty = (penalty * 10.0).max(floor);
+    }
+    Err(last.unwrap_or_else(|| {
+        Error::InvalidData(
+            "ridge normal equations stay ill-conditioned under every penalty tried; raise \
+             `lambda`"
+                .into(),
+        )
+    }))
 }
 
 impl crate::registry::FamilyParams for RidgeParams {
@@ -149,10 +196,14 @@ impl Fit for RidgeParams {
             for j in 0..i {
                 a[j * p + i] = a[i * p + j];
             }
-            a[i * p + i] += self.lambda * n;
         }
-        cholesky_solve(&mut a, &mut b, p)?;
+        let b = solve_guarded(&a, &b, p, self.lambda * n)?;
         let intercept = ly_mean - b.iter().zip(&mean).map(|(w, m)| w * m).sum::<f64>();
+        let (low, high) = ly
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &v| {
+                (l.min(v), h.max(v))
+            });
         Ok(FittedRidge {
             schema: data.schema.clone(),
             scaler,
@@ -160,6 +211,7 @@ impl Fit for RidgeParams {
             degree: self.degree,
             intercept,
             weights: b,
+            log_bounds: Some([low - LOG_MARGIN, high + LOG_MARGIN]),
         })
     }
 }
@@ -209,6 +261,41 @@ mod tests {
         let m2 = RidgeParams::default().fit(&data).unwrap();
         let p = m2.predict_row(&xs[5]).unwrap();
         assert!((p - y[5]).abs() / y[5] < 0.01);
+    }
+
+    #[test]
+    fn ill_conditioned_small_data_cannot_blow_up() {
+        // A degree-2 expansion with more terms than rows and two nearly collinear columns:
+        // singular without a penalty, wild between and beyond the rows with a small one.
+        let row = |i: usize| {
+            let a = (1 + i % 5) as f64 * 10.0;
+            [a, a * (1.0 + 1e-9 * i as f64), ((i * 7) % 3) as f64]
+        };
+        let xs: Vec<[f64; 3]> = (0..8).map(row).collect();
+        let y: Vec<f64> = (0..8).map(|i| 1.0 + 0.3 * ((i * 5) % 4) as f64).collect();
+        let data = TrainSet {
+            schema: FeatureSchema {
+                kind: ModuleKind::Concat,
+                names: vec!["a".into(), "b".into(), "c".into()],
+            },
+            x: Matrix::from_vec(8, 3, xs.iter().flatten().copied().collect()),
+            y: y.clone(),
+            groups: vec![0; 8],
+        };
+        for lambda in [0.0, 1e-3] {
+            let m = RidgeParams { lambda, degree: 2 }.fit(&data).unwrap();
+            let (low, high) = (1.0 / 10.0, 1.9 * 10.0);
+            for a in [0.0, 1.0, 55.0, 1e3, 1e6] {
+                for c in [0.0, 2.0, 50.0] {
+                    let p = m.predict_row(&[a, a * 1.5, c]).unwrap();
+                    assert!(
+                        p.is_finite() && (low * 0.999..=high * 1.001).contains(&p),
+                        "lambda {lambda}: row [{a}, {}, {c}] predicted {p} ms",
+                        a * 1.5
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -636,8 +636,8 @@ mod tests {
 
     #[test]
     fn every_branch_into_a_concat_gets_gradients() {
-        // Issue 39: a concat's operand was a tensor of its own, so the backward pass stopped
-        // there and never reached the convs of either branch feeding it.
+        // A concat reading a tensor of its own would stop the backward pass short of the convs
+        // feeding it.
         let net = fire();
         net.check().unwrap();
         let device = crate::Backend::Flex.device().unwrap();

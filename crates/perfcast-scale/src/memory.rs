@@ -853,8 +853,8 @@ pub(crate) mod tests {
 
     #[test]
     fn a_concats_unnamed_part_counts_what_its_layer_keeps() {
-        // Issue 39: a concat names only its first part; the other part's ReLU output, which the
-        // backward pass keeps, was left out of the peak because no layer named it.
+        // A concat names only its first part; the other part's ReLU output is still kept for
+        // the backward pass.
         let conv = |cin: usize, cout: usize, k: usize| {
             ModuleSpec::Conv2d(perfcast_core::Conv2d {
                 in_channels: cin,
