@@ -4,9 +4,10 @@
 //! in log space with a few second-order terms is cheap and often good. Solved in closed form:
 //! `(XᵀX + λI) w = Xᵀ ln(y)` by Cholesky, the intercept unpenalised.
 //!
-//! Guarded against blow-ups on small or ill-conditioned data: the penalty is raised tenfold at
-//! a time while the system is ill-conditioned (pivots of the factor spread too far apart), and
-//! predictions are clamped in log space to the training targets' range widened by
+//! Guarded against blow-ups on small or ill-conditioned data: the penalty (from the given one
+//! up) and the degree are chosen by closed-form leave-one-out error; the penalty is raised
+//! tenfold at a time while the system is ill-conditioned (pivots of the factor spread too far
+//! apart); and predictions are clamped in log space to the training targets' range widened by
 //! [`LOG_MARGIN`] on each side.
 
 use serde::{Deserialize, Serialize};
@@ -100,6 +101,68 @@ fn cholesky_solve(a: &mut [f64], b: &mut [f64], n: usize) -> Result<f64> {
         b[i] = s / a[i * n + i];
     }
     Ok(if n == 0 { 1.0 } else { (low / high).powi(2) })
+}
+
+/// Expansions at most this long choose their penalty and degree by leave-one-out error;
+/// longer ones keep the given ones (each solve of the search grows with the cube of the length).
+const MAX_SEARCHED_TERMS: usize = 400;
+
+/// Penalties per row (on standardised terms) the search tries besides the given one.
+const PENALTY_GRID: [f64; 4] = [1e-2, 1e-1, 1.0, 10.0];
+
+/// The normal equations `a` (`p` x `p`) and `b` of centred expansion rows, for the search.
+struct Normal<'a> {
+    a: &'a [f64],
+    b: &'a [f64],
+    p: usize,
+    rows: &'a [Vec<f64>],
+    mean: &'a [f64],
+    /// Centred log targets.
+    ly: &'a [f64],
+}
+
+impl Normal<'_> {
+    /// The system of the first `q` terms with `penalty` on the diagonal.
+    fn leading(&self, q: usize, penalty: f64) -> (Vec<f64>, Vec<f64>) {
+        let mut m = vec![0.0; q * q];
+        for i in 0..q {
+            m[i * q..(i + 1) * q].copy_from_slice(&self.a[i * self.p..i * self.p + q]);
+            m[i * q + i] += penalty;
+        }
+        (m, self.b[..q].to_vec())
+    }
+
+    /// Leave-one-out mean squared log error of the ridge on the first `q` terms with
+    /// `penalty` (closed form: each residual over one minus its leverage); `None` when the
+    /// system is ill-conditioned or a row is interpolated exactly.
+    fn loo_error(&self, q: usize, penalty: f64) -> Option<f64> {
+        let (mut m, mut w) = self.leading(q, penalty);
+        let rcond = cholesky_solve(&mut m, &mut w, q).ok()?;
+        if rcond < MIN_RCOND {
+            return None;
+        }
+        // `m` now holds the factor `L` in its lower triangle.
+        let n = self.rows.len() as f64;
+        let (mut sum, mut v) = (0.0, vec![0.0; q]);
+        for (row, y) in self.rows.iter().zip(self.ly) {
+            let mut fit = 0.0;
+            for i in 0..q {
+                let x = row[i] - self.mean[i];
+                fit += w[i] * x;
+                let mut s = x;
+                for k in 0..i {
+                    s -= m[i * q + k] * v[k];
+                }
+                v[i] = s / m[i * q + i];
+            }
+            let leverage = 1.0 / n + v.iter().map(|t| t * t).sum::<f64>();
+            if leverage >= 1.0 - 1e-9 {
+                return None;
+            }
+            sum += ((y - fit) / (1.0 - leverage)).powi(2);
+        }
+        (sum.is_finite()).then_some(sum / n)
+    }
 }
 
 /// Solves `(a + penalty I) w = b`, raising the penalty tenfold while the system is singular or
@@ -197,8 +260,43 @@ impl Fit for RidgeParams {
                 a[j * p + i] = a[i * p + j];
             }
         }
-        let b = solve_guarded(&a, &b, p, self.lambda * n)?;
-        let intercept = ly_mean - b.iter().zip(&mean).map(|(w, m)| w * m).sum::<f64>();
+        // The penalty and degree with the lowest leave-one-out error, the given ones among
+        // them: a penalty fixed in advance lets few or collinear rows send the weights wild.
+        let centred: Vec<f64> = ly.iter().map(|y| y - ly_mean).collect();
+        let normal = Normal {
+            a: &a,
+            b: &b,
+            p,
+            rows: &rows,
+            mean: &mean,
+            ly: &centred,
+        };
+        let k = active.len();
+        let mut best = (p, self.lambda * n, f64::INFINITY);
+        if p <= MAX_SEARCHED_TERMS {
+            let terms = if self.degree >= 2 && k < p {
+                vec![p, k]
+            } else {
+                vec![p]
+            };
+            for &q in &terms {
+                let penalties = std::iter::once(self.lambda)
+                    .chain(PENALTY_GRID.into_iter().filter(|&l| l > self.lambda));
+                for lambda in penalties {
+                    if let Some(e) = normal.loo_error(q, lambda * n)
+                        && e < best.2
+                    {
+                        best = (q, lambda * n, e);
+                    }
+                }
+            }
+        }
+        let (q, penalty, _) = best;
+        let (m, rhs) = normal.leading(q, 0.0);
+        let b = solve_guarded(&m, &rhs, q, penalty)?;
+        let degree = if q == p { self.degree } else { 1 };
+        let mean = &mean[..q];
+        let intercept = ly_mean - b.iter().zip(mean).map(|(w, m)| w * m).sum::<f64>();
         let (low, high) = ly
             .iter()
             .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &v| {
@@ -208,7 +306,7 @@ impl Fit for RidgeParams {
             schema: data.schema.clone(),
             scaler,
             active,
-            degree: self.degree,
+            degree,
             intercept,
             weights: b,
             log_bounds: Some([low - LOG_MARGIN, high + LOG_MARGIN]),
