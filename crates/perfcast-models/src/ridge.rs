@@ -3,6 +3,12 @@
 //! Latency is close to a power law in the work (FLOPs, bytes) and the shapes, so a linear model
 //! in log space with a few second-order terms is cheap and often good. Solved in closed form:
 //! `(XᵀX + λI) w = Xᵀ ln(y)` by Cholesky, the intercept unpenalised.
+//!
+//! Guarded against blow-ups on small or ill-conditioned data: the penalty (from the given one
+//! up) and the degree are chosen by closed-form leave-one-out error; the penalty is raised
+//! tenfold at a time while the system is ill-conditioned (pivots of the factor spread too far
+//! apart); and predictions are clamped in log space to the training targets' range widened by
+//! [`LOG_MARGIN`] on each side.
 
 use serde::{Deserialize, Serialize};
 
@@ -45,8 +51,20 @@ fn expand_into(z: &[f64], active: &[usize], degree: u8, out: &mut Vec<f64>) {
     }
 }
 
-/// Solves the symmetric positive-definite system `a x = b` in place (Cholesky).
-fn cholesky_solve(a: &mut [f64], b: &mut [f64], n: usize) -> Result<()> {
+/// How far (ln ms) predictions may leave the training targets' range: one decade.
+pub const LOG_MARGIN: f64 = std::f64::consts::LN_10;
+
+/// The smallest squared ratio of the Cholesky factor's smallest to largest pivot (a rough
+/// reciprocal condition number) a solve is accepted at.
+const MIN_RCOND: f64 = 1e-12;
+
+/// Tenfold penalty raises tried on an ill-conditioned system before giving up.
+const MAX_RAISES: usize = 12;
+
+/// Solves the symmetric positive-definite system `a x = b` in place (Cholesky); returns the
+/// squared ratio of the factor's smallest to largest pivot.
+fn cholesky_solve(a: &mut [f64], b: &mut [f64], n: usize) -> Result<f64> {
+    let (mut low, mut high) = (f64::INFINITY, 0.0f64);
     for j in 0..n {
         let mut d = a[j * n + j];
         for k in 0..j {
@@ -58,6 +76,7 @@ fn cholesky_solve(a: &mut [f64], b: &mut [f64], n: usize) -> Result<()> {
             ));
         }
         let d = d.sqrt();
+        (low, high) = (low.min(d), high.max(d));
         a[j * n + j] = d;
         for i in j + 1..n {
             let mut s = a[i * n + j];
@@ -81,7 +100,98 @@ fn cholesky_solve(a: &mut [f64], b: &mut [f64], n: usize) -> Result<()> {
         }
         b[i] = s / a[i * n + i];
     }
-    Ok(())
+    Ok(if n == 0 { 1.0 } else { (low / high).powi(2) })
+}
+
+/// Expansions at most this long choose their penalty and degree by leave-one-out error;
+/// longer ones keep the given ones (each solve of the search grows with the cube of the length).
+const MAX_SEARCHED_TERMS: usize = 400;
+
+/// Penalties per row (on standardised terms) the search tries besides the given one.
+const PENALTY_GRID: [f64; 4] = [1e-2, 1e-1, 1.0, 10.0];
+
+/// The normal equations `a` (`p` x `p`) and `b` of centred expansion rows, for the search.
+struct Normal<'a> {
+    a: &'a [f64],
+    b: &'a [f64],
+    p: usize,
+    rows: &'a [Vec<f64>],
+    mean: &'a [f64],
+    /// Centred log targets.
+    ly: &'a [f64],
+}
+
+impl Normal<'_> {
+    /// The system of the first `q` terms with `penalty` on the diagonal.
+    fn leading(&self, q: usize, penalty: f64) -> (Vec<f64>, Vec<f64>) {
+        let mut m = vec![0.0; q * q];
+        for i in 0..q {
+            m[i * q..(i + 1) * q].copy_from_slice(&self.a[i * self.p..i * self.p + q]);
+            m[i * q + i] += penalty;
+        }
+        (m, self.b[..q].to_vec())
+    }
+
+    /// Leave-one-out mean squared log error of the ridge on the first `q` terms with
+    /// `penalty` (closed form: each residual over one minus its leverage); `None` when the
+    /// system is ill-conditioned or a row is interpolated exactly.
+    fn loo_error(&self, q: usize, penalty: f64) -> Option<f64> {
+        let (mut m, mut w) = self.leading(q, penalty);
+        let rcond = cholesky_solve(&mut m, &mut w, q).ok()?;
+        if rcond < MIN_RCOND {
+            return None;
+        }
+        // `m` now holds the factor `L` in its lower triangle.
+        let n = self.rows.len() as f64;
+        let (mut sum, mut v) = (0.0, vec![0.0; q]);
+        for (row, y) in self.rows.iter().zip(self.ly) {
+            let mut fit = 0.0;
+            for i in 0..q {
+                let x = row[i] - self.mean[i];
+                fit += w[i] * x;
+                let mut s = x;
+                for k in 0..i {
+                    s -= m[i * q + k] * v[k];
+                }
+                v[i] = s / m[i * q + i];
+            }
+            let leverage = 1.0 / n + v.iter().map(|t| t * t).sum::<f64>();
+            if leverage >= 1.0 - 1e-9 {
+                return None;
+            }
+            sum += ((y - fit) / (1.0 - leverage)).powi(2);
+        }
+        (sum.is_finite()).then_some(sum / n)
+    }
+}
+
+/// Solves `(a + penalty I) w = b`, raising the penalty tenfold while the system is singular or
+/// worse conditioned than [`MIN_RCOND`]; returns the weights.
+fn solve_guarded(a: &[f64], b: &[f64], p: usize, mut penalty: f64) -> Result<Vec<f64>> {
+    // A penalty of zero cannot be raised tenfold: start from a tiny share of the diagonal.
+    let scale = (0..p).map(|i| a[i * p + i]).sum::<f64>() / p.max(1) as f64;
+    let floor = 1e-12 * scale.max(f64::MIN_POSITIVE);
+    let mut last = None;
+    for _ in 0..=MAX_RAISES {
+        let mut m = a.to_vec();
+        for i in 0..p {
+            m[i * p + i] += penalty;
+        }
+        let mut w = b.to_vec();
+        match cholesky_solve(&mut m, &mut w, p) {
+            Ok(rcond) if rcond >= MIN_RCOND && w.iter().all(|v| v.is_finite()) => return Ok(w),
+            Ok(_) => {}
+            Err(e) => last = Some(e),
+        }
+        penalty = (penalty * 10.0).max(floor);
+    }
+    Err(last.unwrap_or_else(|| {
+        Error::InvalidData(
+            "ridge normal equations stay ill-conditioned under every penalty tried; raise \
+             `lambda`"
+                .into(),
+        )
+    }))
 }
 
 impl crate::registry::FamilyParams for RidgeParams {
@@ -149,17 +259,57 @@ impl Fit for RidgeParams {
             for j in 0..i {
                 a[j * p + i] = a[i * p + j];
             }
-            a[i * p + i] += self.lambda * n;
         }
-        cholesky_solve(&mut a, &mut b, p)?;
-        let intercept = ly_mean - b.iter().zip(&mean).map(|(w, m)| w * m).sum::<f64>();
+        // The penalty and degree with the lowest leave-one-out error, the given ones among
+        // them: a penalty fixed in advance lets few or collinear rows send the weights wild.
+        let centred: Vec<f64> = ly.iter().map(|y| y - ly_mean).collect();
+        let normal = Normal {
+            a: &a,
+            b: &b,
+            p,
+            rows: &rows,
+            mean: &mean,
+            ly: &centred,
+        };
+        let k = active.len();
+        let mut best = (p, self.lambda * n, f64::INFINITY);
+        if p <= MAX_SEARCHED_TERMS {
+            let terms = if self.degree >= 2 && k < p {
+                vec![p, k]
+            } else {
+                vec![p]
+            };
+            for &q in &terms {
+                let penalties = std::iter::once(self.lambda)
+                    .chain(PENALTY_GRID.into_iter().filter(|&l| l > self.lambda));
+                for lambda in penalties {
+                    if let Some(e) = normal.loo_error(q, lambda * n)
+                        && e < best.2
+                    {
+                        best = (q, lambda * n, e);
+                    }
+                }
+            }
+        }
+        let (q, penalty, _) = best;
+        let (m, rhs) = normal.leading(q, 0.0);
+        let b = solve_guarded(&m, &rhs, q, penalty)?;
+        let degree = if q == p { self.degree } else { 1 };
+        let mean = &mean[..q];
+        let intercept = ly_mean - b.iter().zip(mean).map(|(w, m)| w * m).sum::<f64>();
+        let (low, high) = ly
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &v| {
+                (l.min(v), h.max(v))
+            });
         Ok(FittedRidge {
             schema: data.schema.clone(),
             scaler,
             active,
-            degree: self.degree,
+            degree,
             intercept,
             weights: b,
+            log_bounds: Some([low - LOG_MARGIN, high + LOG_MARGIN]),
         })
     }
 }
@@ -209,6 +359,41 @@ mod tests {
         let m2 = RidgeParams::default().fit(&data).unwrap();
         let p = m2.predict_row(&xs[5]).unwrap();
         assert!((p - y[5]).abs() / y[5] < 0.01);
+    }
+
+    #[test]
+    fn ill_conditioned_small_data_cannot_blow_up() {
+        // A degree-2 expansion with more terms than rows and two nearly collinear columns:
+        // singular without a penalty, wild between and beyond the rows with a small one.
+        let row = |i: usize| {
+            let a = (1 + i % 5) as f64 * 10.0;
+            [a, a * (1.0 + 1e-9 * i as f64), ((i * 7) % 3) as f64]
+        };
+        let xs: Vec<[f64; 3]> = (0..8).map(row).collect();
+        let y: Vec<f64> = (0..8).map(|i| 1.0 + 0.3 * ((i * 5) % 4) as f64).collect();
+        let data = TrainSet {
+            schema: FeatureSchema {
+                kind: ModuleKind::Concat,
+                names: vec!["a".into(), "b".into(), "c".into()],
+            },
+            x: Matrix::from_vec(8, 3, xs.iter().flatten().copied().collect()),
+            y: y.clone(),
+            groups: vec![0; 8],
+        };
+        for lambda in [0.0, 1e-3] {
+            let m = RidgeParams { lambda, degree: 2 }.fit(&data).unwrap();
+            let (low, high) = (1.0 / 10.0, 1.9 * 10.0);
+            for a in [0.0, 1.0, 55.0, 1e3, 1e6] {
+                for c in [0.0, 2.0, 50.0] {
+                    let p = m.predict_row(&[a, a * 1.5, c]).unwrap();
+                    assert!(
+                        p.is_finite() && (low * 0.999..=high * 1.001).contains(&p),
+                        "lambda {lambda}: row [{a}, {}, {c}] predicted {p} ms",
+                        a * 1.5
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -294,6 +294,7 @@ mod tests {
             degree: 1,
             intercept: b,
             weights: vec![a],
+            log_bounds: None,
         })
     }
 

@@ -32,6 +32,11 @@ pub struct FittedRidge {
     /// One weight per expansion term: the active columns, then for each `a` the products
     /// `z_a z_b` with `b >= a`.
     pub weights: Vec<f64>,
+    /// The log-space sum is clamped into `[low, high]` (ln ms): the training targets' range
+    /// widened by a margin, so a row far outside the training rows cannot send `exp` to an
+    /// absurd latency; `None` (files written before it): unbounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_bounds: Option<[f64; 2]>,
 }
 
 /// [`FittedRidge`] as read from a file, checked before it becomes a model: the prediction
@@ -45,6 +50,8 @@ struct SavedRidge {
     degree: u8,
     intercept: f64,
     weights: Vec<f64>,
+    #[serde(default)]
+    log_bounds: Option<[f64; 2]>,
 }
 
 impl TryFrom<SavedRidge> for FittedRidge {
@@ -93,6 +100,13 @@ impl TryFrom<SavedRidge> for FittedRidge {
         {
             return Err("ridge holds a value that is not finite".into());
         }
+        if let Some([low, high]) = s.log_bounds
+            && !(low.is_finite() && high.is_finite() && low <= high)
+        {
+            return Err(format!(
+                "ridge log bounds must be finite and ordered, got [{low}, {high}]"
+            ));
+        }
         Ok(FittedRidge {
             schema: s.schema,
             scaler: s.scaler,
@@ -100,6 +114,7 @@ impl TryFrom<SavedRidge> for FittedRidge {
             degree: s.degree,
             intercept: s.intercept,
             weights: s.weights,
+            log_bounds: s.log_bounds,
         })
     }
 }
@@ -160,7 +175,14 @@ impl FittedRidge {
             for (x, o) in rows.chunks_exact(self.schema.len()).zip(out.iter_mut()) {
                 let mut z = [0.0f64; MAX_ACTIVE];
                 self.standardise(x, &mut z);
-                *o = sequential_sum(self.intercept, &self.weights, &z[..k], self.degree).exp();
+                *o = self
+                    .bounded(sequential_sum(
+                        self.intercept,
+                        &self.weights,
+                        &z[..k],
+                        self.degree,
+                    ))
+                    .exp();
             }
             return;
         }
@@ -235,7 +257,17 @@ impl FittedRidge {
     /// The prediction from the partial sums.
     #[inline(always)]
     fn finish(&self, lanes: [f64; LANES]) -> f64 {
-        (self.intercept + ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3]))).exp()
+        self.bounded(self.intercept + ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])))
+            .exp()
+    }
+
+    /// A log-space sum clamped into [`FittedRidge::log_bounds`].
+    #[inline(always)]
+    fn bounded(&self, log_ms: f64) -> f64 {
+        match self.log_bounds {
+            Some([low, high]) => log_ms.clamp(low, high),
+            None => log_ms,
+        }
     }
 }
 
@@ -343,7 +375,8 @@ impl Regressor for FittedRidge {
         self.standardise(x, &mut z);
         let k = self.active.len();
         if self.weights.len() < expanded_len(k, self.degree) {
-            return Ok(sequential_sum(self.intercept, &self.weights, &z[..k], self.degree).exp());
+            let sum = sequential_sum(self.intercept, &self.weights, &z[..k], self.degree);
+            return Ok(self.bounded(sum).exp());
         }
         Ok(self.finish(lane_sums(self, &z)))
     }
@@ -400,6 +433,7 @@ mod tests {
             weights: (0..expanded_len(active, degree))
                 .map(|_| draw(0.02))
                 .collect(),
+            log_bounds: None,
         }
     }
 

@@ -751,6 +751,7 @@ mod tests {
             degree: 1,
             intercept: -1.0,
             weights: (0..width).map(|j| 0.1 * (j as f64 - 2.0)).collect(),
+            log_bounds: None,
         }
     }
 

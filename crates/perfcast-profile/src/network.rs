@@ -6,8 +6,10 @@
 //! adds: per-run setup, dispatch between layers, activations freed and reused, and in training
 //! one backward pass over the whole graph plus the optimiser update.
 //!
-//! A training step is forward, `sum` of the output as the loss, backward, and SGD with momentum
-//! 0.9 on every parameter (the optimiser most CNN recipes use; its cost is a few element-wise
+//! A training step is forward, `sum` of the output as the loss (plus the sum of every output no
+//! layer names as an operand: the parts of a concat after the first, which the network format
+//! does not name, reach the loss that way), backward, and SGD with momentum 0.9 on every
+//! parameter (the optimiser most CNN recipes use; its cost is a few element-wise
 //! passes over the parameters and their velocity).
 
 use burn::tensor::{Device, Distribution, Tensor};
@@ -52,13 +54,17 @@ struct Wiring {
     second: Option<Source>,
     shape: [usize; 4],
     second_shape: Option<[usize; 4]>,
+    /// A concat whose named part is smaller than what it writes: the [`Source::Fresh`] operand
+    /// that stands for its other parts, which the network does not name.
+    rest: Option<usize>,
 }
 
 /// A network's layers built on a device, ready to run at one batch size and phase.
 pub struct NetworkRun {
     layers: Vec<LayerOp>,
     wiring: Vec<Wiring>,
-    /// Per layer: the index of the last layer that reads its output (frees it afterwards).
+    /// Per layer: the index of the last layer that reads its output (frees it afterwards); the
+    /// layer itself when no layer names it as an operand.
     last_use: Vec<usize>,
     input: Tensor<4>,
     /// The [`Source::Fresh`] operands.
@@ -84,7 +90,7 @@ impl NetworkRun {
         let batch = context.batch;
         let mut index = std::collections::HashMap::new();
         let mut wiring = Vec::with_capacity(network.layers.len());
-        let mut last_use: Vec<usize> = vec![0; network.layers.len()];
+        let mut last_use: Vec<usize> = (0..network.layers.len()).collect();
         // Per fresh operand: its shape and the values of the layer that reads it.
         let mut fresh_shapes: Vec<([usize; 4], Distribution)> = Vec::new();
         for (i, layer) in network.layers.iter().enumerate() {
@@ -112,6 +118,23 @@ impl NetworkRun {
                     Source::Fresh(_) => 0,
                 }
             };
+            // A concat joins its named part with the parts the network does not name, so the
+            // backward pass splits the gradient into that part as a real concat does.
+            let part = match first {
+                Source::Input | Source::Layer(_)
+                    if layer.spec.kind() == perfcast_core::ModuleKind::Concat
+                        && !layer.detached
+                        && count(first) < shape.iter().product::<usize>() =>
+                {
+                    Some(count(first))
+                }
+                _ => None,
+            };
+            let rest = part.map(|n| {
+                let rest = [batch, (shape.iter().product::<usize>() - n) / batch, 1, 1];
+                fresh_shapes.push((rest, operand_values(&layer.spec)));
+                fresh_shapes.len() - 1
+            });
             let mut fresh_of = |source: Source, shape: [usize; 4]| -> Source {
                 if layer.detached || count(source) != shape.iter().product::<usize>() {
                     fresh_shapes.push((shape, operand_values(&layer.spec)));
@@ -120,7 +143,11 @@ impl NetworkRun {
                     source
                 }
             };
-            let first = fresh_of(first, shape);
+            let first = if rest.is_some() {
+                first
+            } else {
+                fresh_of(first, shape)
+            };
             let second = match (second, second_shape) {
                 (Some(s), Some(shape)) => Some(fresh_of(s, shape)),
                 (None, Some(shape)) if layer.detached => {
@@ -139,6 +166,7 @@ impl NetworkRun {
                 second,
                 shape,
                 second_shape,
+                rest,
             });
             index.insert(layer.name.as_str(), i);
         }
@@ -208,6 +236,20 @@ impl NetworkRun {
 
     /// The forward pass; intermediate outputs are dropped after their last reader.
     pub fn forward(&self) -> Tensor<4> {
+        self.forward_collecting(None)
+    }
+
+    /// The training loss: the sum of the output, plus the sum of every output no layer names as
+    /// an operand (a concat's unnamed parts), so that their layers get gradients as they do
+    /// through the concat that reads them in the real network.
+    fn loss(&self) -> Tensor<1> {
+        let mut loose = Vec::new();
+        let out = self.forward_collecting(Some(&mut loose));
+        loose.into_iter().fold(out.sum(), |acc, t| acc + t)
+    }
+
+    /// [`NetworkRun::forward`]; with `loose`, the sums of unnamed outputs are pushed to it.
+    fn forward_collecting(&self, mut loose: Option<&mut Vec<Tensor<1>>>) -> Tensor<4> {
         let mut outputs: Vec<Option<Tensor<4>>> = vec![None; self.layers.len()];
         let fetch = |outputs: &[Option<Tensor<4>>], source: Source| -> Tensor<4> {
             match source {
@@ -221,14 +263,27 @@ impl NetworkRun {
         for (i, layer) in self.layers.iter().enumerate() {
             let w = self.wiring[i];
             // Reshapes are views of contiguous outputs (flatten, head split), as in the format.
-            let x = fetch(&outputs, w.first).reshape(w.shape);
-            let y = w.second.map(|s| {
-                let shape = w
-                    .second_shape
-                    .expect("two-operand layers have a second shape");
-                fetch(&outputs, s).reshape(shape)
-            });
-            outputs[i] = Some(layer.forward(x, y));
+            let out = if let Some(k) = w.rest {
+                let part = fetch(&outputs, w.first);
+                let n = part.shape().num_elements() / w.shape[0];
+                let part = part.reshape([w.shape[0], n, 1, 1]);
+                Tensor::cat(vec![part, self.fresh[k].clone()], 1).reshape(w.shape)
+            } else {
+                let x = fetch(&outputs, w.first).reshape(w.shape);
+                let y = w.second.map(|s| {
+                    let shape = w
+                        .second_shape
+                        .expect("two-operand layers have a second shape");
+                    fetch(&outputs, s).reshape(shape)
+                });
+                layer.forward(x, y)
+            };
+            if self.last_use[i] == i
+                && let Some(loose) = loose.as_deref_mut()
+            {
+                loose.push(out.clone().sum());
+            }
+            outputs[i] = Some(out);
             for (j, out) in outputs.iter_mut().enumerate().take(i + 1) {
                 if self.last_use[j] == i {
                     *out = None;
@@ -251,13 +306,12 @@ impl NetworkRun {
     /// timed between device synchronisations so it is the update's own cost.
     pub fn step_timed(&mut self) -> Result<Option<std::time::Duration>, String> {
         let sync = |device: &Device| device.sync().map_err(|e| e.to_string());
-        let out = self.forward();
         if !self.training {
-            drop(out);
+            drop(self.forward());
             sync(&self.device)?;
             return Ok(None);
         }
-        let mut grads = out.sum().backward();
+        let mut grads = self.loss().backward();
         sync(&self.device)?;
         let start = std::time::Instant::now();
         for (layer, velocity) in self.layers.iter_mut().zip(&mut self.velocity) {
@@ -540,6 +594,55 @@ mod tests {
             let (mut call, _) = prepare_network(&net, &context(2, phase), &device).unwrap();
             call().unwrap_or_else(|e| panic!("{phase:?}: {e}"));
         }
+    }
+
+    /// A SqueezeNet fire module as an ONNX import writes it: the concat names only its first
+    /// part, the 3x3 expand branch is read by nobody the network names.
+    fn fire() -> Network {
+        let conv = |cin: usize, cout: usize, k: usize| {
+            serde_json::json!({"kind": "conv2d", "in_channels": cin, "out_channels": cout,
+                "input_hw": 8, "kernel": k, "padding": k / 2, "bias": true})
+        };
+        let relu = |c: usize| serde_json::json!({"kind": "relu", "shape": [c, 8, 8]});
+        serde_json::from_value(serde_json::json!({
+            "name": "fire",
+            "input": [16, 8, 8],
+            "layers": [
+                {"name": "squeeze", "spec": conv(16, 4, 1)},
+                {"name": "squeeze_relu", "spec": relu(4)},
+                {"name": "e1", "spec": conv(4, 8, 1)},
+                {"name": "e1_relu", "spec": relu(8)},
+                {"name": "e3", "input_from": "squeeze_relu", "spec": conv(4, 8, 3)},
+                {"name": "e3_relu", "spec": relu(8)},
+                {"name": "cat", "input_from": "e1_relu", "spec": {"kind": "concat", "shape": [16, 8, 8]}},
+                {"name": "head", "spec": conv(16, 4, 1)},
+            ],
+        }))
+        .unwrap()
+    }
+
+    /// The layers whose parameters get no gradient from one training step's backward pass.
+    fn layers_without_gradient(run: &NetworkRun) -> Vec<usize> {
+        let grads = run.loss().backward();
+        let has = |p: &Param| match p {
+            Param::R1(t) => t.grad(&grads).is_some(),
+            Param::R2(t) => t.grad(&grads).is_some(),
+            Param::R4(t) => t.grad(&grads).is_some(),
+        };
+        (0..run.layers.len())
+            .filter(|&i| !run.layers[i].params.iter().all(has))
+            .collect()
+    }
+
+    #[test]
+    fn every_branch_into_a_concat_gets_gradients() {
+        // A concat reading a tensor of its own would stop the backward pass short of the convs
+        // feeding it.
+        let net = fire();
+        net.check().unwrap();
+        let device = crate::Backend::Flex.device().unwrap();
+        let run = NetworkRun::new(&net, &context(2, Phase::Training), &device).unwrap();
+        assert_eq!(layers_without_gradient(&run), Vec::<usize>::new());
     }
 
     #[test]

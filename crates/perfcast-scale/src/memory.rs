@@ -11,7 +11,8 @@
 //! sequence parallelism too (tests below).
 //!
 //! The peak is found by walking the step: the forward pass in order (kept tensors accumulate,
-//! tensors nobody keeps live from their producer to their last reader), then the backward pass
+//! tensors nobody keeps live from their producer to their last reader, or only while they are
+//! made when no layer names them: the parts of a concat after its first), then the backward pass
 //! in reverse (a kept tensor is freed after the backward of the first layer that keeps it;
 //! parameter gradients accumulate; an activation's gradient lives from its last reader's
 //! backward to its producer's). Persistent state (weights, optimiser state) is added on top,
@@ -323,6 +324,19 @@ impl Graph {
             for t in &self.nodes[i].keeps {
                 let s = t.slot();
                 first_keeper[s].get_or_insert(i);
+            }
+        }
+        // An output no layer names (a concat's unnamed part) reaches the loss through that
+        // concat: it is read, and gets its gradient, where it is made.
+        let mut named = vec![false; slots];
+        for node in &self.nodes {
+            for t in &node.reads {
+                named[t.slot()] = true;
+            }
+        }
+        for i in a..b {
+            if !named[i + 1] {
+                last_read[i + 1] = Some(i);
             }
         }
         // The range's output is held until the loss (or the next stage) takes it.
@@ -864,6 +878,52 @@ pub(crate) mod tests {
             let got = sel.kept_per_sample(0..sel.nodes.len(), 2.0);
             assert!(close(got, 34.0 * s_ * h_, 1e-12), "{got}");
         }
+    }
+
+    #[test]
+    fn a_concats_unnamed_part_counts_what_its_layer_keeps() {
+        // A concat names only its first part; the other part's ReLU output is still kept for
+        // the backward pass.
+        let conv = |cin: usize, cout: usize, k: usize| {
+            ModuleSpec::Conv2d(perfcast_core::Conv2d {
+                in_channels: cin,
+                out_channels: cout,
+                input_hw: [16, 16],
+                kernel: [k, k],
+                stride: [1, 1],
+                padding: [k / 2, k / 2],
+                dilation: [1, 1],
+                groups: 1,
+                bias: true,
+            })
+        };
+        let relu = |c: usize| ModuleSpec::Relu(Elementwise { shape: [c, 16, 16] });
+        let fire = Network {
+            name: "fire".into(),
+            input: vec![16, 16, 16],
+            layers: vec![
+                Layer::new("squeeze", conv(16, 4, 1)),
+                Layer::new("squeeze_relu", relu(4)),
+                Layer::new("e1", conv(4, 8, 1)),
+                Layer::new("e1_relu", relu(8)),
+                Layer::new("e3", conv(4, 24, 3)).reads("squeeze_relu"),
+                Layer::new("e3_relu", relu(24)),
+                Layer::new(
+                    "cat",
+                    ModuleSpec::Concat(Elementwise {
+                        shape: [32, 16, 16],
+                    }),
+                )
+                .reads("e1_relu"),
+                Layer::new("head", conv(32, 2, 1)),
+            ],
+        };
+        let g = Graph::new(&fire).unwrap();
+        let kept = g.kept_per_sample(0..g.nodes.len(), 4.0);
+        // The squeeze and head convs keep their inputs, the three ReLUs their outputs.
+        assert_eq!(kept, 4.0 * 256.0 * (16.0 + 4.0 + 8.0 + 24.0 + 32.0));
+        let m = training_memory(&fire, 2, &MemoryConfig::default()).unwrap();
+        assert_eq!(m.activations, 2.0 * kept);
     }
 
     #[test]

@@ -6,6 +6,15 @@ pub use perfcast_predict::bundle::{Budget, Candidate, Selection};
 
 use crate::error::{Error, Result};
 
+/// A cross-validated MAPE above this (percent: predictions a hundred times off on average) is
+/// a numerical blow-up of the fit, not an accuracy to compare or print.
+pub const BLOWN_UP_MAPE: f64 = 1e4;
+
+/// Whether a MAPE (percent) is no accuracy at all: not finite or above [`BLOWN_UP_MAPE`].
+pub fn blown_up(mape: f64) -> bool {
+    !(mape.is_finite() && mape <= BLOWN_UP_MAPE)
+}
+
 /// Chooses among `candidates` of module kind `kind` under `budget`.
 pub fn select(kind: &str, candidates: &[Candidate], budget: &Budget) -> Result<Selection> {
     budget.validate()?;
@@ -18,8 +27,18 @@ pub fn select(kind: &str, candidates: &[Candidate], budget: &Budget) -> Result<S
             excluded.push((c.model.clone(), format!("single selection of `{only}`")));
             continue;
         }
-        if !c.cv_mape.is_finite() {
+        if c.cv_mape.is_nan() {
             excluded.push((c.model.clone(), "no cross-validated accuracy".into()));
+            continue;
+        }
+        if blown_up(c.cv_mape) {
+            excluded.push((
+                c.model.clone(),
+                format!(
+                    "guarded: its cross-validated MAPE is above {BLOWN_UP_MAPE}% (a numerical \
+                     blow-up of the fit, not an accuracy)"
+                ),
+            ));
             continue;
         }
         if let Some(max) = budget.max_predict_us
@@ -115,11 +134,11 @@ pub fn pareto_front(candidates: &[Candidate]) -> Vec<String> {
     };
     candidates
         .iter()
-        .filter(|c| c.cv_mape.is_finite())
+        .filter(|c| !blown_up(c.cv_mape))
         .filter(|c| {
             !candidates
                 .iter()
-                .any(|o| o.cv_mape.is_finite() && dominates(o, c))
+                .any(|o| !blown_up(o.cv_mape) && dominates(o, c))
         })
         .map(|c| c.model.clone())
         .collect()
@@ -159,6 +178,24 @@ mod tests {
         );
         // ridge dominates knn and medn dominates trees on all three axes.
         assert_eq!(s.pareto, vec!["ridge", "medn"]);
+    }
+
+    #[test]
+    fn a_blown_up_candidate_is_guarded_not_chosen_or_compared() {
+        // A fit that blew up must not be printed as an accuracy or chosen.
+        let mut cs = cands();
+        cs.push(c("blown", 243_929.55, 0.1, 1));
+        cs.push(c("inf", f64::INFINITY, 0.1, 1));
+        let s = select("concat", &cs, &Budget::default()).unwrap();
+        assert_eq!(s.chosen, "medn");
+        for name in ["blown", "inf"] {
+            let why = &s.excluded.iter().find(|(m, _)| m == name).unwrap().1;
+            assert!(why.starts_with("guarded:"), "{name}: {why}");
+            assert!(!why.contains("243"), "{why}");
+        }
+        // The cheapest candidates cannot dominate the front with an absurd error.
+        assert_eq!(s.pareto, vec!["ridge", "medn"]);
+        assert!(!blown_up(9_999.0) && blown_up(10_001.0) && blown_up(f64::NAN));
     }
 
     #[test]

@@ -275,3 +275,39 @@ fn bad_models_are_one_line_errors_naming_file_and_field_or_node() {
         &["`--transformer` needs `--seq N`"],
     );
 }
+
+#[test]
+fn concat_networks_train_every_branch_within_the_memory_model() {
+    // A concat names only its first part: a measured step that stops its backward pass there
+    // keeps the unreached branches alive from step to step, far past the memory model's peak.
+    for fixture in ["squeezenet-mini.onnx", "densenet-mini.onnx"] {
+        let onnx = path(&format!("tests/fixtures/onnx/{fixture}"));
+        let o = run(&[
+            "measure",
+            "--onnx",
+            &onnx,
+            "--phase",
+            "inference,training",
+            "--batch",
+            "2",
+            "--max-time-s",
+            "0.3",
+            "--format",
+            "json",
+        ]);
+        let v = json(&o);
+        // Inference runs first, so the process's one-off allocations are not in the step's peak.
+        let r = &v[1];
+        assert_eq!(r["phase"], "training");
+        let measured = r["peak_bytes"].as_f64().unwrap();
+        let predicted = r["predicted_peak_bytes"].as_f64().unwrap();
+        assert!(
+            r["timing"]["repetitions"].as_u64().unwrap() >= 5,
+            "{fixture}: {r}"
+        );
+        assert!(
+            measured < 2.0 * predicted && predicted < 2.0 * measured,
+            "{fixture}: measured peak {measured} bytes, the memory model {predicted}"
+        );
+    }
+}

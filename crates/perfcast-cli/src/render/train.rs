@@ -7,6 +7,15 @@ use perfcast_select::pipeline::{SavedScore, TrainReport};
 
 use crate::output::sig3;
 
+/// A MAPE figure, or `blow-up` where it is no accuracy at all.
+fn mape(v: f64) -> String {
+    if perfcast_select::select::blown_up(v) {
+        "blow-up".into()
+    } else {
+        format!("{}%", sig3(v))
+    }
+}
+
 /// Per kind every family's cross-validated and held-out figures, the auto-selection with the
 /// pooled figures against one family everywhere, and the shared networks against per-kind
 /// ones.
@@ -28,10 +37,10 @@ pub fn train(report: &TrainReport, out: &Path) -> String {
         ));
         for m in &k.models {
             t.push_str(&format!(
-                "{:<12} {:>7}% {:>8}% {:>8} {:>7}% {:>7}% {:>7}% {:>10} {:>11} {:>9}\n",
+                "{:<12} {:>8} {:>9} {:>8} {:>7}% {:>7}% {:>7}% {:>10} {:>11} {:>9}\n",
                 m.model,
-                sig3(m.cv.mape),
-                sig3(m.test.mape),
+                mape(m.cv.mape),
+                mape(m.test.mape),
                 format!("{:.4}", m.test.r2_log),
                 sig3(m.test.within_10),
                 sig3(m.test.p50_ape),
@@ -58,13 +67,18 @@ pub fn train(report: &TrainReport, out: &Path) -> String {
         ));
         for k in &sel.kinds {
             t.push_str(&format!(
-                "{:<12} {:<12} {:>8}%  {:<28} {}\n",
+                "{:<12} {:<12} {:>9}  {:<28} {}\n",
                 k.kind.name(),
                 k.selection.chosen,
-                sig3(k.test_mape),
+                mape(k.test_mape),
                 k.selection.pareto.join(","),
                 k.selection.why
             ));
+            for (model, why) in &k.selection.excluded {
+                if why.starts_with("guarded") {
+                    t.push_str(&format!("{:<12} {model} {why}\n", ""));
+                }
+            }
         }
         t.push_str(&format!(
             "{:<22} {:>9} {:>8} {:>8} {:>12} {:>10}\n",
@@ -72,9 +86,9 @@ pub fn train(report: &TrainReport, out: &Path) -> String {
         ));
         let line = |name: String, m: &Metrics, us: f64, bytes: usize| {
             format!(
-                "{:<22} {:>8}% {:>8.4} {:>8.4} {:>12} {:>10}\n",
+                "{:<22} {:>9} {:>8.4} {:>8.4} {:>12} {:>10}\n",
                 name,
-                sig3(m.mape),
+                mape(m.mape),
                 m.r2,
                 m.r2_log,
                 sig3(us),
