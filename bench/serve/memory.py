@@ -19,6 +19,7 @@ Python 3.11 standard library only. Usage (from the repository root, after
 `cargo build --release --bin perfcast`):
 
     python3 bench/serve/memory.py [--perfcast target/release/perfcast] [--bundle checkpoints/gpu]
+        [--max-onnx-mb N]
 """
 
 import argparse
@@ -201,9 +202,11 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--perfcast", default="target/release/perfcast")
     p.add_argument("--bundle", default="checkpoints/gpu")
+    p.add_argument("--max-onnx-mb", type=int, help="passed to `perfcast serve` (its default: 512)")
     a = p.parse_args()
+    extra = ["--max-onnx-mb", str(a.max_onnx_mb)] if a.max_onnx_mb else []
 
-    server = Server(a.perfcast, a.bundle)
+    server = Server(a.perfcast, a.bundle, extra)
     print(f"perfcast serve pid {server.proc.pid}, idle RSS {server.status('VmRSS') / MB:.0f} MB")
 
     def uploads(chunked):
@@ -289,7 +292,7 @@ def main():
     print(f"server exit {code}")
 
     # Last, on a server of its own: the allocator keeps most of a freed 512 MiB body.
-    server = Server(a.perfcast, a.bundle)
+    server = Server(a.perfcast, a.bundle, extra)
     case(server, "b. six chunked uploads of 600 MB", uploads(True))
     server.stop()
 
@@ -299,7 +302,7 @@ def main():
         ("four 20,000-node ONNX imports", "/v1/predict/onnx?batch=1", chain),
         ("four transformers of 4096 blocks", "/v1/predict/network", transformer(4096)),
     ]:
-        server = Server(a.perfcast, a.bundle)
+        server = Server(a.perfcast, a.bundle, extra)
         out = {}
 
         def post(i, path=path, body=body):
