@@ -139,6 +139,9 @@ def test_bad_queries_raise_input_errors_naming_the_field(gpu_bundle):
         gpu_bundle.predict_columns("linear", in_features=np.array([8, 0]), out_features=np.array([8, 8]))
     with pytest.raises(perfcast.InputError, match="not a finite number"):
         gpu_bundle.predict({"kind": "relu", "shape": [2, float("nan"), 4]})
+    for huge in [2**63, 2**64, -(2**63) - 1]:
+        with pytest.raises(perfcast.InputError, match=str(huge)):
+            gpu_bundle.predict({"kind": "relu", "shape": [2, huge, 4]})
     with pytest.raises(perfcast.InputError, match="unknown device"):
         gpu_bundle.predict({"kind": "relu", "shape": [2, 3, 4]}, device="iphone")
     with pytest.raises(perfcast.InputError, match="seq"):

@@ -2,7 +2,7 @@
 //! inference or training phase, with warnings where a query leaves the trained ranges.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -1077,19 +1077,18 @@ impl Predictor {
     pub fn prepare(&self, network: &Network) -> Result<PreparedNetwork> {
         network.validate()?;
         let mut unique: Vec<ModuleSpec> = Vec::new();
+        // Hashed, so that a network of many distinct layers prepares in linear time.
+        let mut index_of: HashMap<&ModuleSpec, usize> = HashMap::new();
         // Described once per distinct module: formatting is most of a preparation's cost.
         let mut described: Vec<Arc<str>> = Vec::new();
         let mut layers = Vec::with_capacity(network.layers.len());
         for layer in &network.layers {
             let spec = &layer.spec;
-            let index = match unique.iter().position(|u| u == spec) {
-                Some(i) => i,
-                None => {
-                    unique.push(spec.clone());
-                    described.push(spec.describe().into());
-                    unique.len() - 1
-                }
-            };
+            let index = *index_of.entry(spec).or_insert_with(|| {
+                unique.push(spec.clone());
+                described.push(spec.describe().into());
+                unique.len() - 1
+            });
             layers.push((
                 Arc::from(layer.name.as_str()),
                 described[index].clone(),
@@ -1100,25 +1099,22 @@ impl Predictor {
         // alone, one entry per distinct module and trim.
         let mut trims = vec![None; layers.len()];
         let mut trimmed: Vec<Trimmed> = Vec::new();
+        let mut trimmed_of: HashMap<(usize, Trim), usize> = HashMap::new();
         for (i, grads) in network.operand_gradients().into_iter().enumerate() {
             let unique_index = layers[i].2;
             let Some(trim) = Trim::of(&unique[unique_index], grads) else {
                 continue;
             };
-            let k = match trimmed
-                .iter()
-                .position(|t| t.unique == unique_index && t.trim == trim)
-            {
-                Some(k) => k,
-                None => {
+            let k = *trimmed_of
+                .entry((unique_index, trim.clone()))
+                .or_insert_with(|| {
                     trimmed.push(Trimmed {
                         unique: unique_index,
                         module: format!("{}; {}", described[unique_index], trim.describe()).into(),
                         trim,
                     });
                     trimmed.len() - 1
-                }
-            };
+                });
             trims[i] = Some(k);
         }
         Ok(PreparedNetwork {
@@ -1385,7 +1381,7 @@ fn backward_parts(spec: &ModuleSpec, batch: usize) -> Vec<(ModuleSpec, usize)> {
 /// columns), and charging it as one forward pass made every CNN's training prediction worse
 /// (docs/accuracy.md). BERT's block is where it matters: Q, K and V read the input, and the
 /// three dX GEMMs are about 9% of its step on a CPU.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Trim {
     /// No backward: the step is the forward pass.
     ForwardOnly,

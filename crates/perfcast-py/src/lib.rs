@@ -49,8 +49,14 @@ fn to_json(value: &Bound<'_, PyAny>) -> PyResult<Value> {
         return Ok(Value::Bool(b.is_true()));
     }
     if let Ok(i) = value.cast::<PyInt>() {
-        let n: i64 = i.extract()?;
-        return Ok(Value::from(n));
+        // Past 64 bits pyo3 raises OverflowError, which is not the input error it is.
+        if let Ok(n) = i.extract::<i64>() {
+            return Ok(Value::from(n));
+        }
+        if let Ok(n) = i.extract::<u64>() {
+            return Ok(Value::from(n));
+        }
+        return Err(input_err(format!("{i} does not fit in 64 bits")));
     }
     if let Ok(f) = value.cast::<PyFloat>() {
         return number(f.value());

@@ -28,7 +28,13 @@
 //! keep-alive connection is closed after the idle timeout (60 s). A head hyper cannot parse
 //! is answered 400, 414 or 431 with a JSON body too. On SIGINT or SIGTERM the server stops
 //! accepting, closes connections waiting for a request, lets requests in flight finish, and
-//! after the shutdown timeout (5 s) drops what is left. See [`ServeConfig`].
+//! after the shutdown timeout (5 s) drops what is left, the process exiting within that bound.
+//!
+//! No request can hold the CPU for long either: the work too large for a tokio worker (an ONNX
+//! import, a network of over a thousand layers, a batch of over a thousand modules) runs on a
+//! pool of as many slots as worker threads, and a request whose work is not done within the
+//! request timeout (30 s) of its body is answered 503 naming the limit. A panic, which is a
+//! bug and never the input's fault, is answered 500. See [`ServeConfig`].
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -49,6 +55,6 @@ mod server;
 pub use error::{Error, Result};
 pub use server::{
     AppState, DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT,
-    DEFAULT_IDLE_TIMEOUT, DEFAULT_ONNX_LIMIT, DEFAULT_SHUTDOWN_TIMEOUT, ServeConfig, router, run,
-    serve, shutdown_signal,
+    DEFAULT_IDLE_TIMEOUT, DEFAULT_ONNX_LIMIT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT,
+    ServeConfig, router, run, serve, shutdown_signal,
 };

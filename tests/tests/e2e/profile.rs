@@ -130,6 +130,70 @@ fn killed_run_resumes_without_loss_or_duplicates() {
     }
 }
 
+/// Ctrl-C during a sweep stopped it but exited 2; a second sweep in the same process did not
+/// see it at all. It stops after the row in flight, exits 130 saying how to resume, and the
+/// resumed run finishes the sweep.
+#[test]
+fn ctrl_c_stops_a_sweep_exits_130_and_the_resumed_run_finishes_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sweep = write_fast_sweep(tmp.path(), "");
+    let text = std::fs::read_to_string(&sweep)
+        .unwrap()
+        .replace("warmup_s = 0.0", "warmup_s = 0.03");
+    std::fs::write(&sweep, text).unwrap();
+    let out = tmp.path().join("ds");
+    let args = [
+        "profile",
+        "--modules",
+        "relu",
+        "--samples",
+        "40",
+        "--sweep",
+        sweep.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let child = perfcast()
+        .args(args)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Rows are written only while the sweep runs, after its Ctrl-C handler is in place.
+    let start = Instant::now();
+    while !DatasetDir::open(&out)
+        .and_then(|d| d.read(ModuleKind::Relu))
+        .is_ok_and(|rows| rows.len() >= 3)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no rows appeared"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    let last = err.lines().last().unwrap_or("");
+    assert!(last.starts_with("error: "), "{err}");
+    assert!(last.contains("rerun with `--resume`"), "{err}");
+    let dir = DatasetDir::open(&out).unwrap();
+    let stopped = dir.read(ModuleKind::Relu).unwrap();
+    assert!(stopped.len() < 40, "the run finished before the signal");
+
+    let o = perfcast().args(args).arg("--resume").output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let done = dir.read(ModuleKind::Relu).unwrap();
+    assert_eq!(done.len(), 40);
+    for r in &stopped {
+        assert!(done.contains(r), "lost a finished row");
+    }
+}
+
 #[test]
 fn malformed_sweep_is_a_one_line_error_naming_the_file() {
     let tmp = tempfile::tempdir().unwrap();

@@ -500,3 +500,97 @@ fn counts_that_would_take_the_machine_are_refused_before_any_work() {
         "`--concurrency` must be from 1 to 4096, got 100000",
     );
 }
+
+/// A few-node ONNX file with an extreme attribute, dims or shape panicked every entry
+/// point (exit 101 from the CLI, 500 from the server). Each is now one line naming the node or
+/// tensor, and a 422 naming the body.
+#[test]
+fn hostile_onnx_files_are_refused_in_one_line_by_the_cli_and_422_by_the_server() {
+    use perfcast_graph::onnx::proto::{Attribute, Dim, Graph, Model, Node, Tensor, ValueInfo};
+    let model = |inits: Vec<Tensor>, nodes: Vec<Node>| {
+        let out = nodes[nodes.len() - 1].outputs[0].clone();
+        Model::new(Graph {
+            name: "g".into(),
+            nodes,
+            initializers: inits,
+            inputs: vec![ValueInfo::new(
+                "x",
+                [1, 3, 8, 8].into_iter().map(Dim::Value).collect(),
+            )],
+            outputs: vec![ValueInfo::new(&out, vec![])],
+            value_info: vec![],
+        })
+        .encode()
+    };
+    let max = i64::MAX;
+    let cases = [
+        (
+            "conv pads",
+            model(
+                vec![Tensor::weight("w", &[8, 3, 3, 3])],
+                vec![
+                    Node::new("Conv", "conv0", &["x", "w"], &["y"])
+                        .with(Attribute::ints("pads", &[max, max, max, max])),
+                ],
+            ),
+            "`pads` value 9223372036854775807",
+        ),
+        (
+            "huge initializer",
+            model(
+                vec![Tensor::weight("w", &[1 << 32, 1 << 32])],
+                vec![Node::new("MatMul", "mm", &["x", "w"], &["y"])],
+            ),
+            "`w`",
+        ),
+        (
+            "transpose perm",
+            model(
+                vec![],
+                vec![
+                    Node::new("Transpose", "tr", &["x"], &["y"])
+                        .with(Attribute::ints("perm", &[0, 0, 0, 0])),
+                ],
+            ),
+            "perm",
+        ),
+    ];
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let bundle = root.join("checkpoints/gpu");
+    let tmp = tempfile::tempdir().unwrap();
+    let (_server, addr) = crate::serve::start(&bundle);
+    for (name, bytes, says) in &cases {
+        let file = tmp.path().join("case.onnx");
+        std::fs::write(&file, bytes).unwrap();
+        let o = run(&[
+            "predict",
+            "--bundle",
+            bundle.to_str().unwrap(),
+            "--onnx",
+            file.to_str().unwrap(),
+        ]);
+        refused(&o, says);
+        assert_eq!(stderr(&o).lines().count(), 1, "{name}: {}", stderr(&o));
+        let (status, body) = crate::serve::http(addr, "POST", "/v1/predict/onnx", bytes);
+        assert_eq!(status, 422, "{name}: {body}");
+        let e: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(e["field"], "body", "{name}: {body}");
+        assert!(
+            e["error"].as_str().unwrap().contains(says),
+            "{name}: {body}"
+        );
+    }
+    // A transformer past the block limit is refused at once, not built until memory runs out.
+    let mut config: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("examples/transformers/gpt2.json")).unwrap(),
+    )
+    .unwrap();
+    for n_layer in [16_777_216, 1_000_000] {
+        config["n_layer"] = serde_json::json!(n_layer);
+        let body = serde_json::json!({"transformer": config, "seq": 128}).to_string();
+        let (status, answer) =
+            crate::serve::http(addr, "POST", "/v1/predict/network", body.as_bytes());
+        assert_eq!(status, 422, "{answer}");
+        assert!(answer.contains(&n_layer.to_string()), "{answer}");
+    }
+}

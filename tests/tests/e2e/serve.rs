@@ -69,6 +69,11 @@ pub(crate) struct Server(Child);
 
 /// A server on `bundle` at an ephemeral loopback port, with its address; stderr drained.
 pub(crate) fn start(bundle: &std::path::Path) -> (Server, SocketAddr) {
+    start_with(bundle, &[])
+}
+
+/// [`start`] with more arguments of `perfcast serve`.
+pub(crate) fn start_with(bundle: &std::path::Path, extra: &[&str]) -> (Server, SocketAddr) {
     let mut child = perfcast()
         .args([
             "serve",
@@ -77,6 +82,7 @@ pub(crate) fn start(bundle: &std::path::Path) -> (Server, SocketAddr) {
             "--addr",
             "127.0.0.1:0",
         ])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -502,4 +508,52 @@ fn serve_predicts_onnx_files_and_transformer_configs_as_the_cli_does() {
             "{path}: {body}"
         );
     }
+}
+
+/// An expensive request held a worker for minutes with no limit on its time.
+#[test]
+fn work_past_the_request_timeout_is_answered_503_naming_the_limit() {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let bundle = root.join("checkpoints/gpu");
+    // A microsecond: any work moved off the tokio workers overruns it, by orders of magnitude.
+    let (_server, addr) = start_with(&bundle, &["--request-timeout-s", "0.000001"]);
+    let onnx = std::fs::read(root.join("tests/fixtures/onnx/cnn-residual.onnx")).unwrap();
+    let mut config: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("examples/transformers/gpt2.json")).unwrap(),
+    )
+    .unwrap();
+    // Enough blocks for over a thousand layers, so the network is prepared off the workers.
+    config["n_layer"] = serde_json::json!(200);
+    let transformer = serde_json::json!({"transformer": config, "seq": 64}).to_string();
+    for (path, body) in [
+        ("/v1/predict/onnx?batch=2", &onnx[..]),
+        ("/v1/predict/network", transformer.as_bytes()),
+    ] {
+        let (status, answer) = http(addr, "POST", path, body);
+        assert_eq!(status, 503, "{path}: {answer}");
+        let e = json(&answer);
+        assert!(
+            e["error"]
+                .as_str()
+                .unwrap()
+                .contains("`--request-timeout-s`"),
+            "{path}: {answer}"
+        );
+    }
+    // Work small enough for the workers is not budgeted, and the server goes on serving.
+    let (status, answer) = http(
+        addr,
+        "POST",
+        "/v1/predict/network",
+        br#"{"network": "vgg16"}"#,
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(http(addr, "GET", "/healthz", b"").0, 200);
+
+    // The same requests within the default limit are answered.
+    let (_server, addr) = start(&bundle);
+    let (status, answer) = http(addr, "POST", "/v1/predict/network", transformer.as_bytes());
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = http(addr, "POST", "/v1/predict/onnx?batch=2", &onnx);
+    assert_eq!(status, 200, "{answer}");
 }

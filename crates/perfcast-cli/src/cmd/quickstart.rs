@@ -20,9 +20,9 @@ use perfcast_select::calibrate::network_table;
 use perfcast_select::pipeline::{TrainPlan, bundle_dir};
 
 use super::{networks, predict, profile, train};
-use crate::Ui;
 use crate::output::{Format, emit};
 use crate::progress::Bars;
+use crate::{Interrupted, Ui};
 
 /// Arguments of `perfcast quickstart`.
 #[derive(Debug, Args)]
@@ -86,6 +86,34 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         &perfcast_core::CpuTopology::detect().model,
     ));
     let started = Instant::now();
+    // Installed before any step, so that Ctrl-C in any of them is seen, not only in a sweep.
+    let interrupt = profile::interrupt_flag();
+    let stopped = |step: &str| {
+        Interrupted(format!(
+            "quickstart interrupted in {step}; the rows measured so far are saved in `{}`: run the \
+             same command again to resume",
+            data.display()
+        ))
+    };
+    // A sweep's own message names `perfcast profile --resume`, which the quickstart does not
+    // take: it always resumes.
+    let step = |step: &str, e: anyhow::Error| -> anyhow::Error {
+        match e
+            .chain()
+            .find_map(|c| c.downcast_ref::<perfcast_profile::Error>())
+        {
+            Some(perfcast_profile::Error::Interrupted { done }) => {
+                stopped(&format!("{step} after {done} new measurements")).into()
+            }
+            _ => e,
+        }
+    };
+    let check = |name: &str| -> anyhow::Result<()> {
+        if interrupt.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(stopped(name).into());
+        }
+        Ok(())
+    };
     let device = profile::probe_device(&data, ui)?;
     perfcast_data::DatasetDir::create_or_open(&data, &device)?;
     let budget_s = if a.fast { 0.0 } else { a.budget };
@@ -115,7 +143,8 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             (&predicted, &a.batch[..]),
             (&calibration, &calibration_batch[..]),
         ] {
-            let done = profile_layers(nets, batch, 1, &data, remeasure_until, bars.as_ref())?;
+            let done = profile_layers(nets, batch, 1, &data, remeasure_until, bars.as_ref())
+                .map_err(|e| step("step 1/5 (the networks' layers)", e.into()))?;
             timed += done.timed;
             if !done.canary.readings_ms.is_empty() {
                 emit(&crate::render::profile::canary_line(&done.canary))?;
@@ -139,7 +168,8 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             None,
             Format::Text,
             ui,
-        )?;
+        )
+        .map_err(|e| step("step 2/5 (the sweep)", e))?;
         if code != ExitCode::SUCCESS {
             return Ok(code);
         }
@@ -162,12 +192,14 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
                 Some(&plan),
                 Format::Text,
                 ui,
-            )?;
+            )
+            .map_err(|e| step("step 3/5 (an active round)", e))?;
             if code != ExitCode::SUCCESS {
                 return Ok(code);
             }
         }
     }
+    check("step 3/5 (active rounds)")?;
     let dir = bundle_dir(&a.bundle);
     ui.info(format!(
         "4/5 [{:.0} s] training {} on every kind, auto-selecting into `{}`",
@@ -185,6 +217,11 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     if code != ExitCode::SUCCESS {
         return Ok(code);
     }
+    // Training has no stopping point of its own: a Ctrl-C during it is honoured here.
+    check(&format!(
+        "step 4/5 (training, which finished and wrote `{}` first)",
+        dir.display()
+    ))?;
     if a.fast {
         ui.info("5/5 predicting zoo networks (host-cost calibration skipped: --fast)");
     } else {
@@ -205,6 +242,7 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         if code != ExitCode::SUCCESS {
             return Ok(code);
         }
+        check("step 5/5 (the host-cost calibration)")?;
     }
     let predictor = Predictor::new(predict::load_bundle(&dir)?);
     let rows = network_table(&predictor, &predicted, &a.batch)?;

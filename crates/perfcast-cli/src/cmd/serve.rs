@@ -12,7 +12,7 @@ use perfcast_select::Predictor;
 use perfcast_serve::loadtest::{LoadConfig, LoadKind};
 use perfcast_serve::{
     DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
-    DEFAULT_ONNX_LIMIT, DEFAULT_SHUTDOWN_TIMEOUT, ServeConfig,
+    DEFAULT_ONNX_LIMIT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT, ServeConfig,
 };
 
 use crate::Ui;
@@ -60,6 +60,9 @@ pub struct ServeArgs {
     /// Seconds, after SIGINT or SIGTERM, for requests in flight to finish before every connection is dropped
     #[arg(long, default_value_t = DEFAULT_SHUTDOWN_TIMEOUT.as_secs_f64())]
     shutdown_timeout_s: f64,
+    /// Seconds a request's work (an ONNX import, a large network or module batch) may take once its body is read; then 503
+    #[arg(long, default_value_t = DEFAULT_REQUEST_TIMEOUT.as_secs_f64())]
+    request_timeout_s: f64,
 }
 
 /// `--max-body-kb` in bytes.
@@ -123,6 +126,7 @@ pub fn serve(a: ServeArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         body_timeout: seconds("body-timeout-s", a.body_timeout_s)?,
         idle_timeout: seconds("idle-timeout-s", a.idle_timeout_s)?,
         shutdown_timeout: seconds("shutdown-timeout-s", a.shutdown_timeout_s)?,
+        request_timeout: seconds("request-timeout-s", a.request_timeout_s)?,
     };
     if !a.addr.ip().is_loopback() {
         ui.info(format!(
