@@ -375,9 +375,11 @@ impl PriceTable {
     }
 
     /// The price of a device the user named `label` with spec `spec`: by the label, then by
-    /// the spec's name (both compared as slugs).
+    /// the spec's name (both compared as slugs, without a `:dtype` suffix: a GPU costs the
+    /// same whatever type it computes in).
     pub fn price(&self, label: &str, spec: &DeviceSpec) -> Option<f64> {
-        let want = [slugify(label), spec.slug()];
+        let bare = label.rsplit_once(':').map_or(label, |(name, _)| name);
+        let want = [slugify(bare), slugify(&spec.name)];
         want.iter().find_map(|w| {
             self.per_gpu_hour
                 .iter()
@@ -1239,6 +1241,12 @@ mod tests {
             ..spec.clone()
         };
         assert_eq!(t.price("t4", &t4), Some(0.5));
+        // A GPU seen in another data type costs what the GPU costs.
+        let t4_half = DeviceSpec {
+            dtype: perfcast_core::DType::Fp16,
+            ..t4.clone()
+        };
+        assert_eq!(t.price("t4:fp16", &t4_half), Some(0.5));
         assert_eq!(t.price("h100", &spec), None);
         let e = PriceTable::parse("[per_gpu_hour]\na100 = -1\n").unwrap_err();
         assert!(e.contains("`per_gpu_hour.a100`") && e.contains("-1"), "{e}");
