@@ -156,6 +156,20 @@ pub fn network(p: &NetworkPrediction) -> String {
             p.fallback_layers
         ));
     }
+    if let Some(f) = &p.fusion {
+        t.push_str(&format!(
+            "fusion `{}`, graph: {}: {} layers run as {} kernels; eager {}, fused/eager {}; \
+             roofline {} (eager graph {})\n",
+            f.policy,
+            f.graph,
+            f.eager_layers,
+            f.kernels,
+            fmt_ms(f.eager_total_ms),
+            sig3(p.total_ms / f.eager_total_ms),
+            fmt_ms(p.roofline_ms),
+            fmt_ms(f.eager_roofline_ms),
+        ));
+    }
     t
 }
 

@@ -64,6 +64,7 @@ fn layer(name: &str, module: &str, p: ModulePrediction) -> LayerPrediction {
         name: name.into(),
         module: module.into(),
         prediction: p,
+        fused: Vec::new(),
     }
 }
 
@@ -100,6 +101,7 @@ fn network(phase: Phase, composed: Option<Composed>) -> NetworkPrediction {
         roofline_ms: 4.0,
         composed,
         fallback_layers: 1,
+        fusion: None,
     }
 }
 
