@@ -742,6 +742,62 @@ mod tests {
         assert_eq!((qkv.in_features, qkv.out_features), (768, 3 * 768));
     }
 
+    /// A linear, then `gelu_new` as eager PyTorch runs it (eight kernels, `x` read three
+    /// times), then a second linear.
+    fn gelu_new_mlp() -> Network {
+        use crate::network::Layer;
+        use crate::spec::{Elementwise, Linear};
+        let e = || Elementwise { shape: [1, 16, 64] };
+        let fc = |i, o| {
+            ModuleSpec::Linear(Linear {
+                tokens: 16,
+                in_features: i,
+                out_features: o,
+                bias: true,
+            })
+        };
+        Network {
+            name: "mlp".into(),
+            input: vec![16, 32],
+            layers: vec![
+                Layer::new("fc1", fc(32, 64)),
+                Layer::new("pow", ModuleSpec::PowScalar(e())),
+                Layer::new("mul1", ModuleSpec::MulScalar(e())),
+                Layer::new("add1", ModuleSpec::Add(e()))
+                    .reads("fc1")
+                    .second("mul1"),
+                Layer::new("mul2", ModuleSpec::MulScalar(e())),
+                Layer::new("tanh", ModuleSpec::Tanh(e())),
+                Layer::new("add2", ModuleSpec::AddScalar(e())),
+                Layer::new("mul3", ModuleSpec::MulScalar(e())).reads("fc1"),
+                Layer::new("mul4", ModuleSpec::Mul(e())).second("add2"),
+                Layer::new("fc2", fc(64, 32)),
+            ],
+        }
+    }
+
+    #[test]
+    fn an_eight_kernel_activation_is_one_kernel_in_the_epilogue_or_apart() {
+        let net = gelu_new_mlp();
+        net.check().unwrap();
+        let compile = fuse(&net, Fusion::Compile).unwrap();
+        assert_eq!(
+            names(&net, &compile),
+            ["fc1+pow+mul1+add1+mul2+tanh+add2+mul3+mul4", "fc2"]
+        );
+        // Megatron's bias-GeLU kernel: the GEMM alone, the activation one kernel reading
+        // `x` once and writing its result once.
+        let megatron = fuse(&net, Fusion::Megatron).unwrap();
+        assert_eq!(
+            names(&net, &megatron),
+            ["fc1", "pow+mul1+add1+mul2+tanh+add2+mul3+mul4", "fc2"]
+        );
+        let act = &megatron[1];
+        assert_eq!(act.kind, RegionKind::Memory);
+        assert_eq!(act.read_per_sample, F32_BYTES * 16.0 * 64.0);
+        assert_eq!(act.written_per_sample, F32_BYTES * 16.0 * 64.0);
+    }
+
     #[test]
     fn a_region_moves_only_what_crosses_its_boundary() {
         let block = zoo::build("transformer", Some(64)).unwrap();
