@@ -48,6 +48,8 @@ pub struct FusionReport {
 struct Rule {
     ms: f64,
     model: Cow<'static, str>,
+    /// Whether the spec roofline answered in place of a model.
+    fallback: bool,
     module: String,
     warnings: Vec<String>,
 }
@@ -118,10 +120,7 @@ impl Predictor {
                     kind: anchor.spec.kind(),
                     ms,
                     model: rule.model,
-                    fallback: region
-                        .members
-                        .iter()
-                        .any(|&i| eager.layers[i].prediction.fallback),
+                    fallback: rule.fallback,
                     warnings,
                 },
                 fused: region
@@ -204,6 +203,7 @@ impl Predictor {
                 Rule {
                     ms: of(anchor).ms + extra_ms,
                     model: of(anchor).model.clone(),
+                    fallback: of(anchor).fallback,
                     module: format!(
                         "{} + {others} op{} in its epilogue",
                         eager.layers[anchor].module,
@@ -219,6 +219,7 @@ impl Predictor {
                 Rule {
                     ms: p.ms,
                     model: p.model,
+                    fallback: p.fallback,
                     module: format!(
                         "{} ops as one memory-bound kernel, {:.1} MB",
                         region.members.len(),
@@ -237,6 +238,7 @@ impl Predictor {
                 Rule {
                     ms: matmuls.iter().map(|&i| of(i).ms).sum(),
                     model: of(anchor).model.clone(),
+                    fallback: matmuls.iter().any(|&i| of(i).fallback),
                     module: format!(
                         "attention as one kernel: {}; no score matrix in memory",
                         matmuls
@@ -256,6 +258,7 @@ impl Predictor {
                 Rule {
                     ms: p.ms,
                     model: p.model,
+                    fallback: p.fallback,
                     module: format!("{} (merged GEMM)", spec.describe()),
                     warnings: p.warnings,
                 }
@@ -263,6 +266,7 @@ impl Predictor {
             RegionKind::Single => Rule {
                 ms: of(anchor).ms,
                 model: of(anchor).model.clone(),
+                fallback: of(anchor).fallback,
                 module: eager.layers[anchor].module.to_string(),
                 warnings: Vec::new(),
             },
