@@ -83,3 +83,54 @@ fn an_unknown_fusion_policy_is_refused_in_one_line() {
         stderr(&o)
     );
 }
+
+/// `plan` of GPT-2 (small) at 256 tokens on one A100, no recomputation, in `format`.
+fn plan_gpt2(fusion: &str, format: &str) -> std::process::Output {
+    let bundle = path("checkpoints/gpu");
+    let config = path("examples/transformers/gpt2.json");
+    run(&[
+        "plan",
+        "--bundle",
+        &bundle,
+        "--transformer",
+        &config,
+        "--seq",
+        "256",
+        "--global-batch",
+        "4",
+        "--devices",
+        "a100",
+        "--gpus",
+        "1",
+        "--micro-batches",
+        "1",
+        "--recompute",
+        "none",
+        "--fusion",
+        fusion,
+        "--format",
+        format,
+    ])
+}
+
+#[test]
+fn plan_fusion_names_the_graph_and_keeps_no_score_matrix() {
+    let row = |fusion: &str| {
+        let v = json(&plan_gpt2(fusion, "json"));
+        assert_eq!(v["config"]["fusion"], fusion);
+        v["rows"][0].clone()
+    };
+    let (eager, compiled) = (row("none"), row("compile"));
+    let act = |r: &serde_json::Value| r["memory"]["activations"].as_f64().unwrap();
+    // 12 heads of 256 x 256 scores, softmax and dropout outputs among them, per block.
+    assert!(act(&compiled) < act(&eager), "{compiled} vs {eager}");
+    assert!(compiled["step_s"].as_f64().unwrap() < eager["step_s"].as_f64().unwrap());
+    let o = plan_gpt2("megatron", "text");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let header = text.lines().next().unwrap_or("");
+    assert!(
+        header.contains("graph: Megatron (fused QKV, bias-GeLU, dropout-add"),
+        "{header}"
+    );
+}
