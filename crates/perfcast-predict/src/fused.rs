@@ -103,15 +103,8 @@ impl Predictor {
             let floor_ms = self.region_floor_ms(network, region, context, &floors);
             let rule = self.rule(network, region, context, &eager)?;
             let mut warnings = rule.warnings;
-            let ms = if rule.ms.is_nan() || rule.ms < floor_ms {
-                warnings.push(RAISED_TO_REGION.into());
-                floor_ms
-            } else if rule.ms > parts_ms {
-                warnings.push(CAPPED_AT_PARTS.into());
-                parts_ms
-            } else {
-                rule.ms
-            };
+            let (ms, note) = bound(rule.ms, floor_ms, parts_ms);
+            warnings.extend(note.map(String::from));
             let anchor = &network.layers[region.members[0]];
             layers.push(LayerPrediction {
                 name: region.name(network).into(),
@@ -274,6 +267,18 @@ impl Predictor {
     }
 }
 
+/// A fused kernel's time: the rule's `ms` raised to the region's `floor` (a NaN too) and
+/// capped at its layers' sum `parts`, with the warning saying which, if either, applied.
+fn bound(ms: f64, floor: f64, parts: f64) -> (f64, Option<&'static str>) {
+    if ms.is_nan() || ms < floor {
+        (floor, Some(RAISED_TO_REGION))
+    } else if ms > parts {
+        (parts, Some(CAPPED_AT_PARTS))
+    } else {
+        (ms, None)
+    }
+}
+
 /// An element-wise add moving `bytes` (fp32) over `batch` samples: `E` elements read twice
 /// and written once per sample, laid out as rows of 1024 (and past 16384 rows, planes of
 /// 1024 rows, so no axis leaves the ranges the bundle's add model learned).
@@ -295,6 +300,17 @@ fn equivalent_add(bytes: f64, batch: usize) -> ModuleSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fused_kernel_is_kept_between_its_roofline_and_its_parts() {
+        assert_eq!(bound(2.0, 1.0, 3.0), (2.0, None));
+        assert_eq!(bound(0.5, 1.0, 3.0), (1.0, Some(RAISED_TO_REGION)));
+        assert_eq!(bound(f64::NAN, 1.0, 3.0), (1.0, Some(RAISED_TO_REGION)));
+        assert_eq!(bound(4.0, 1.0, 3.0), (3.0, Some(CAPPED_AT_PARTS)));
+        // At the edges nothing is said.
+        assert_eq!(bound(1.0, 1.0, 3.0), (1.0, None));
+        assert_eq!(bound(3.0, 1.0, 3.0), (3.0, None));
+    }
 
     #[test]
     fn the_equivalent_add_moves_at_least_the_region_bytes() {
