@@ -221,7 +221,12 @@ impl Region {
                     .count(),
             );
         }
-        let prefix = names[0][..prefix].rfind('.').map_or(0, |p| p + 1);
+        // Searched in bytes: a common byte prefix may end inside a multi-byte character, but
+        // a `.` is one byte, so the cut after it is a boundary in every name.
+        let prefix = names[0].as_bytes()[..prefix]
+            .iter()
+            .rposition(|&b| b == b'.')
+            .map_or(0, |p| p + 1);
         let mut name = names[0].to_string();
         for n in &names[1..] {
             name.push('+');
@@ -323,8 +328,6 @@ struct Graph<'a> {
     /// Per layer: the tensors it reads (producer index or [`INPUT`]) with the bytes per
     /// sample it reads of each; empty for views and detached layers.
     operands: Vec<Vec<(usize, f64)>>,
-    /// Per layer: the tensor its output is (itself, or for a view the tensor it presents).
-    alias: Vec<usize>,
     /// Per tensor (producer index): the non-view layers reading it.
     readers: Vec<Vec<usize>>,
     /// Per layer: output elements per sample.
@@ -386,7 +389,6 @@ impl<'a> Graph<'a> {
         Graph {
             network,
             operands,
-            alias,
             readers,
             out_elems,
             last,
@@ -636,7 +638,6 @@ pub fn fuse(network: &Network, policy: Fusion) -> Result<Vec<Region>> {
         }
         regions.push(g.region(kind, members));
     }
-    debug_assert!(g.alias.len() == n);
     Ok(regions)
 }
 
@@ -658,6 +659,28 @@ mod tests {
         assert_eq!(
             err,
             "unknown fusion policy `xla`: expected one of none, epilogue, compile, engine, megatron"
+        );
+    }
+
+    #[test]
+    fn names_cut_shared_prefixes_at_a_dot_even_among_multibyte_names() {
+        let mut net = gelu_new_mlp();
+        // `а` and `б` share their first byte: the common byte prefix ends inside a character.
+        let rename = |n: &str| match n {
+            "fc1" => "блок.а".to_string(),
+            "pow" => "блок.б".to_string(),
+            other => format!("блок.{other}"),
+        };
+        for layer in &mut net.layers {
+            layer.name = rename(&layer.name);
+            layer.input_from = layer.input_from.as_deref().map(rename);
+            layer.second_from = layer.second_from.as_deref().map(rename);
+        }
+        net.check().unwrap();
+        let regions = fuse(&net, Fusion::Epilogue).unwrap();
+        assert_eq!(
+            regions[0].name(&net),
+            "блок.а+б+mul1+add1+mul2+tanh+add2+mul3+mul4"
         );
     }
 
