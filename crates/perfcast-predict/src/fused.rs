@@ -8,7 +8,9 @@
 //!   read, an extra output) at the device's bandwidth;
 //! - memory-bound: the bundle's `add` model for one kernel moving the region's boundary bytes
 //!   (an add of `E` elements reads `2E` and writes `E`, so `E` is a third of those bytes);
-//! - attention: the two matmuls' predictions, with no scale, mask, softmax or dropout kernel;
+//! - attention: the two matmuls' predictions, with no scale, mask, softmax or dropout kernel
+//!   (in a training step plus the scores matmul's forward again, which the fused backward
+//!   recomputes);
 //! - merged GEMM: the bundle's prediction for the one linear layer of the summed width.
 
 use std::borrow::Cow;
@@ -228,8 +230,17 @@ impl Predictor {
                     .copied()
                     .filter(|&i| network.layers[i].spec.kind() == ModuleKind::Matmul)
                     .collect();
+                // The fused backward keeps no scores, so it recomputes them: one more
+                // forward pass of the scores matmul.
+                let recompute = if context.phase == Phase::Training {
+                    let forward = crate::predictor::forward_of(context);
+                    self.predict_module(&network.layers[anchor].spec, &forward)?
+                        .ms
+                } else {
+                    0.0
+                };
                 Rule {
-                    ms: matmuls.iter().map(|&i| of(i).ms).sum(),
+                    ms: matmuls.iter().map(|&i| of(i).ms).sum::<f64>() + recompute,
                     model: of(anchor).model.clone(),
                     fallback: matmuls.iter().any(|&i| of(i).fallback),
                     module: format!(
