@@ -82,18 +82,24 @@ pub fn network(p: &NetworkPrediction) -> String {
             }
         ));
     }
+    // A fused prediction's rows are kernels, several layers each.
+    let rows = if p.fusion.is_some() {
+        "kernels"
+    } else {
+        "layers"
+    };
     match &p.composed {
         None => t.push_str(&format!(
             "{:<nw$} {:<mw$} {:>11}\n",
             "total",
-            format!("{} layers", p.layers.len()),
+            format!("{} {rows}", p.layers.len()),
             fmt_ms(p.total_ms)
         )),
         Some(c) => {
             let terms = [
                 (
                     "layers",
-                    format!("sum of {} layers", p.layers.len()),
+                    format!("sum of {} {rows}", p.layers.len()),
                     c.layer_sum_ms,
                 ),
                 (
