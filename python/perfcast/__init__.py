@@ -148,6 +148,8 @@ class NetworkPrediction:
         self.roofline_ms: float = raw.get("roofline_ms", 0.0)
         self.fallback_layers: int = raw["fallback_layers"]
         self.composed: Optional[Dict[str, Any]] = raw.get("composed")
+        #: The fusion policy, graph style, kernels and eager total; None for the eager graph.
+        self.fusion: Optional[Dict[str, Any]] = raw.get("fusion")
         rows: List[Dict[str, Any]] = raw["layers"]
         try:
             import pandas as pd  # optional
@@ -275,15 +277,18 @@ class Bundle:
         threads: int = 1,
         seq: Optional[int] = None,
         device: Device = None,
+        fusion: str = "none",
         **source_options: Any,
     ) -> NetworkPrediction:
         """A whole network's latency: a zoo name, an ONNX path or bytes, a transformer config
         (with ``seq``), perfcast's network JSON, or a :class:`NetworkGraph` (see
-        :func:`network`)."""
+        :func:`network`). ``fusion`` (``none``, ``epilogue``, ``compile``, ``engine``,
+        ``megatron``) predicts the kernels that policy fuses, as ``predict --fusion``."""
         graph = network(network_or_source, seq=seq, phase=phase, **source_options)
         report = graph.import_report
         raw = self._native.predict_network(
-            graph, _count("batch", batch), phase, _count("threads", threads), _device_arg(device)
+            graph, _count("batch", batch), phase, _count("threads", threads), _device_arg(device),
+            fusion
         )
         return NetworkPrediction(raw, report)
 

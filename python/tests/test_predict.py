@@ -258,3 +258,19 @@ def test_layers_are_a_dataframe_when_pandas_is_there(gpu_bundle):
     else:
         assert list(p.layers["ms"]) == [l["ms"] for l in p.raw["layers"]]
     assert "resnet18" in repr(p)
+
+
+def test_fusion_matches_the_cli_and_never_exceeds_eager(gpu_bundle, cli):
+    config = str(GPU_BUNDLE.parents[1] / "examples" / "transformers" / "bert-base.json")
+    eager = gpu_bundle.predict_network(config, seq=128, batch=8)
+    assert eager.fusion is None
+    assert gpu_bundle.predict_network(config, seq=128, batch=8, fusion="none").total_ms == eager.total_ms
+    for policy in ["epilogue", "compile", "engine", "megatron"]:
+        p = gpu_bundle.predict_network(config, seq=128, batch=8, fusion=policy)
+        out = cli("predict", "--bundle", str(GPU_BUNDLE), "--device", "a100", "--transformer", config,
+                  "--seq", "128", "--batch", "8", "--fusion", policy, "--format", "json")
+        assert p.total_ms == out["total_ms"], policy
+        assert p.fusion["policy"] == policy and p.fusion["eager_total_ms"] == eager.total_ms
+        assert p.roofline_ms <= p.total_ms < eager.total_ms
+    with pytest.raises(perfcast.InputError, match="unknown fusion policy `xla`"):
+        gpu_bundle.predict_network(config, seq=128, batch=8, fusion="xla")

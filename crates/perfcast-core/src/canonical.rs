@@ -133,7 +133,7 @@ pub fn least_cpu_compute_time_s(spec: &ModuleSpec, context: &Context, device: &D
 
 /// The least work of `spec` (derived as `d`) in `phase`: its FLOPs, cut by
 /// [`conv_work_saving`].
-fn least_flops(spec: &ModuleSpec, d: &features::Derived, phase: Phase) -> f64 {
+pub(crate) fn least_flops(spec: &ModuleSpec, d: &features::Derived, phase: Phase) -> f64 {
     let flops = match phase {
         Phase::Training => d.train_flops,
         Phase::Inference => d.flops,

@@ -70,6 +70,11 @@ pub enum Error {
     /// Malformed JSON for a spec.
     #[error("invalid module spec JSON: {0}")]
     Json(#[from] serde_json::Error),
+    /// A fusion policy name that perfcast does not know.
+    #[error(
+        "unknown fusion policy `{0}`: expected one of none, epilogue, compile, engine, megatron"
+    )]
+    UnknownFusion(String),
 }
 
 /// Result with perfcast-core's [`Error`].

@@ -26,6 +26,7 @@ mod dtype;
 mod error;
 pub mod features;
 pub mod fmt;
+pub mod fusion;
 pub mod gpus;
 pub mod known;
 mod metrics;

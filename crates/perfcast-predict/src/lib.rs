@@ -40,6 +40,7 @@ pub mod compose;
 pub mod device_features;
 mod error;
 pub mod features;
+pub mod fused;
 pub mod gpu_util;
 pub mod knn;
 pub mod matrix;
@@ -57,6 +58,7 @@ pub use bundle::{Bundle, Manifest};
 pub use compose::{Composed, HostCosts, PhaseCosts, RunShape};
 pub use error::{Error, Result};
 pub use features::FeatureSchema;
+pub use fused::FusionReport;
 pub use matrix::Matrix;
 pub use predictor::{
     LayerPrediction, ModulePrediction, NetworkPrediction, Predictor, PreparedNetwork,

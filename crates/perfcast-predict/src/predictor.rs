@@ -66,6 +66,28 @@ pub struct LayerPrediction {
     /// Its prediction.
     #[serde(flatten)]
     pub prediction: ModulePrediction,
+    /// The network's layers this one kernel runs, when a fusion policy fused several
+    /// ([`Predictor::predict_network_fused`]); empty for a layer run as given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "shared_strs")]
+    pub fused: Vec<Arc<str>>,
+}
+
+/// `Vec<Arc<str>>` fields as JSON lists of strings.
+mod shared_strs {
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(texts: &[Arc<str>], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(texts.iter().map(|t| &**t))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Arc<str>>, D::Error> {
+        Ok(Vec::<String>::deserialize(d)?
+            .into_iter()
+            .map(Arc::from)
+            .collect())
+    }
 }
 
 /// `Arc<str>` fields as plain JSON strings (serde's own impls need its `rc` feature).
@@ -125,6 +147,10 @@ pub struct NetworkPrediction {
     pub composed: Option<crate::compose::Composed>,
     /// Layers answered by the fallback.
     pub fallback_layers: usize,
+    /// The fusion policy the layers were grouped by and the eager prediction beside it;
+    /// absent for the network as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fusion: Option<crate::fused::FusionReport>,
 }
 
 /// Predicts from a loaded bundle.
@@ -632,13 +658,13 @@ impl Predictor {
 
     /// Whether queries are rewritten into their canonical GPU form and bounded by the spec
     /// roofline (a GPU bundle; CPU bundles answer the form their backend measured).
-    fn gpu(&self) -> bool {
+    pub(crate) fn gpu(&self) -> bool {
         self.bundle.manifest.device.kind == perfcast_core::DeviceKind::Gpu
     }
 
     /// The least time the device's spec allows for a query, ms: the roofline on a GPU, the
     /// compute floor of GEMM-like kinds at the measured GEMM peak on a CPU.
-    fn least_ms(&self, spec: &ModuleSpec, context: &Context) -> f64 {
+    pub(crate) fn least_ms(&self, spec: &ModuleSpec, context: &Context) -> f64 {
         let device = &self.bundle.manifest.device;
         if self.gpu() {
             least_time_s(spec, context, device) * 1e3
@@ -1172,6 +1198,7 @@ impl Predictor {
                         ms,
                         ..unique[*i].clone()
                     },
+                    fused: Vec::new(),
                 }
             })
             .collect();
@@ -1188,18 +1215,7 @@ impl Predictor {
                 self.least_ms(&network.unique[*i], at)
             })
             .sum();
-        let calibrated = self
-            .bundle
-            .manifest
-            .host_costs
-            .as_ref()
-            .and_then(|c| c.phase(context.phase));
-        // A GPU training step never calibrated still pays its input copy and optimiser update.
-        let defaults = (calibrated.is_none() && self.gpu() && context.phase == Phase::Training)
-            .then(|| crate::compose::PhaseCosts::gpu_defaults(&self.bundle.manifest.device));
-        let composed = calibrated
-            .or(defaults.as_ref())
-            .map(|c| c.compose_sum(&network.shape, layer_sum_ms, context.batch));
+        let composed = self.composition(&network.shape, layer_sum_ms, context);
         Ok(NetworkPrediction {
             network: network.name.clone(),
             context: context.clone(),
@@ -1209,7 +1225,30 @@ impl Predictor {
             roofline_ms,
             composed,
             fallback_layers,
+            fusion: None,
         })
+    }
+
+    /// The bundle's host-cost composition of a run of `shape` whose kernels sum to
+    /// `layer_sum_ms`, when the bundle is calibrated for the phase (or a GPU training step).
+    pub(crate) fn composition(
+        &self,
+        shape: &RunShape,
+        layer_sum_ms: f64,
+        context: &Context,
+    ) -> Option<crate::compose::Composed> {
+        let calibrated = self
+            .bundle
+            .manifest
+            .host_costs
+            .as_ref()
+            .and_then(|c| c.phase(context.phase));
+        // A GPU training step never calibrated still pays its input copy and optimiser update.
+        let defaults = (calibrated.is_none() && self.gpu() && context.phase == Phase::Training)
+            .then(|| crate::compose::PhaseCosts::gpu_defaults(&self.bundle.manifest.device));
+        calibrated
+            .or(defaults.as_ref())
+            .map(|c| c.compose_sum(shape, layer_sum_ms, context.batch))
     }
 
     /// In a training step, the time of each of `network`'s trimmed layers ([`Trim`]): the
@@ -1274,7 +1313,7 @@ fn canonical_or_given<'a>(
 }
 
 /// `context` in the inference phase: the forward pass of the same query.
-fn forward_of(context: &Context) -> Context {
+pub(crate) fn forward_of(context: &Context) -> Context {
     Context {
         phase: Phase::Inference,
         ..context.clone()
@@ -1442,15 +1481,15 @@ pub struct PreparedNetwork {
     name: String,
     /// Per layer: name, description (shared by the layers of one module and by every
     /// prediction), index into `unique`.
-    layers: Vec<(Arc<str>, Arc<str>, usize)>,
-    unique: Vec<ModuleSpec>,
+    pub(crate) layers: Vec<(Arc<str>, Arc<str>, usize)>,
+    pub(crate) unique: Vec<ModuleSpec>,
     /// Per layer: its index into `trimmed`, when its training step in the network runs less
     /// backward than the module timed alone.
-    trims: Vec<Option<usize>>,
+    pub(crate) trims: Vec<Option<usize>>,
     /// The distinct trimmed modules.
     trimmed: Vec<Trimmed>,
     /// Layers and parameter tensors, for the host-cost composition.
-    shape: RunShape,
+    pub(crate) shape: RunShape,
 }
 
 impl PreparedNetwork {

@@ -450,8 +450,10 @@ impl Bundle {
     }
 
     /// A whole network (from [`network`] or a dict in perfcast's network JSON): every layer and
-    /// the composed total, as the CLI's `predict --network --format json` gives them.
-    #[pyo3(signature = (network, batch=1, phase="inference", threads=1, device=None))]
+    /// the composed total, as the CLI's `predict --network --format json` gives them;
+    /// `fusion` (none, epilogue, compile, engine, megatron) predicts the fused kernels.
+    #[pyo3(signature = (network, batch=1, phase="inference", threads=1, device=None, fusion="none"))]
+    #[allow(clippy::too_many_arguments)]
     fn predict_network<'py>(
         &self,
         py: Python<'py>,
@@ -460,7 +462,9 @@ impl Bundle {
         phase: &str,
         threads: usize,
         device: Option<&Bound<'py, PyAny>>,
+        fusion: &str,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let fusion: perfcast_core::fusion::Fusion = fusion.parse().map_err(input_err)?;
         let net: Network = match network.cast::<NetworkGraph>() {
             Ok(g) => g.get().network.clone(),
             Err(_) => {
@@ -471,7 +475,7 @@ impl Bundle {
         let c = context(batch, phase, threads, 0.0)?;
         let p = self.predictor(device)?;
         let out = py
-            .detach(|| p.predict_network(&net, &c))
+            .detach(|| p.predict_network_fused(&net, &c, fusion))
             .map_err(input_err)?;
         serialize(py, &out)
     }

@@ -35,6 +35,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
 
+use perfcast_core::fusion::Fusion;
 use perfcast_core::{DeviceSpec, Network, slugify};
 use serde::{Deserialize, Serialize};
 
@@ -122,6 +123,11 @@ pub struct PlanConfig {
     /// node they cover; `None` (default) prices every collective by the link formula.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collectives: Option<Collectives>,
+    /// How the framework fuses the network's layers into kernels (default none: eager). The
+    /// compute source predicts the fused kernels; under a policy that runs attention as one
+    /// kernel no score matrix is kept for the backward pass (it is recomputed inside it).
+    #[serde(default)]
+    pub fusion: Fusion,
 }
 
 impl Default for PlanConfig {
@@ -145,6 +151,7 @@ impl Default for PlanConfig {
             sort: SortBy::Time,
             micro_batches: None,
             collectives: None,
+            fusion: Fusion::None,
         }
     }
 }
@@ -402,6 +409,11 @@ struct Split {
     cuts: Vec<usize>,
 }
 
+/// Whether `fusion` runs attention as one FlashAttention-style kernel.
+pub fn fuses_attention(fusion: Fusion) -> bool {
+    matches!(fusion, Fusion::Compile | Fusion::Engine)
+}
+
 /// Plans `network` on every device, GPU count and layout.
 pub fn plan(
     network: &Network,
@@ -444,11 +456,16 @@ pub fn plan(
                 }
                 let split = splits.entry(tp).or_insert_with(|| {
                     let tp_net = tensor_parallel(network, tp).map_err(|e| e.to_string())?;
-                    let graph = tp_net
+                    let mut graph = tp_net
                         .graph(config.sequence_parallel)
                         .map_err(|e| e.to_string())?;
-                    let mut sel = graph.clone();
-                    let core = sel.drop_attention_core();
+                    let core = if fuses_attention(config.fusion) {
+                        // The fused kernel keeps no score matrix: nothing left to recompute.
+                        graph.drop_attention_core();
+                        Vec::new()
+                    } else {
+                        graph.clone().drop_attention_core()
+                    };
                     let cuts = graph.cut_points();
                     Ok(Split {
                         tp: tp_net,
@@ -966,6 +983,43 @@ mod tests {
             compute: &compute,
         }];
         plan(net, &devices, config).unwrap()
+    }
+
+    #[test]
+    fn fused_attention_keeps_no_score_matrix_and_leaves_nothing_to_recompute() {
+        let net = gpt(2, 512, 256, 8);
+        let at = |fusion: Fusion| {
+            let config = PlanConfig {
+                global_batch: 8,
+                gpus: vec![1],
+                recompute: Some(Recompute::None),
+                micro_batches: Some(1),
+                fusion,
+                ..PlanConfig::default()
+            };
+            plan_on(&net, 80.0, &config).rows[0].memory.total
+        };
+        let eager = at(Fusion::None);
+        assert_eq!(eager, at(Fusion::Epilogue));
+        let fused = at(Fusion::Compile);
+        // 8 heads of 512 x 512 scores per sample, softmax and dropout outputs among them.
+        assert!(
+            fused < eager - 8.0 * 8.0 * 512.0 * 512.0 * 4.0,
+            "{fused} vs {eager}"
+        );
+        let auto = PlanConfig {
+            global_batch: 8,
+            gpus: vec![1],
+            micro_batches: Some(1),
+            fusion: Fusion::Compile,
+            ..PlanConfig::default()
+        };
+        let r = plan_on(&net, 80.0, &auto);
+        assert!(
+            r.rows
+                .iter()
+                .all(|row| row.recompute != Recompute::Selective)
+        );
     }
 
     #[test]

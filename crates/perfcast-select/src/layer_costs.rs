@@ -5,6 +5,7 @@
 
 use std::cell::Cell;
 
+use perfcast_core::fusion::{Fusion, fuse};
 use perfcast_core::progress::Observer;
 use perfcast_core::{Context, DeviceSpec, Network, Phase};
 use perfcast_scale::Link;
@@ -120,6 +121,7 @@ pub struct BundleLayerTimes<'a> {
     label: String,
     observer: &'a dyn Observer,
     warned: Cell<bool>,
+    fusion: Fusion,
 }
 
 impl<'a> BundleLayerTimes<'a> {
@@ -130,7 +132,48 @@ impl<'a> BundleLayerTimes<'a> {
             label: label.to_string(),
             observer,
             warned: Cell::new(false),
+            fusion: Fusion::None,
         }
+    }
+
+    /// The layers' times as `fusion` runs them: each fused kernel's time shared out over
+    /// its layers in proportion to their eager times (stages still cut between layers).
+    pub fn with_fusion(mut self, fusion: Fusion) -> Self {
+        self.fusion = fusion;
+        self
+    }
+
+    /// Scales `ms` (per layer, eager) so each fused region of `network` sums to its fused
+    /// kernel's prediction in `phase`.
+    fn fuse_into(
+        &self,
+        network: &Network,
+        batch: usize,
+        phase: Phase,
+        ms: &mut [f64],
+    ) -> perfcast_scale::Result<()> {
+        let wrap = |message: String| perfcast_scale::Error::Compute { batch, message };
+        let context = Context {
+            batch,
+            phase,
+            threads: 1,
+            utilisation: 0.0,
+        };
+        let fused = self
+            .predictor
+            .predict_network_fused(network, &context, self.fusion)
+            .map_err(|e| wrap(e.to_string()))?;
+        let regions = fuse(network, self.fusion).map_err(|e| wrap(e.to_string()))?;
+        for (kernel, region) in fused.layers.iter().zip(&regions) {
+            let parts: f64 = region.members.iter().map(|&i| ms[i]).sum();
+            if parts > 0.0 {
+                let scale = kernel.prediction.ms / parts;
+                for &i in &region.members {
+                    ms[i] *= scale;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -162,13 +205,18 @@ impl LayerTimes for BundleLayerTimes<'_> {
                 self.label, network.name
             ));
         }
-        Ok(fwd
-            .layers
+        let mut fwd_ms: Vec<f64> = fwd.layers.iter().map(|l| l.prediction.ms).collect();
+        let mut train_ms: Vec<f64> = train.layers.iter().map(|l| l.prediction.ms).collect();
+        if self.fusion != Fusion::None {
+            self.fuse_into(network, batch, Phase::Inference, &mut fwd_ms)?;
+            self.fuse_into(network, batch, Phase::Training, &mut train_ms)?;
+        }
+        Ok(fwd_ms
             .iter()
-            .zip(&train.layers)
+            .zip(&train_ms)
             .map(|(f, t)| {
-                let f_s = f.prediction.ms * 1e-3;
-                (f_s, (t.prediction.ms * 1e-3 - f_s).max(0.0))
+                let f_s = f * 1e-3;
+                (f_s, (t * 1e-3 - f_s).max(0.0))
             })
             .collect())
     }
@@ -190,11 +238,10 @@ pub fn plan_with_bundle(
     let mut computes = Vec::with_capacity(devices.len());
     for (label, spec) in devices {
         let bundle = crate::Bundle::load_for_device(bundle, spec)?;
-        computes.push(BundleLayerTimes::new(
-            Predictor::new(bundle),
-            label,
-            observer,
-        ));
+        computes.push(
+            BundleLayerTimes::new(Predictor::new(bundle), label, observer)
+                .with_fusion(config.fusion),
+        );
     }
     let mut missing_price = Vec::new();
     let options: Vec<DeviceOption<'_>> = devices

@@ -4,6 +4,7 @@
 //! body that fails is parsed again, slowly, to find and name the field at fault, so valid
 //! requests pay nothing for good error messages.
 
+use perfcast_core::fusion::Fusion;
 use perfcast_core::{
     BatchNorm2d, Context, Conv2d, Elementwise, LayerNorm, Linear, Matmul, ModuleKind, ModuleSpec,
     Network, Phase, Pool2d,
@@ -111,6 +112,9 @@ pub struct NetworkRequest {
     pub threads: Option<usize>,
     /// Background load, in [0, 1); default 0.
     pub utilisation: Option<f64>,
+    /// Kernel fusion policy (`none`, `epilogue`, `compile`, `engine`, `megatron`); default none.
+    #[serde(default)]
+    pub fusion: Fusion,
 }
 
 const NETWORK_FIELDS: &[&str] = &[
@@ -122,6 +126,7 @@ const NETWORK_FIELDS: &[&str] = &[
     "phase",
     "threads",
     "utilisation",
+    "fusion",
 ];
 
 /// A zoo network by name, or a whole network.
@@ -158,6 +163,8 @@ pub enum NetworkQuery {
         resolution: Option<usize>,
         /// Context.
         context: Context,
+        /// Kernel fusion policy.
+        fusion: Fusion,
     },
     /// A network given inline (checked when prepared).
     Inline {
@@ -165,6 +172,8 @@ pub enum NetworkQuery {
         network: Box<Network>,
         /// Context.
         context: Context,
+        /// Kernel fusion policy.
+        fusion: Fusion,
     },
 }
 
@@ -329,6 +338,7 @@ pub fn parse_network(body: &[u8]) -> Result<NetworkQuery, ApiError> {
                 Ok(network) => Ok(NetworkQuery::Inline {
                     network: Box::new(network),
                     context,
+                    fusion: req.fusion,
                 }),
                 Err(e) => Err(ApiError::field("transformer", e.to_string())),
             };
@@ -356,6 +366,7 @@ pub fn parse_network(body: &[u8]) -> Result<NetworkQuery, ApiError> {
                 name: key,
                 resolution: req.resolution,
                 context,
+                fusion: req.fusion,
             })
         }
         NetworkRef::Inline(network) => {
@@ -368,7 +379,11 @@ pub fn parse_network(body: &[u8]) -> Result<NetworkQuery, ApiError> {
             for (i, layer) in network.layers.iter().enumerate() {
                 check_spec(&format!("network.layers[{i}].spec"), &layer.spec)?;
             }
-            Ok(NetworkQuery::Inline { network, context })
+            Ok(NetworkQuery::Inline {
+                network,
+                context,
+                fusion: req.fusion,
+            })
         }
     }
 }
@@ -670,7 +685,10 @@ mod tests {
     fn network_requests_build_transformer_configs() {
         let body = br#"{"transformer": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2,
             "n_head": 4, "vocab_size": 100, "n_positions": 32}, "seq": 16, "batch": 2}"#;
-        let NetworkQuery::Inline { network, context } = parse_network(body).unwrap() else {
+        let NetworkQuery::Inline {
+            network, context, ..
+        } = parse_network(body).unwrap()
+        else {
             panic!("a transformer is an inline network")
         };
         assert_eq!(network.input, vec![16]);
@@ -691,12 +709,35 @@ mod tests {
     }
 
     #[test]
+    fn network_requests_take_a_fusion_policy() {
+        let q = parse_network(br#"{"network": "transformer", "fusion": "compile"}"#).unwrap();
+        assert!(matches!(
+            q,
+            NetworkQuery::Zoo {
+                fusion: Fusion::Compile,
+                ..
+            }
+        ));
+        let q = parse_network(br#"{"network": "transformer"}"#).unwrap();
+        assert!(matches!(
+            q,
+            NetworkQuery::Zoo {
+                fusion: Fusion::None,
+                ..
+            }
+        ));
+        let e = parse_network(br#"{"network": "transformer", "fusion": "xla"}"#).unwrap_err();
+        assert!(e.error.contains("xla"), "{}", e.error);
+    }
+
+    #[test]
     fn network_requests_name_zoo_or_inline_networks() {
         let q = parse_network(br#"{"network": "VGG16", "batch": 4, "resolution": 112}"#).unwrap();
         let NetworkQuery::Zoo {
             name,
             resolution,
             context,
+            ..
         } = q
         else {
             panic!("zoo")

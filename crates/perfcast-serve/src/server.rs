@@ -20,6 +20,7 @@ use serde::Serialize;
 use crate::api::{self, ApiError, ModuleQueries, NetworkQuery, PredictResponse};
 use crate::conn::{self, Timeouts};
 use crate::error::{Error, Result};
+use perfcast_core::fusion::Fusion;
 
 /// Default request-body limit: 1 MiB, about 10,000 module specs.
 pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
@@ -482,11 +483,43 @@ fn predict_network_query(
     deadline: Option<Deadline>,
 ) -> std::result::Result<perfcast_predict::NetworkPrediction, ApiError> {
     let in_time = || deadline.as_ref().map_or(Ok(()), Deadline::check);
+    // A fused prediction needs the graph itself, not its distinct modules.
+    match query {
+        NetworkQuery::Zoo {
+            name,
+            resolution,
+            context,
+            fusion,
+        } if fusion != Fusion::None => {
+            let net = zoo::build(&name, resolution)
+                .map_err(|e| ApiError::field("resolution", e.to_string()))?;
+            return predicted(
+                "network",
+                state
+                    .predictor
+                    .predict_network_fused(&net, &context, fusion),
+            );
+        }
+        NetworkQuery::Inline {
+            network,
+            context,
+            fusion,
+        } if fusion != Fusion::None => {
+            return predicted(
+                "network",
+                state
+                    .predictor
+                    .predict_network_fused(&network, &context, fusion),
+            );
+        }
+        _ => {}
+    }
     let (prepared, context): (Arc<PreparedNetwork>, Context) = match query {
         NetworkQuery::Zoo {
             name,
             resolution,
             context,
+            ..
         } => {
             // The default resolution is the cache key `None`.
             let resolution = resolution.filter(|r| Some(*r) != zoo::default_resolution(&name));
@@ -512,7 +545,9 @@ fn predict_network_query(
             };
             (prepared, context)
         }
-        NetworkQuery::Inline { network, context } => (
+        NetworkQuery::Inline {
+            network, context, ..
+        } => (
             Arc::new(predicted("network", state.predictor.prepare(&network))?),
             context,
         ),

@@ -3,6 +3,7 @@
 
 mod collectives;
 mod devices;
+mod fusion;
 mod import;
 mod models;
 mod networks;

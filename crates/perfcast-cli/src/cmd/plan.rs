@@ -115,6 +115,10 @@ pub struct PlanArgs {
     /// Rows to print (text); 0 prints all
     #[arg(long, default_value_t = 0)]
     top: usize,
+    /// Kernel fusion: none (eager), epilogue, compile, engine or megatron (docs/networks.md);
+    /// compile and engine run attention as one kernel that keeps no score matrix
+    #[arg(long, value_name = "POLICY", default_value = "none")]
+    fusion: perfcast_core::fusion::Fusion,
     /// Output format
     #[arg(long, value_enum, default_value_t)]
     format: Format,
@@ -219,6 +223,7 @@ pub fn run(a: PlanArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         },
         micro_batches: a.micro_batches,
         collectives,
+        fusion: a.fusion,
         ..PlanConfig::default()
     };
     let (report, links) = plan_with_bundle(

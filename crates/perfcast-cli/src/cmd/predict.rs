@@ -99,6 +99,15 @@ pub struct PredictArgs {
     /// List the known devices `--device` selects from, and exit
     #[arg(long)]
     list_devices: bool,
+    /// Kernel fusion of a network: none (eager, every layer a kernel), epilogue, compile,
+    /// engine or megatron
+    ///
+    /// epilogue: element-wise ops after a GEMM run in its epilogue; compile: epilogues,
+    /// element-wise/norm chains as one kernel, attention as one kernel; engine: compile plus
+    /// residual-norm fusion; megatron: Megatron-LM's graph (fused QKV, bias-GeLU, dropout-add,
+    /// scale-mask-softmax). See docs/networks.md
+    #[arg(long, value_name = "POLICY", default_value = "none")]
+    fusion: perfcast_core::fusion::Fusion,
     /// Output format
     #[arg(long, value_enum, default_value_t)]
     format: Format,
@@ -295,7 +304,7 @@ pub fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     };
     let predictor = Predictor::new(bundle);
     if let Some((net, report)) = net {
-        let p = predictor.predict_network(&net, &context)?;
+        let p = predictor.predict_network_fused(&net, &context, a.fusion)?;
         for l in p
             .layers
             .iter()

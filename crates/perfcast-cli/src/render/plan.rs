@@ -23,12 +23,15 @@ pub fn plan(
 ) -> String {
     let c = &r.config;
     let mut t = format!(
-        "{}: {} M parameters; global batch {}; {:?} optimiser; fp32; compute from `{}`\n",
+        "{}: {} M parameters; global batch {}; {:?} optimiser; fp32; compute from `{}`; \
+         graph: {} (`--fusion {}`)\n",
         r.network,
         sig3(r.parameters / 1e6),
         c.global_batch,
         c.optimizer,
-        bundle.display()
+        bundle.display(),
+        c.fusion.graph_style(),
+        c.fusion
     );
     let l: Vec<String> = links
         .iter()

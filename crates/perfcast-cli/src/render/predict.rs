@@ -82,18 +82,24 @@ pub fn network(p: &NetworkPrediction) -> String {
             }
         ));
     }
+    // A fused prediction's rows are kernels, several layers each.
+    let rows = if p.fusion.is_some() {
+        "kernels"
+    } else {
+        "layers"
+    };
     match &p.composed {
         None => t.push_str(&format!(
             "{:<nw$} {:<mw$} {:>11}\n",
             "total",
-            format!("{} layers", p.layers.len()),
+            format!("{} {rows}", p.layers.len()),
             fmt_ms(p.total_ms)
         )),
         Some(c) => {
             let terms = [
                 (
                     "layers",
-                    format!("sum of {} layers", p.layers.len()),
+                    format!("sum of {} {rows}", p.layers.len()),
                     c.layer_sum_ms,
                 ),
                 (
@@ -154,6 +160,20 @@ pub fn network(p: &NetworkPrediction) -> String {
         t.push_str(&format!(
             "{} layer(s) have no model in the bundle and use the device-spec roofline\n",
             p.fallback_layers
+        ));
+    }
+    if let Some(f) = &p.fusion {
+        t.push_str(&format!(
+            "fusion `{}`, graph: {}: {} layers run as {} kernels; eager {}, fused/eager {}; \
+             roofline {} (eager graph {})\n",
+            f.policy,
+            f.graph,
+            f.eager_layers,
+            f.kernels,
+            fmt_ms(f.eager_total_ms),
+            sig3(p.total_ms / f.eager_total_ms),
+            fmt_ms(p.roofline_ms),
+            fmt_ms(f.eager_roofline_ms),
         ));
     }
     t

@@ -64,6 +64,7 @@ fn layer(name: &str, module: &str, p: ModulePrediction) -> LayerPrediction {
         name: name.into(),
         module: module.into(),
         prediction: p,
+        fused: Vec::new(),
     }
 }
 
@@ -100,6 +101,7 @@ fn network(phase: Phase, composed: Option<Composed>) -> NetworkPrediction {
         roofline_ms: 4.0,
         composed,
         fallback_layers: 1,
+        fusion: None,
     }
 }
 
@@ -108,6 +110,31 @@ fn predict_network_plain_sum() {
     let text = super::predict::network(&network(Phase::Inference, None));
     assert!(text.contains("3 layers"), "{text}");
     filtered(|| insta::assert_snapshot!(text));
+}
+
+#[test]
+fn predict_network_fused_counts_kernels_and_names_the_policy() {
+    let mut p = network(Phase::Inference, None);
+    p.layers[0].name = "features.0+1".into();
+    p.layers[0].fused = vec!["features.0".into(), "features.1".into()];
+    p.layers.remove(1);
+    p.fusion = Some(perfcast_predict::FusionReport {
+        policy: perfcast_core::fusion::Fusion::Epilogue,
+        graph: "GEMM epilogues fused".into(),
+        eager_layers: 3,
+        kernels: 2,
+        eager_total_ms: 20.0,
+        eager_roofline_ms: 5.0,
+    });
+    let text = super::predict::network(&p);
+    assert!(text.contains("2 kernels"), "{text}");
+    assert!(
+        text.contains(
+            "fusion `epilogue`, graph: GEMM epilogues fused: 3 layers run as 2 kernels; eager 20.0 ms"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("features.0+1"), "{text}");
 }
 
 #[test]

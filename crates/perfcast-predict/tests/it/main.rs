@@ -7,6 +7,7 @@ mod checkpoints;
 mod compat;
 mod corrupt;
 mod extrapolation;
+mod fusion;
 mod gradients;
 mod training_steps;
 
