@@ -265,6 +265,10 @@ pub fn main_entry() -> ExitCode {
             let interrupted = err.chain().any(|c| {
                 c.is::<Interrupted>()
                     || matches!(
+                        c.downcast_ref::<perfcast_select::Error>(),
+                        Some(perfcast_select::Error::Interrupted(_))
+                    )
+                    || matches!(
                         c.downcast_ref::<perfcast_profile::Error>(),
                         Some(perfcast_profile::Error::Interrupted { .. })
                     )

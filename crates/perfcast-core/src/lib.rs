@@ -28,6 +28,7 @@ pub mod features;
 pub mod fmt;
 pub mod fusion;
 pub mod gpus;
+pub mod interrupt;
 pub mod known;
 mod metrics;
 pub mod network;

@@ -25,6 +25,9 @@ pub enum Error {
     /// A query the bundle cannot answer.
     #[error("{0}")]
     Query(String),
+    /// Stopped by an interrupt ([`perfcast_core::interrupt`]) between two fits.
+    #[error("interrupted: training stopped before {0}")]
+    Interrupted(String),
     /// From the predictor (loading a bundle, answering a query).
     #[error(transparent)]
     Predict(#[from] perfcast_predict::Error),

@@ -480,6 +480,9 @@ pub fn train_and_select(plan: &TrainPlan, observer: Arc<dyn Observer>) -> Result
                 observer.advance(STAGE, 1);
                 continue;
             }
+            if perfcast_core::interrupt::requested() {
+                return Err(Error::Interrupted(format!("{kind}: {}", p.name())));
+            }
             observer.message(STAGE, &format!("{kind}: {}", p.name()));
             let cv =
                 cross_validate(p, &train_set, plan.folds, plan.split, plan.seed).map_err(|e| {

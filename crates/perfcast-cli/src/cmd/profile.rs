@@ -127,6 +127,7 @@ pub fn interrupt_flag() -> Arc<AtomicBool> {
         let flag = Arc::new(AtomicBool::new(false));
         let seen = Arc::clone(&flag);
         let _ = ctrlc::set_handler(move || {
+            perfcast_core::interrupt::request();
             if seen.swap(true, Ordering::SeqCst) {
                 eprintln!("interrupted twice: stopped at once");
                 std::process::exit(130);

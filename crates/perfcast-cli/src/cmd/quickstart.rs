@@ -213,11 +213,21 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         a.models.split(',').map(|m| m.trim().to_string()).collect(),
         a.bundle.clone(),
     );
-    let code = train::run_plan(&plan, Format::Text, ui)?;
+    let code = train::run_plan(&plan, Format::Text, ui).map_err(|e| {
+        match e
+            .chain()
+            .find_map(|c| c.downcast_ref::<perfcast_select::Error>())
+        {
+            // Training checks the interrupt between fits and writes nothing when stopped.
+            Some(perfcast_select::Error::Interrupted(at)) => {
+                anyhow::Error::from(stopped(&format!("step 4/5 (training, before {at})")))
+            }
+            _ => e,
+        }
+    })?;
     if code != ExitCode::SUCCESS {
         return Ok(code);
     }
-    // Training has no stopping point of its own: a Ctrl-C during it is honoured here.
     check(&format!(
         "step 4/5 (training, which finished and wrote `{}` first)",
         dir.display()
