@@ -402,6 +402,21 @@ pub(crate) fn source_folder(dir: &Path, files: &[&str]) -> Result<()> {
     ))
 }
 
+/// Quantile of a device's smallest element-wise latencies taken as its launch floor.
+pub(crate) const LAUNCH_QUANTILE: f64 = 0.02;
+
+/// A device's launch floor, microseconds, from its element-wise latencies in ms: their
+/// [`LAUNCH_QUANTILE`] quantile, rounded to 0.1 us (a spec figure, not a timing); `None`
+/// without any.
+pub(crate) fn launch_floor_us(mut ms: Vec<f64>) -> Option<f64> {
+    if ms.is_empty() {
+        return None;
+    }
+    ms.sort_by(f64::total_cmp);
+    let at = ((ms.len() - 1) as f64 * LAUNCH_QUANTILE).round() as usize;
+    Some(((ms[at] * 1e4).round() / 10.0).max(0.1))
+}
+
 /// A measured row as every importer builds it.
 pub(crate) fn record(
     spec: ModuleSpec,

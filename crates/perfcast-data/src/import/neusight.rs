@@ -217,10 +217,7 @@ pub fn import(dir: &Path) -> Result<Import> {
     Ok(out)
 }
 
-/// Quantile of a device's `add` latencies taken as its launch floor.
-const LAUNCH_QUANTILE: f64 = 0.02;
-
-/// A device's launch floor, microseconds: the [`LAUNCH_QUANTILE`] quantile of its `add/`
+/// A device's launch floor, microseconds: the [`super::LAUNCH_QUANTILE`] quantile of its `add/`
 /// latencies (NeuSight's smallest element-wise ops, which on every GPU it measured take the
 /// host's dispatch-and-launch time, not the kernel's); `None` without an `add/` file. This is
 /// a measurement of the platform, recorded as the spec's `launch_us`.
@@ -231,16 +228,10 @@ fn launch_floor_us(dir: &Path, stem: &str) -> Result<Option<f64>> {
     }
     let csv = CsvFile::read(&path)?;
     let latency = csv.column("Latency")?;
-    let mut ms = (0..csv.rows())
+    let ms = (0..csv.rows())
         .map(|row| latency.time_ms(row, 1.0))
         .collect::<Result<Vec<f64>>>()?;
-    if ms.is_empty() {
-        return Ok(None);
-    }
-    ms.sort_by(f64::total_cmp);
-    let at = ((ms.len() - 1) as f64 * LAUNCH_QUANTILE).round() as usize;
-    // Rounded to 0.1 us: a spec figure, not a timing.
-    Ok(Some((ms[at] * 1e4).round() / 10.0))
+    Ok(super::launch_floor_us(ms))
 }
 
 fn read_file(

@@ -73,34 +73,22 @@ pub fn import(dir: &Path) -> Result<Import> {
     let mut out = Import::new("vidur", dir);
     out.devices = devices.into_vec();
     for d in &mut out.devices {
-        let floor = launch_floor_us(
-            d.tables
-                .get(&ModuleKind::Add)
-                .map_or(&[][..], Vec::as_slice),
+        // Vidur times kernels with the CUDA profiler, so its smallest adds are a kernel's own
+        // floor, without the framework dispatch NeuSight's carry: the floor of these timings.
+        let adds = d
+            .tables
+            .get(&ModuleKind::Add)
+            .map_or(&[][..], Vec::as_slice);
+        let floor = super::launch_floor_us(
+            adds.iter()
+                .filter_map(|r| r.timing().map(|t| t.median_ms))
+                .collect(),
         );
         if let Some(spec) = &mut d.device {
             spec.launch_us = floor;
         }
     }
     Ok(out)
-}
-
-/// A device's launch floor, microseconds: the 2% quantile of its residual adds, as
-/// `import neusight` takes NeuSight's. Vidur times kernels with the CUDA profiler, so its
-/// smallest adds are a kernel's own floor, without the framework's dispatch NeuSight's carry;
-/// a prediction for the device answers the same timing.
-fn launch_floor_us(adds: &[crate::record::Record]) -> Option<f64> {
-    let mut ms: Vec<f64> = adds
-        .iter()
-        .filter_map(|r| r.timing().map(|t| t.median_ms))
-        .collect();
-    if ms.is_empty() {
-        return None;
-    }
-    ms.sort_by(f64::total_cmp);
-    let at = ((ms.len() - 1) as f64 * 0.02).round() as usize;
-    // Rounded to 0.1 us: a spec figure, not a timing.
-    Some(((ms[at] * 1e4).round() / 10.0).max(0.1))
 }
 
 /// `(gpu folder, path)` of every `mlp.csv` three levels under `compute`, sorted.
