@@ -34,6 +34,7 @@ pub mod layer_costs;
 pub mod pipeline;
 pub mod score;
 pub mod select;
+pub mod step_map;
 #[doc(hidden)]
 pub mod testing;
 

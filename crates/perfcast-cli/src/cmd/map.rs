@@ -123,27 +123,6 @@ pub fn run(a: MapArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// One target of a mapped network step.
-#[derive(Debug, serde::Serialize)]
-struct MappedStep {
-    device: String,
-    /// The bundle's prediction for the target, ms.
-    predicted_ms: f64,
-    /// The measured step times the bundle's target/anchor ratio, ms.
-    bundle_ratio_ms: f64,
-    /// The measured step times the anchor's over the target's peak FLOP/s, ms.
-    flop_ratio_ms: f64,
-    /// What `map` answers: the bundle ratio on a device the bundle was trained on (or in another
-    /// data type than the anchor's); on another, the geometric mean of the two ratios, which
-    /// scored better than either with the target left out of training (docs/accuracy.md,
-    /// "Anchor mapping on DeepBench").
-    mapped_ms: f64,
-    /// How `mapped_ms` was formed.
-    method: &'static str,
-    /// The spec roofline of the step on the target, ms (no answer is below it).
-    roofline_ms: f64,
-}
-
 /// `perfcast map --measured-ms`: a step measured on the anchor, mapped to each target.
 fn map_network(a: &MapArgs, measured_ms: f64, ui: &Ui) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(
@@ -180,49 +159,14 @@ fn map_network(a: &MapArgs, measured_ms: f64, ui: &Ui) -> anyhow::Result<ExitCod
         !targets.is_empty(),
         "name the targets with `--device a,b` or `--device-spec <file>`"
     );
-    let predict = |device: &perfcast_core::DeviceSpec| -> anyhow::Result<_> {
-        let bundle = perfcast_select::Bundle::load_for_device(&a.bundle, device)?;
-        let trained = bundle
-            .manifest
-            .trained_devices
-            .iter()
-            .any(|d| d.name == device.name && d.dtype == device.dtype);
-        let p = perfcast_select::Predictor::new(bundle).predict_network(&network, &context)?;
-        Ok((p.total_ms, p.roofline_ms, trained))
-    };
-    let (anchor_ms, _, _) = predict(&anchor)?;
-    let mut out = Vec::new();
-    for target in &targets {
-        let (predicted_ms, roofline_ms, trained) = predict(target)?;
-        let bundle_ratio_ms = measured_ms * predicted_ms / anchor_ms;
-        let flop_ratio_ms = measured_ms * anchor.peak_gflops / target.peak_gflops;
-        let (mapped_ms, method) = if trained {
-            (
-                bundle_ratio_ms,
-                "bundle ratio (a training device of the bundle)",
-            )
-        } else if target.dtype != anchor.dtype {
-            // Peaks of two data types do not compare the way the same kernels do.
-            (
-                bundle_ratio_ms,
-                "bundle ratio (another data type than the anchor's)",
-            )
-        } else {
-            (
-                (bundle_ratio_ms * flop_ratio_ms).sqrt(),
-                "geometric mean of the bundle and FLOP ratios (target not trained on)",
-            )
-        };
-        out.push(MappedStep {
-            device: target.slug(),
-            predicted_ms,
-            bundle_ratio_ms,
-            flop_ratio_ms,
-            mapped_ms: mapped_ms.max(roofline_ms),
-            method,
-            roofline_ms,
-        });
-    }
+    let (anchor_ms, out) = perfcast_select::step_map::map_step(
+        &a.bundle,
+        &network,
+        &context,
+        measured_ms,
+        &anchor,
+        &targets,
+    )?;
     ui.info(format!(
         "`{}` at batch {} ({}) measured {} ms on `{}`; the bundle predicts {} ms there",
         network.name,
