@@ -159,10 +159,29 @@ fn eval_bundle_scores_the_gpu_bundle_on_imported_rows_and_never_beats_the_bound(
         bundle.to_str().unwrap(),
         "--data",
         out.to_str().unwrap(),
+        "--rows",
+        tmp.path().join("rows.csv").to_str().unwrap(),
         "--format",
         "json",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // Every scored row, each at or above its bound.
+    let text = std::fs::read_to_string(tmp.path().join("rows.csv")).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("device,kind,phase,module,batch,measured_ms,predicted_ms,bound_ms")
+    );
+    let scored: Vec<&str> = lines.collect();
+    assert_eq!(scored.len(), 78);
+    for line in &scored {
+        let cells: Vec<f64> = line
+            .rsplit(',')
+            .take(2)
+            .map(|c| c.parse().unwrap())
+            .collect();
+        assert!(cells[1] >= cells[0] * (1.0 - 1e-12), "{line}");
+    }
     let scores: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let devices = scores.as_array().unwrap();
     assert!(devices.len() >= 2);

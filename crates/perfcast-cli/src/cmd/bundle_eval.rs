@@ -51,24 +51,37 @@ pub fn run(a: EvalBundleArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         Bars::new(ui).as_ref(),
     )?;
     if let Some(path) = &a.rows {
-        let mut text =
-            String::from("device,kind,phase,module,batch,measured_ms,predicted_ms,bound_ms\n");
-        for d in &out {
-            for r in &d.rows {
-                text.push_str(&format!(
-                    "\"{}\",{},{},\"{}\",{},{},{},{}\n",
-                    d.device.replace('"', "\"\""),
-                    r.kind,
-                    r.phase,
-                    r.module.replace('"', "\"\""),
-                    r.batch,
-                    r.measured_ms,
-                    r.predicted_ms,
-                    r.bound_ms
-                ));
-            }
-        }
-        perfcast_data::write_atomic(path, text.as_bytes())?;
+        let records: Vec<Vec<String>> = out
+            .iter()
+            .flat_map(|d| {
+                d.rows.iter().map(|r| {
+                    vec![
+                        d.device.clone(),
+                        r.kind.to_string(),
+                        r.phase.to_string(),
+                        r.module.clone(),
+                        r.batch.to_string(),
+                        r.measured_ms.to_string(),
+                        r.predicted_ms.to_string(),
+                        r.bound_ms.to_string(),
+                    ]
+                })
+            })
+            .collect();
+        perfcast_data::write_csv(
+            path,
+            &[
+                "device",
+                "kind",
+                "phase",
+                "module",
+                "batch",
+                "measured_ms",
+                "predicted_ms",
+                "bound_ms",
+            ],
+            &records,
+        )?;
         ui.info(format!("wrote the scored rows to {}", path.display()));
     }
     match a.format {
