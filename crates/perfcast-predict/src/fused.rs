@@ -8,6 +8,8 @@
 //!   read, an extra output) at the device's bandwidth;
 //! - memory-bound: the bundle's `add` model for one kernel moving the region's boundary bytes
 //!   (an add of `E` elements reads `2E` and writes `E`, so `E` is a third of those bytes);
+//!   under [`Fusion::Engine`] in half precision, at most [`ENGINE_ELEMS_PER_SM_CYCLE`]
+//!   elements moved per SM per cycle besides;
 //! - attention: the two matmuls' predictions, with no scale, mask, softmax or dropout kernel
 //!   (in a training step plus the scores matmul's forward again, which the fused backward
 //!   recomputes);
@@ -22,6 +24,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::predictor::{LayerPrediction, ModulePrediction, NetworkPrediction, Predictor};
+
+/// Elements (read plus written) a half-precision memory-bound kernel of an inference engine
+/// moves per SM per clock cycle at most. Engines' hand-written fused kernels (SiLU-and-multiply,
+/// rotary embeddings) load one 2-byte element per thread, so the loads an SM keeps in flight,
+/// not DRAM, pace them on a GPU with much bandwidth per SM; fitted on Vidur's fused kernels by
+/// `bench/gpu/vidur/fused.py` (docs/accuracy.md, "Fused kernels").
+pub const ENGINE_ELEMS_PER_SM_CYCLE: f64 = 3.0;
 
 /// The warning on a fused kernel raised to its region's roofline.
 pub const RAISED_TO_REGION: &str = "raised to the fused region's roofline";
@@ -103,7 +112,7 @@ impl Predictor {
                 .map(|&i| eager.layers[i].prediction.ms)
                 .sum();
             let floor_ms = self.region_floor_ms(network, region, context, &floors);
-            let rule = self.rule(network, region, context, &eager)?;
+            let rule = self.rule(network, region, context, &eager, policy)?;
             let mut warnings = rule.warnings;
             let (ms, note) = bound(rule.ms, floor_ms, parts_ms);
             warnings.extend(note.map(String::from));
@@ -176,6 +185,7 @@ impl Predictor {
         region: &Region,
         context: &Context,
         eager: &NetworkPrediction,
+        policy: Fusion,
     ) -> Result<Rule> {
         let device = &self.bundle().manifest.device;
         let anchor = region.members[0];
@@ -211,14 +221,24 @@ impl Predictor {
                 let (read, written) = region.bytes(context.batch);
                 let spec = equivalent_add(read + written, context.batch);
                 let p = self.predict_module(&spec, context)?;
+                let paced = if policy == Fusion::Engine {
+                    engine_paced_ms((read + written) / F32_BYTES, device)
+                } else {
+                    0.0
+                };
                 Rule {
-                    ms: p.ms,
+                    ms: p.ms.max(paced),
                     model: p.model,
                     fallback: p.fallback,
                     module: format!(
-                        "{} ops as one memory-bound kernel, {:.1} MB",
+                        "{} ops as one memory-bound kernel, {:.1} MB{}",
                         region.members.len(),
-                        (read + written) * device.element_scale() / 1e6
+                        (read + written) * device.element_scale() / 1e6,
+                        if paced > p.ms {
+                            ", paced by its SMs' loads"
+                        } else {
+                            ""
+                        }
                     ),
                     warnings: p.warnings,
                 }
@@ -290,6 +310,18 @@ fn bound(ms: f64, floor: f64, parts: f64) -> (f64, Option<&'static str>) {
     }
 }
 
+/// The least time, ms, an inference engine's half-precision memory-bound kernel takes to move
+/// `elems` elements at [`ENGINE_ELEMS_PER_SM_CYCLE`] over the device's SMs at its clock, its
+/// launch included; 0 for 4-byte types (twice the bytes per load keep DRAM the limit) and on
+/// a spec without SMs or clock.
+fn engine_paced_ms(elems: f64, device: &perfcast_core::DeviceSpec) -> f64 {
+    if device.dtype.bytes() >= F32_BYTES || device.cores == 0 || device.clock_mhz <= 0.0 {
+        return 0.0;
+    }
+    let per_ms = ENGINE_ELEMS_PER_SM_CYCLE * f64::from(device.cores) * device.clock_mhz * 1e3;
+    device.launch_us.unwrap_or(0.0) / 1e3 + elems / per_ms
+}
+
 /// An element-wise add moving `bytes` (fp32) over `batch` samples: `E` elements read twice
 /// and written once per sample, laid out as rows of 1024 (and past 16384 rows, planes of
 /// 1024 rows, so no axis leaves the ranges the bundle's add model learned).
@@ -321,6 +353,21 @@ mod tests {
         // At the edges nothing is said.
         assert_eq!(bound(1.0, 1.0, 3.0), (1.0, None));
         assert_eq!(bound(3.0, 1.0, 3.0), (3.0, None));
+    }
+
+    #[test]
+    fn an_engines_pace_counts_half_precision_elements_over_the_sms() {
+        let fp32 = perfcast_core::known::lookup("nvidia-a100-sxm4-80gb").unwrap();
+        assert_eq!(engine_paced_ms(1e8, &fp32), 0.0);
+        let mut half = fp32.at_dtype(perfcast_core::DType::Fp16).unwrap();
+        half.launch_us = None;
+        let one = engine_paced_ms(1e8, &half);
+        let per_ms = ENGINE_ELEMS_PER_SM_CYCLE * f64::from(half.cores) * half.clock_mhz * 1e3;
+        assert!((one - 1e8 / per_ms).abs() < 1e-12, "{one}");
+        half.cores *= 2;
+        assert!((engine_paced_ms(1e8, &half) - one / 2.0).abs() < 1e-12);
+        half.launch_us = Some(5.0);
+        assert!((engine_paced_ms(1e8, &half) - one / 2.0 - 0.005).abs() < 1e-12);
     }
 
     #[test]

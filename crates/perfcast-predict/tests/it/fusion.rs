@@ -155,3 +155,62 @@ fn compiled_attention_is_one_kernel_that_beats_the_eager_layers() {
     assert!(fused.total_ms < eager.total_ms);
     assert_eq!(fused.fusion.unwrap().kernels, regions.len());
 }
+
+#[test]
+fn an_engines_half_precision_memory_kernels_are_paced_by_their_sms() {
+    use perfcast_core::DType;
+    use perfcast_predict::fused::ENGINE_ELEMS_PER_SM_CYCLE;
+
+    let fp32 = perfcast_core::known::lookup("nvidia-a100-sxm4-80gb").unwrap();
+    // A gated MLP's activation as an engine runs it: `silu(gate) * up` as one kernel.
+    let block: Network = serde_json::from_str(
+        r#"{"name": "glu", "input": [1024, 11008], "layers": [
+            {"name": "act", "input_from": "input", "spec": {"kind": "silu", "shape": [1, 1024, 11008]}},
+            {"name": "gated", "second_from": "input", "spec": {"kind": "mul", "shape": [1, 1024, 11008]}}
+        ]}"#,
+    )
+    .unwrap();
+    let c = context(8, Phase::Inference);
+    let regions = fuse(&block, Fusion::Engine).unwrap();
+    assert!(regions.iter().any(|r| r.kind == RegionKind::Memory));
+    let mut paced = 0;
+    for dtype in [DType::Fp32, DType::Fp16] {
+        let spec = fp32.at_dtype(dtype).unwrap();
+        let bundle = Bundle::load_for_device(&repo_root().join("checkpoints/gpu"), &spec).unwrap();
+        let device = bundle.manifest.device.clone();
+        let p = Predictor::new(bundle);
+        check(&block, &p, &device, &c, Fusion::Engine);
+        let engine = p.predict_network_fused(&block, &c, Fusion::Engine).unwrap();
+        let eager = p.predict_network(&block, &c).unwrap();
+        for (region, layer) in regions.iter().zip(&engine.layers) {
+            if region.kind != RegionKind::Memory {
+                continue;
+            }
+            let says = layer.module.contains("paced by its SMs' loads");
+            if dtype == DType::Fp32 {
+                assert!(!says, "{}", layer.module);
+                continue;
+            }
+            let (read, written) = region.bytes(c.batch);
+            let per_ms =
+                ENGINE_ELEMS_PER_SM_CYCLE * f64::from(device.cores) * device.clock_mhz * 1e3;
+            let least = device.launch_us.unwrap_or(0.0) / 1e3 + (read + written) / 4.0 / per_ms;
+            let parts: f64 = region
+                .members
+                .iter()
+                .map(|&i| eager.layers[i].prediction.ms)
+                .sum();
+            // Paced, unless running the layers apart is faster still.
+            assert!(
+                layer.prediction.ms >= least.min(parts) * (1.0 - 1e-12),
+                "{}: {} < {least}",
+                layer.name,
+                layer.prediction.ms
+            );
+            paced += usize::from(says);
+        }
+    }
+    // An A100's DRAM moves over twice the half elements per SM-cycle the pace allows, so its
+    // large element-wise kernels are paced by their SMs.
+    assert!(paced > 0);
+}
