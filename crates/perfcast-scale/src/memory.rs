@@ -29,6 +29,7 @@
 
 use std::ops::Range;
 
+use perfcast_core::fusion::{Region, RegionKind};
 use perfcast_core::{ModuleKind, ModuleSpec, Network, features};
 use serde::{Deserialize, Serialize};
 
@@ -285,6 +286,55 @@ impl Graph {
             }
         }
         core
+    }
+
+    /// Keeps what a compiler's fused backward keeps of `regions` (the fusion pass's regions
+    /// of this graph's network): an element-wise or norm chain, alone or in a GEMM's epilogue,
+    /// is recomputed from its sources instead of keeping its intermediates. The sources are
+    /// the tensors its members read from outside the region and, for an epilogue, the GEMM's
+    /// own output; they are kept only if a recomputed member kept anything. Masks and other
+    /// private bytes go too (regenerated from the RNG seed). The GEMM keeps what it kept.
+    /// Returns how many regions changed.
+    pub fn recompute_fused_chains(&mut self, regions: &[Region]) -> usize {
+        let mut changed = 0;
+        for region in regions {
+            let first = match region.kind {
+                RegionKind::Epilogue => 1,
+                RegionKind::Memory => 0,
+                _ => continue,
+            };
+            if !region.is_fused() || region.members.iter().any(|&i| i >= self.nodes.len()) {
+                continue;
+            }
+            let chain = &region.members[first..];
+            let inside = |t: &Tensor| matches!(t, Tensor::Layer(i) if region.members.contains(i));
+            let needed = chain.iter().any(|&i| {
+                let n = &self.nodes[i];
+                !n.keeps.is_empty() || n.private_elems > 0.0 || n.private_bytes > 0.0
+            });
+            let mut sources: Vec<Tensor> = Vec::new();
+            if first == 1 {
+                sources.push(Tensor::Layer(region.members[0]));
+            }
+            for &i in chain {
+                for t in &self.nodes[i].reads {
+                    if !inside(t) && !sources.contains(t) {
+                        sources.push(*t);
+                    }
+                }
+            }
+            for &i in chain {
+                let node = &mut self.nodes[i];
+                node.keeps.clear();
+                node.private_elems = 0.0;
+                node.private_bytes = 0.0;
+            }
+            if needed {
+                self.nodes[chain[0]].keeps = sources;
+                changed += 1;
+            }
+        }
+        changed
     }
 
     fn kept_bytes(&self, t: Tensor, act_bytes: f64) -> f64 {
@@ -878,6 +928,58 @@ pub(crate) mod tests {
             let got = sel.kept_per_sample(0..sel.nodes.len(), 2.0);
             assert!(close(got, 34.0 * s_ * h_, 1e-12), "{got}");
         }
+    }
+
+    #[test]
+    fn a_compiled_chain_keeps_its_sources_not_its_intermediates() {
+        use perfcast_core::fusion::{Fusion, fuse};
+        let linear = |i: usize, o: usize| {
+            ModuleSpec::Linear(Linear {
+                tokens: 128,
+                in_features: i,
+                out_features: o,
+                bias: true,
+            })
+        };
+        let e = || Elementwise {
+            shape: [1, 128, 1024],
+        };
+        // `x * (0.5 * x + 1)` after a GEMM: eager keeps the product's two inputs, a compiled
+        // backward recomputes the scaled copy from the GEMM's output.
+        let net = Network {
+            name: "chain".into(),
+            input: vec![128, 256],
+            layers: vec![
+                Layer::new("fc1", linear(256, 1024)),
+                Layer::new("half", ModuleSpec::MulScalar(e())),
+                Layer::new("shift", ModuleSpec::AddScalar(e())),
+                Layer::new("gate", ModuleSpec::Mul(e())).second("fc1"),
+                Layer::new("fc2", linear(1024, 256)),
+            ],
+        };
+        let eager = Graph::new(&net).unwrap();
+        let kept = |g: &Graph| g.kept_per_sample(0..g.nodes.len(), 4.0);
+        let regions = fuse(&net, Fusion::Compile).unwrap();
+        assert!(
+            regions
+                .iter()
+                .any(|r| r.kind == RegionKind::Epilogue && r.members.len() == 4),
+            "{regions:?}"
+        );
+        let mut compiled = eager.clone();
+        assert_eq!(compiled.recompute_fused_chains(&regions), 1);
+        // fc1 keeps the input, fc2 its own; between them eager keeps fc1's output and the shifted
+        // copy, the compiled chain fc1's output alone.
+        let (fc_in, act) = (128.0 * 256.0 * 4.0, 128.0 * 1024.0 * 4.0);
+        assert_eq!(kept(&eager), fc_in + 2.0 * act + act);
+        assert_eq!(kept(&compiled), fc_in + act + act);
+        // Regions with nothing kept inside change nothing.
+        let mut again = compiled.clone();
+        assert_eq!(
+            again.recompute_fused_chains(&fuse(&net, Fusion::None).unwrap()),
+            0
+        );
+        assert_eq!(again, compiled);
     }
 
     #[test]

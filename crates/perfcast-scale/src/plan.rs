@@ -462,6 +462,9 @@ pub fn plan(
                     let core = if fuses_attention(config.fusion) {
                         // The fused kernel keeps no score matrix: nothing left to recompute.
                         graph.drop_attention_core();
+                        let regions = perfcast_core::fusion::fuse(&tp_net.network, config.fusion)
+                            .map_err(|e| e.to_string())?;
+                        graph.recompute_fused_chains(&regions);
                         Vec::new()
                     } else {
                         graph.clone().drop_attention_core()
