@@ -18,18 +18,6 @@ mod render;
 
 pub use output::Format;
 
-/// A step stopped by Ctrl-C, saying how to resume; the process exits 130 for it.
-#[derive(Debug)]
-pub struct Interrupted(pub String);
-
-impl std::fmt::Display for Interrupted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Interrupted {}
-
 /// Predicts how long DNN layers and networks take to run, from measurements.
 #[derive(Debug, Parser)]
 #[command(name = "perfcast", version, propagate_version = true)]
@@ -263,15 +251,16 @@ pub fn main_entry() -> ExitCode {
             eprintln!("{prefix}: {}", clip_lines(&format!("{err:#}")));
             // Ctrl-C ends with the shell's code for SIGINT, whatever step it stopped.
             let interrupted = err.chain().any(|c| {
-                c.is::<Interrupted>()
-                    || matches!(
-                        c.downcast_ref::<perfcast_select::Error>(),
-                        Some(perfcast_select::Error::Interrupted(_))
-                    )
-                    || matches!(
-                        c.downcast_ref::<perfcast_profile::Error>(),
-                        Some(perfcast_profile::Error::Interrupted { .. })
-                    )
+                matches!(
+                    c.downcast_ref::<perfcast_select::Error>(),
+                    Some(perfcast_select::Error::Interrupted(_))
+                ) || matches!(
+                    c.downcast_ref::<perfcast_profile::Error>(),
+                    Some(perfcast_profile::Error::Interrupted { .. })
+                ) || matches!(
+                    c.downcast_ref::<perfcast_workflow::Error>(),
+                    Some(perfcast_workflow::Error::Interrupted { .. })
+                )
             });
             ExitCode::from(if interrupted { 130 } else { 2 })
         }

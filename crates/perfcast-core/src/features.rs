@@ -11,44 +11,10 @@ use crate::spec::ModuleSpec;
 /// Bytes per fp32 element.
 pub const F32_BYTES: f64 = 4.0;
 
-/// Nominal floating-point operations per element for the non-GEMM kinds.
-///
-/// These are conventional counts (a gelu is an erf plus a few multiply-adds), good enough to
-/// rank work; the regressors learn each kind's true cost.
+/// Nominal floating-point operations per element for the non-GEMM kinds (the kind's row of
+/// [`crate::kinds::KINDS`]).
 fn per_element_flops(spec: &ModuleSpec) -> f64 {
-    match spec {
-        ModuleSpec::Relu(_)
-        | ModuleSpec::Add(_)
-        | ModuleSpec::Mul(_)
-        | ModuleSpec::Div(_)
-        | ModuleSpec::AddScalar(_)
-        | ModuleSpec::MulScalar(_)
-        | ModuleSpec::DivScalar(_) => 1.0,
-        // exp(b ln a): a log, a multiply and an exp.
-        ModuleSpec::Pow(_) | ModuleSpec::PowScalar(_) => 8.0,
-        // A random draw, a compare and a multiply per element.
-        ModuleSpec::Dropout(_) => 3.0,
-        // A copy does no arithmetic; one nominal operation per element moved keeps its work
-        // positive (models read work in log space).
-        ModuleSpec::MaskedFill(_)
-        | ModuleSpec::Sum(_)
-        | ModuleSpec::Copy(_)
-        | ModuleSpec::Concat(_)
-        | ModuleSpec::Slice(_)
-        | ModuleSpec::Pad(_)
-        | ModuleSpec::Embedding(_) => 1.0,
-        // A view moves nothing and computes nothing.
-        ModuleSpec::View(_) => 0.0,
-        ModuleSpec::Silu(_) => 5.0,
-        // A square, a mean, a reciprocal square root and a scale: LayerNorm less the centring.
-        ModuleSpec::RmsNorm(_) => 4.0,
-        ModuleSpec::Sigmoid(_) | ModuleSpec::Tanh(_) => 4.0,
-        ModuleSpec::Gelu(_) => 8.0,
-        ModuleSpec::Softmax(_) => 5.0,
-        ModuleSpec::BatchNorm2d(_) => 2.0,
-        ModuleSpec::LayerNorm(_) => 5.0,
-        _ => 0.0,
-    }
+    spec.kind().info().elem_flops
 }
 
 /// Derived, per-batch quantities of one module (forward pass unless named otherwise).
@@ -127,12 +93,12 @@ pub fn derive_with(spec: &ModuleSpec, batch: usize, out: &[usize]) -> Derived {
             (e.vocab * e.features) as f64,
             0.0,
         ),
-        ModuleSpec::Add(_) | ModuleSpec::Mul(_) | ModuleSpec::Div(_) | ModuleSpec::Pow(_) => {
-            (in_elems * per_element_flops(spec), 0.0, in_elems)
-        }
-        // The boolean mask: one byte per element, a quarter of an fp32 operand.
-        ModuleSpec::MaskedFill(_) => (in_elems * per_element_flops(spec), 0.0, in_elems / 4.0),
-        _ => (in_elems * per_element_flops(spec), 0.0, 0.0),
+        // A binary op's second operand, or a mask, as its row says.
+        _ => (
+            in_elems * per_element_flops(spec),
+            0.0,
+            in_elems * spec.kind().info().second_operand,
+        ),
     };
     // Backward of a GEMM-like op costs two more GEMMs (input and weight gradients); element-wise
     // ops cost about one more pass.

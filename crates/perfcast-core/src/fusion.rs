@@ -288,24 +288,7 @@ impl Region {
 }
 
 fn pointwise(kind: ModuleKind) -> bool {
-    use ModuleKind::*;
-    matches!(
-        kind,
-        Relu | Gelu
-            | Sigmoid
-            | Tanh
-            | Silu
-            | Add
-            | Mul
-            | Div
-            | Pow
-            | AddScalar
-            | MulScalar
-            | DivScalar
-            | PowScalar
-            | Dropout
-            | MaskedFill
-    )
+    kind.info().pointwise
 }
 
 fn norm(kind: ModuleKind) -> bool {

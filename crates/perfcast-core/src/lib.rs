@@ -29,6 +29,7 @@ pub mod fmt;
 pub mod fusion;
 pub mod gpus;
 pub mod interrupt;
+pub mod kinds;
 pub mod known;
 mod metrics;
 pub mod network;

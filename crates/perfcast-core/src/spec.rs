@@ -121,39 +121,7 @@ impl ModuleKind {
 
     /// The kind's name, as used in file names, JSON and the CLI.
     pub fn name(self) -> &'static str {
-        match self {
-            ModuleKind::Conv2d => "conv2d",
-            ModuleKind::Linear => "linear",
-            ModuleKind::Matmul => "matmul",
-            ModuleKind::MaxPool2d => "maxpool2d",
-            ModuleKind::AvgPool2d => "avgpool2d",
-            ModuleKind::BatchNorm2d => "batchnorm2d",
-            ModuleKind::LayerNorm => "layernorm",
-            ModuleKind::Relu => "relu",
-            ModuleKind::Gelu => "gelu",
-            ModuleKind::Sigmoid => "sigmoid",
-            ModuleKind::Tanh => "tanh",
-            ModuleKind::Add => "add",
-            ModuleKind::Mul => "mul",
-            ModuleKind::Softmax => "softmax",
-            ModuleKind::Div => "div",
-            ModuleKind::Pow => "pow",
-            ModuleKind::AddScalar => "add_scalar",
-            ModuleKind::MulScalar => "mul_scalar",
-            ModuleKind::DivScalar => "div_scalar",
-            ModuleKind::PowScalar => "pow_scalar",
-            ModuleKind::Dropout => "dropout",
-            ModuleKind::MaskedFill => "masked_fill",
-            ModuleKind::Copy => "copy",
-            ModuleKind::Sum => "sum",
-            ModuleKind::Silu => "silu",
-            ModuleKind::View => "view",
-            ModuleKind::Concat => "concat",
-            ModuleKind::Slice => "slice",
-            ModuleKind::Pad => "pad",
-            ModuleKind::RmsNorm => "rmsnorm",
-            ModuleKind::Embedding => "embedding",
-        }
+        self.info().name
     }
 
     /// Names of all kinds.

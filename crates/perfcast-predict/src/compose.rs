@@ -10,7 +10,7 @@
 //!         + update_ms_per_mparam * parameters / 1e6          (training only)
 //! ```
 //!
-//! with the terms fitted per phase from measured networks (perfcast-select's `compose::fit_phase`,
+//! with the terms fitted per phase from measured networks (perfcast-calibrate's `compose::fit_phase`,
 //! behind `perfcast calibrate`) and stored in the bundle's manifest ([`HostCosts`]). The terms are
 //! kept apart in every prediction ([`Composed`]), so a user sees what the host costs add.
 

@@ -96,44 +96,25 @@ pub struct Graph {
     pub keep_divisor: Vec<f64>,
 }
 
-/// What the backward pass keeps of a layer, and what it keeps besides tensors, per sample.
+/// What the backward pass keeps of a layer, and what it keeps besides tensors, per sample, as
+/// the kind's row says ([`perfcast_core::kinds::Keeps`]).
 fn keeps_of(kind: ModuleKind, i: usize, reads: &[Tensor], out_elems: f64) -> (Vec<Tensor>, f64) {
-    use ModuleKind as K;
+    use perfcast_core::kinds::Keeps;
     let first = reads[0];
     let all = reads.to_vec();
     let own = Tensor::Layer(i);
-    match kind {
-        K::Conv2d
-        | K::Linear
-        | K::LayerNorm
-        | K::RmsNorm
-        | K::BatchNorm2d
-        | K::Gelu
-        | K::Silu
-        | K::PowScalar
-        // An embedding's backward scatters into its table by the token ids it read.
-        | K::Embedding => (vec![first], 0.0),
-        K::Matmul | K::Mul | K::Div => (all, 0.0),
-        K::Pow => {
+    match kind.info().keeps {
+        Keeps::Input => (vec![first], 0.0),
+        Keeps::Inputs => (all, 0.0),
+        Keeps::InputsAndOutput => {
             let mut v = all;
             v.push(own);
             (v, 0.0)
         }
-        K::Relu | K::Sigmoid | K::Tanh | K::Softmax => (vec![own], 0.0),
-        K::MaxPool2d => (vec![first], out_elems * INDEX_BYTES),
-        K::Dropout | K::MaskedFill => (Vec::new(), out_elems * MASK_BYTES),
-        // Linear in their input, or only moving it: the backward needs no saved tensor.
-        K::AvgPool2d
-        | K::Add
-        | K::AddScalar
-        | K::MulScalar
-        | K::DivScalar
-        | K::Copy
-        | K::Sum
-        | K::View
-        | K::Concat
-        | K::Slice
-        | K::Pad => (Vec::new(), 0.0),
+        Keeps::Output => (vec![own], 0.0),
+        Keeps::InputAndIndices => (vec![first], out_elems * INDEX_BYTES),
+        Keeps::Mask => (Vec::new(), out_elems * MASK_BYTES),
+        Keeps::Nothing => (Vec::new(), 0.0),
     }
 }
 

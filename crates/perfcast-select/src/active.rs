@@ -298,61 +298,6 @@ pub fn choose_round(
         .collect()
 }
 
-/// When active rounds stop: a next round starts while one more, as long as the last one took
-/// (at least `MIN_ROUND_S`), still ends `reserve_s` before the budget, counted from `started`.
-#[derive(Clone, Debug)]
-pub struct RoundClock {
-    started: std::time::Instant,
-    budget_s: f64,
-    reserve_s: f64,
-    round: u64,
-    round_began_s: f64,
-    last_round_s: f64,
-}
-
-/// The shortest round a clock expects before it has timed one, seconds.
-pub const MIN_ROUND_S: f64 = 10.0;
-
-impl RoundClock {
-    /// A clock for rounds within `budget_s` of `started`, keeping `reserve_s` for what follows.
-    pub fn new(started: std::time::Instant, budget_s: f64, reserve_s: f64) -> RoundClock {
-        RoundClock {
-            started,
-            budget_s,
-            reserve_s,
-            round: 0,
-            round_began_s: 0.0,
-            last_round_s: 0.0,
-        }
-    }
-
-    /// Seconds the rounds may still take.
-    pub fn left_s(&self) -> f64 {
-        self.left_at(self.started.elapsed().as_secs_f64())
-    }
-
-    fn left_at(&self, elapsed_s: f64) -> f64 {
-        self.budget_s - self.reserve_s - elapsed_s
-    }
-
-    /// The next round's number (its seed), or `None` when it would not fit.
-    pub fn next_round(&mut self) -> Option<u64> {
-        self.next_at(self.started.elapsed().as_secs_f64())
-    }
-
-    fn next_at(&mut self, elapsed_s: f64) -> Option<u64> {
-        if self.round > 0 {
-            self.last_round_s = elapsed_s - self.round_began_s;
-        }
-        if self.left_at(elapsed_s) < self.last_round_s.max(MIN_ROUND_S) {
-            return None;
-        }
-        self.round_began_s = elapsed_s;
-        self.round += 1;
-        Some(self.round - 1)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use perfcast_core::testing::cpu_device;
@@ -459,19 +404,6 @@ mod tests {
         let spreads = [0.9, 0.9, 0.9, 0.9, 0.9, 0.5, 0.5, 0.5, 0.5, 0.5];
         let picks = penalised_picks(&spreads, &rows, 3);
         assert_eq!(picks.iter().filter(|&&i| i < 5).count(), 1, "{picks:?}");
-    }
-
-    #[test]
-    fn rounds_start_while_one_more_fits_before_the_reserve() {
-        // 480 s budget, 60 s reserve: rounds may run until 420 s.
-        let mut clock = RoundClock::new(std::time::Instant::now(), 480.0, 60.0);
-        assert_eq!(clock.next_at(300.0), Some(0));
-        assert_eq!(clock.next_at(350.0), Some(1), "70 s left, the last took 50");
-        assert_eq!(clock.next_at(400.0), None, "20 s left, the last took 50");
-        let mut late = RoundClock::new(std::time::Instant::now(), 480.0, 60.0);
-        assert_eq!(late.next_at(415.0), None, "under the shortest round left");
-        let mut off = RoundClock::new(std::time::Instant::now(), 0.0, 60.0);
-        assert_eq!(off.next_at(0.0), None, "a zero budget runs none");
     }
 
     #[test]

@@ -76,13 +76,3 @@ pub fn write_bundle(
     outdir::replace_with(staging, dir)?;
     Ok(())
 }
-
-/// Replaces an existing bundle's `manifest.json` atomically (the model files stay); used to
-/// record calibration results. The bundle must load before and is checked after.
-pub fn rewrite_manifest(dir: &Path, manifest: &Manifest) -> Result<()> {
-    Bundle::read_manifest(dir)?;
-    let path = dir.join("manifest.json");
-    let json = serde_json::to_vec_pretty(manifest).map_err(|e| bundle_err(&path, e.to_string()))?;
-    perfcast_data::write_atomic(&path, &json).map_err(|e| bundle_err(&path, e.to_string()))?;
-    Ok(())
-}

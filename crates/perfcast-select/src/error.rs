@@ -1,4 +1,4 @@
-//! Errors of selection, writing bundles and scoring.
+//! Errors of training, selection and writing bundles.
 
 use std::path::PathBuf;
 
@@ -50,9 +50,6 @@ pub enum Error {
     /// From the data crate (output directories).
     #[error(transparent)]
     Data(#[from] perfcast_data::Error),
-    /// From the scale crate (plans).
-    #[error(transparent)]
-    Scale(#[from] perfcast_scale::Error),
     /// From the core crate.
     #[error(transparent)]
     Core(#[from] perfcast_core::Error),

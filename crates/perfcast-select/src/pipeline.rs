@@ -111,40 +111,6 @@ impl TrainPlan {
     }
 }
 
-impl TrainPlan {
-    /// The quickstart's training of `models` on `data` into `out` and the bundle `bundle`:
-    /// 3 folds, MEDN up to 10,000 steps at width 48, and selection at cost weight 0.1, as
-    /// `perfcast train` selects by default. The quickstart's bundle is judged on its speed too
-    /// (a VGG-16's 10,000 module queries at 2 M/s on 2 threads): MEDN serves most of them, and
-    /// at width 48 (against 64) it answers about 8% faster at much the same held-out accuracy
-    /// on four quickstart datasets (10.4-11.5% module MAPE against 10.2-11.1%), and the cost
-    /// weight
-    /// keeps a family twice as slow (trees on the pooling kinds) from winning a kind by a
-    /// fraction of a point.
-    pub fn quickstart(
-        data: Vec<PathBuf>,
-        out: PathBuf,
-        models: Vec<String>,
-        bundle: String,
-    ) -> TrainPlan {
-        TrainPlan {
-            models,
-            force: true,
-            folds: 3,
-            set: ["medn.max_steps=10000", "medn.width=48"]
-                .map(String::from)
-                .to_vec(),
-            bundle: Some(bundle),
-            budget: Budget {
-                cost_weight: 0.1,
-                ..Budget::default()
-            },
-            refit: true,
-            ..TrainPlan::new(data, out)
-        }
-    }
-}
-
 /// One model's results on one module kind.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ModelReport {

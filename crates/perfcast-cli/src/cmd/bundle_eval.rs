@@ -1,13 +1,13 @@
 //! `perfcast eval bundle`: a bundle's answers scored on measured rows of any device
-//! ([`perfcast_select::score_datasets`]).
+//! ([`perfcast_calibrate::score_datasets`]).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
+use perfcast_calibrate::score_datasets;
 use perfcast_core::ModuleKind;
 use perfcast_data::resolve_datasets;
-use perfcast_select::score_datasets;
 
 use crate::Ui;
 use crate::cmd::devices_eval::PhaseChoice;

@@ -159,7 +159,7 @@ fn map_network(a: &MapArgs, measured_ms: f64, ui: &Ui) -> anyhow::Result<ExitCod
         !targets.is_empty(),
         "name the targets with `--device a,b` or `--device-spec <file>`"
     );
-    let (anchor_ms, out) = perfcast_select::step_map::map_step(
+    let (anchor_ms, out) = perfcast_calibrate::step_map::map_step(
         &a.bundle,
         &network,
         &context,

@@ -1,19 +1,18 @@
 //! Whole networks on this machine: `perfcast measure`, `perfcast calibrate` and
 //! `perfcast eval networks` (measured and predicted side by side). Measuring is
-//! [`perfcast_profile::network_runs`], fitting and comparing [`perfcast_select::calibrate`].
+//! [`perfcast_profile::network_runs`], fitting and comparing [`perfcast_calibrate::calibrate`].
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
+use perfcast_calibrate::Predictor;
+use perfcast_calibrate::calibrate::{calibrate_bundle, evaluate_networks, labelled};
 use perfcast_core::{NetworkChoice, Phase};
 use perfcast_data::networks::{NetworkRecord, read_networks};
 use perfcast_profile::Backend;
 use perfcast_profile::network_runs::{MeasurePlan, measure_networks};
 use perfcast_scale::memory::{Framework, cpu_run_bytes, cpu_training_peak};
-use perfcast_select::Predictor;
-use perfcast_select::bundle::rewrite_manifest;
-use perfcast_select::calibrate::{calibrate as fit_host_costs, evaluate_networks, labelled};
 
 use crate::Ui;
 use crate::cmd::predict::load_bundle;
@@ -242,38 +241,20 @@ pub struct CalibrateArgs {
     format: Format,
 }
 
-/// `perfcast calibrate`.
+/// `perfcast calibrate`: fits the host-cost terms of the bundle to the runs measured or read
+/// (after the bundle loads), writes them into its manifest unless `--dry-run`, and prints them.
 pub fn calibrate(a: CalibrateArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
-    calibrate_with(&a.bundle, a.lambda, a.dry_run, a.format, || {
-        runs(&a.source, ui)
-    })
-}
-
-/// Fits the host-cost terms of the bundle at `dir` to the runs `runs` measures or reads
-/// (after the bundle loads), writes them into its manifest unless `dry_run`, and prints them.
-pub fn calibrate_with(
-    dir: &Path,
-    lambda: Option<f64>,
-    dry_run: bool,
-    format: Format,
-    runs: impl FnOnce() -> anyhow::Result<Vec<(String, NetworkRecord)>>,
-) -> anyhow::Result<ExitCode> {
-    perfcast_select::calibrate::check_lambda(lambda)?;
+    perfcast_calibrate::calibrate::check_lambda(a.lambda)?;
+    let dir = &a.bundle;
     let bundle = load_bundle(dir)?;
-    let mut manifest = bundle.manifest.clone();
-    let predictor = Predictor::new(bundle);
-    let runs = runs()?;
-    let costs = fit_host_costs(&predictor, &runs, lambda)?;
-    manifest.host_costs = Some(costs.clone());
-    if !dry_run {
-        rewrite_manifest(dir, &manifest)?;
-    }
-    match format {
+    let runs = runs(&a.source, ui)?;
+    let costs = calibrate_bundle(bundle, dir, &runs, a.lambda, a.dry_run)?;
+    match a.format {
         Format::Json => emit_json(&costs)?,
         Format::Text => emit(&render::networks::calibrated(
             &costs,
             runs.len(),
-            (!dry_run).then_some(dir),
+            (!a.dry_run).then_some(dir.as_path()),
         ))?,
     }
     Ok(ExitCode::SUCCESS)

@@ -7,10 +7,10 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
+use perfcast_calibrate::layer_costs::plan_with_bundle;
 use perfcast_scale::memory::Recompute;
 use perfcast_scale::plan::{PlanConfig, PlanReport, PriceTable, SortBy};
 use perfcast_scale::{Link, Optimizer};
-use perfcast_select::layer_costs::plan_with_bundle;
 use serde::Serialize;
 
 use crate::Ui;

@@ -143,7 +143,7 @@ fn bench(a: BenchArgs) -> anyhow::Result<ExitCode> {
         a.iterations
     );
     let predictor = Predictor::new(load_bundle(&a.dir)?);
-    let lines = perfcast_select::bench::bench(&predictor, a.iterations)?;
+    let lines = perfcast_calibrate::bench::bench(&predictor, a.iterations)?;
     match a.format {
         Format::Json => emit_json(&lines)?,
         Format::Text => emit(&crate::render::predict::bench(&lines))?,

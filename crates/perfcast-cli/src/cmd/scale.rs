@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand, ValueEnum};
+use perfcast_calibrate::layer_costs::BundleCompute;
 use perfcast_core::{CpuTopology, Network, NetworkChoice, Phase};
 use perfcast_profile::Backend;
 use perfcast_profile::network::time_training;
@@ -21,7 +22,6 @@ use perfcast_scale::{
     Overlap, Parallelism, Point, Strategy,
 };
 use perfcast_select::Predictor;
-use perfcast_select::layer_costs::BundleCompute;
 
 use crate::Ui;
 use crate::output::{Format, emit, emit_json};

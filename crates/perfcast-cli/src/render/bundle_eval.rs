@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use perfcast_select::DeviceScores;
+use perfcast_calibrate::DeviceScores;
 
 /// `eval bundle`: per device, kind and phase the MAPE, the median ratio and how many answers
 /// were raised to the bound, fell back to the spec or stayed below it.

@@ -90,7 +90,7 @@ pub fn train(held: &HeldOut<'_>, device: &str) -> anyhow::Result<Vec<(PathBuf, V
 /// every run has it) the composed prediction.
 pub fn networks(
     path: &Path,
-    runs: &[perfcast_select::calibrate::Compared],
+    runs: &[perfcast_calibrate::calibrate::Compared],
     device: &str,
 ) -> anyhow::Result<()> {
     use perfcast_core::Phase;

@@ -3,10 +3,10 @@
 
 use std::path::Path;
 
+use perfcast_calibrate::HostCosts;
+use perfcast_calibrate::calibrate::NetworksEval;
 use perfcast_data::networks::NetworkRecord;
 use perfcast_profile::Backend;
-use perfcast_select::HostCosts;
-use perfcast_select::calibrate::NetworksEval;
 use serde::Serialize;
 
 use crate::output::{fmt_ms, sig3};
@@ -90,7 +90,7 @@ pub fn measured(rows: &[MeasuredRow<'_>], threads: usize, backend: Backend) -> S
         t.push_str(&format!(
             "training peak memory under {name} rules, predicted against measured: MAPE \
              {}% over {} run(s)\n",
-            sig3(perfcast_select::compose::mape(&p, &m)),
+            sig3(perfcast_calibrate::compose::mape(&p, &m)),
             p.len()
         ));
     }

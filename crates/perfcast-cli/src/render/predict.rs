@@ -1,8 +1,8 @@
 //! `perfcast predict` and `perfcast bundle show | bench` as text.
 
+use perfcast_calibrate::bench::BenchLine;
 use perfcast_core::Context;
 use perfcast_core::Phase;
-use perfcast_select::bench::BenchLine;
 use perfcast_select::{Manifest, ModulePrediction, NetworkPrediction};
 use serde::Serialize;
 

@@ -8,19 +8,19 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use perfcast_calibrate::calibrate::{Compared, NetworksEval, PhaseSummary};
+use perfcast_calibrate::{Composed, HostCosts, PhaseCosts};
 use perfcast_core::{Context, Metrics, ModuleKind, Phase};
 use perfcast_models::eval::PredictionCost;
 use perfcast_models::split::Split;
 use perfcast_select::bundle::{FORMAT, FeatureRange, KindEntry};
-use perfcast_select::calibrate::{Compared, NetworksEval, PhaseSummary};
 use perfcast_select::pipeline::{
     KindReport, KindSelection, ModelReport, SelectionReport, SharedReport, SingleSelection,
     TrainReport,
 };
 use perfcast_select::predictor::LayerPrediction;
 use perfcast_select::{
-    Budget, Candidate, Composed, HostCosts, Manifest, ModulePrediction, NetworkPrediction,
-    PhaseCosts, Selection,
+    Budget, Candidate, Manifest, ModulePrediction, NetworkPrediction, Selection,
 };
 
 /// Runs `f` with the filters every renderer snapshot uses.

@@ -3,8 +3,8 @@
 //! predictions and the composed prediction (`perfcast eval networks`).
 //!
 //! ```no_run
-//! use perfcast_select::calibrate::{calibrate, labelled};
-//! use perfcast_select::{Bundle, Predictor};
+//! use perfcast_calibrate::calibrate::{calibrate, labelled};
+//! use perfcast_calibrate::{Bundle, Predictor};
 //!
 //! let predictor = Predictor::new(Bundle::load("checkpoints/local".as_ref())?);
 //! let runs = labelled(perfcast_data::networks::read_networks("runs.jsonl".as_ref())?);
@@ -12,6 +12,8 @@
 //! println!("{} networks", costs.networks.len());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+
+use std::path::Path;
 
 use perfcast_core::progress::Observer;
 use perfcast_core::{Context, Network, Phase};
@@ -21,6 +23,7 @@ use serde::Serialize;
 use crate::compose::{self, Composed, HostCosts, RunShape};
 use crate::error::{Error, Result};
 use crate::predictor::Predictor;
+use crate::{Bundle, Manifest};
 
 /// Each run with its label (`vgg16@112` for a zoo network built at another resolution, its
 /// name otherwise).
@@ -197,6 +200,38 @@ pub fn calibrate(
     Ok(costs)
 }
 
+/// Fits the host-cost terms of `bundle` (loaded from `dir`) to measured `runs` and, unless
+/// `dry_run`, stores them in its manifest: `perfcast calibrate` and the quickstart's last step.
+pub fn calibrate_bundle(
+    bundle: Bundle,
+    dir: &Path,
+    runs: &[(String, NetworkRecord)],
+    lambda: Option<f64>,
+    dry_run: bool,
+) -> Result<HostCosts> {
+    let mut manifest = bundle.manifest.clone();
+    let costs = calibrate(&Predictor::new(bundle), runs, lambda)?;
+    manifest.host_costs = Some(costs.clone());
+    if !dry_run {
+        rewrite_manifest(dir, &manifest)?;
+    }
+    Ok(costs)
+}
+
+/// Replaces an existing bundle's `manifest.json` atomically (the model files stay), so
+/// calibration never rewrites the models. The bundle must load before.
+pub fn rewrite_manifest(dir: &Path, manifest: &Manifest) -> Result<()> {
+    Bundle::read_manifest(dir)?;
+    let path = dir.join("manifest.json");
+    let err = |message: String| Error::Bundle {
+        path: path.clone(),
+        message,
+    };
+    let json = serde_json::to_vec_pretty(manifest).map_err(|e| err(e.to_string()))?;
+    perfcast_data::write_atomic(&path, &json).map_err(|e| err(e.to_string()))?;
+    Ok(())
+}
+
 /// One phase's runs and errors.
 #[derive(Clone, Debug, Serialize)]
 pub struct PhaseSummary {
@@ -282,12 +317,13 @@ pub fn network_ms(predictor: &Predictor, network: &Network, context: &Context) -
         .map_or(sum, |c| c.compose(&RunShape::of(network, sum)).total_ms))
 }
 
-/// Each network's composed inference and training-step time (ms) at each batch size, on one
-/// thread: the quickstart's closing table, as (label, batch, inference, training).
+/// Each network's composed inference and training-step time (ms) at each batch size, on
+/// `threads` threads: the quickstart's closing table, as (label, batch, inference, training).
 pub fn network_table(
     predictor: &Predictor,
     networks: &[perfcast_core::NetworkChoice],
     batches: &[usize],
+    threads: usize,
 ) -> Result<Vec<(String, usize, f64, f64)>> {
     let mut rows = Vec::new();
     for choice in networks {
@@ -296,7 +332,7 @@ pub fn network_table(
                 let context = Context {
                     batch,
                     phase,
-                    threads: 1,
+                    threads,
                     utilisation: 0.0,
                 };
                 network_ms(predictor, &choice.network, &context)

@@ -1,0 +1,93 @@
+//! Host-cost calibration on a synthetic ridge bundle (perfcast-select's test specimen) and
+//! runs made up from its own predictions, so the true terms are known.
+#![allow(clippy::unwrap_used)]
+
+use perfcast_calibrate::calibrate::{
+    calibrate, check_lambda, evaluate_networks, labelled, network_ms, rewrite_manifest,
+};
+use perfcast_calibrate::{Bundle, Predictor};
+use perfcast_core::Phase;
+use perfcast_select::testing::ctx;
+
+/// A measured run of `network` at batch 4: the plain sum scaled by 1.2 plus 2 ms per run.
+fn run(
+    predictor: &Predictor,
+    network: &str,
+    phase: Phase,
+) -> perfcast_data::networks::NetworkRecord {
+    let net = perfcast_core::zoo::build(network, None).unwrap();
+    let plain = predictor
+        .predict_network(&net, &ctx(4, phase))
+        .unwrap()
+        .layer_sum_ms;
+    perfcast_data::networks::NetworkRecord {
+        layers: net.layers.len(),
+        param_tensors: 0,
+        params: 0,
+        network: net,
+        resolution: None,
+        batch: 4,
+        phase,
+        threads: 1,
+        backend: "flex".into(),
+        device: "test cpu".into(),
+        timing: perfcast_data::Timing {
+            median_ms: 2.0 + 1.2 * plain,
+            min_ms: None,
+            mad_ms: None,
+            p10_ms: None,
+            p90_ms: None,
+            repetitions: Some(5),
+        },
+        update_ms: None,
+        layer_sum_ms: None,
+        perfcast_version: "0".into(),
+        timestamp: 0,
+    }
+}
+
+#[test]
+fn calibration_fits_host_terms_that_beat_the_plain_sum() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    perfcast_select::testing::write_ridge_bundle(&dir, "test", 60).unwrap();
+    let predictor = Predictor::new(Bundle::load(&dir).unwrap());
+    let records: Vec<_> = ["lenet5", "alexnet", "vgg11", "resnet18"]
+        .iter()
+        .map(|n| run(&predictor, n, Phase::Inference))
+        .collect();
+    let runs = labelled(records);
+    assert_eq!(runs[0].0, "lenet5");
+    let costs = calibrate(&predictor, &runs, None).unwrap();
+    assert_eq!(costs.networks.len(), 4);
+    assert!(costs.training.is_none());
+    let inference = costs.inference.clone().unwrap();
+    assert!(
+        inference.fit_mape < inference.plain_mape / 2.0,
+        "{inference:?}"
+    );
+
+    // Stored in the manifest, the terms compose every prediction of the phase.
+    let mut manifest = predictor.bundle().manifest.clone();
+    manifest.host_costs = Some(costs);
+    rewrite_manifest(&dir, &manifest).unwrap();
+    let calibrated = Predictor::new(Bundle::load(&dir).unwrap());
+    let report =
+        evaluate_networks(&calibrated, &dir, &runs, &perfcast_core::progress::Silent).unwrap();
+    let summary = &report.summary[0];
+    assert_eq!(summary.runs, 4);
+    assert!(
+        summary.composed_mape.unwrap() < summary.plain_mape,
+        "{summary:?}"
+    );
+    let net = perfcast_core::zoo::build("resnet18", None).unwrap();
+    let composed = network_ms(&calibrated, &net, &ctx(4, Phase::Inference)).unwrap();
+    let plain = network_ms(&predictor, &net, &ctx(4, Phase::Inference)).unwrap();
+    assert!(composed > plain, "{composed} vs {plain}");
+
+    assert!(check_lambda(Some(-1.0)).is_err());
+    let mut mixed = runs.clone();
+    mixed[1].1.threads = 2;
+    let err = calibrate(&predictor, &mixed, None).unwrap_err().to_string();
+    assert_eq!(err, "calibration runs must share one thread count");
+}

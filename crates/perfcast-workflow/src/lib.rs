@@ -1,0 +1,32 @@
+//! perfcast-workflow: multi-step jobs as one library call each, a plan value in and a report
+//! value out, so the CLI, tests and other front ends run the same steps: `run(plan, observer,
+//! interrupt) -> report`. The caller hands in a progress observer (the CLI draws it as bars and
+//! prints each step's table as it finishes) and an interrupt flag (the CLI's Ctrl-C; the
+//! process-wide [`perfcast_core::interrupt`] token is honoured too).
+//!
+//! [`quickstart`] profiles this machine (the layers of a few zoo networks, a random sweep,
+//! active rounds under a time budget), trains and auto-selects a bundle, fits its host-cost
+//! terms to networks measured end to end, and predicts those networks. It sits above every
+//! crate it calls: perfcast-profile (measuring), perfcast-select (training, selection, the
+//! bundle), perfcast-calibrate (host costs, network predictions).
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use std::sync::atomic::AtomicBool;
+//! use perfcast_workflow::quickstart::{self, QuickstartPlan};
+//!
+//! let plan = QuickstartPlan {
+//!     fast: true,
+//!     ..QuickstartPlan::new(40, "datasets/my-cpu".into(), "local".into())?
+//! };
+//! let report = quickstart::run(&plan, Arc::new(perfcast_core::progress::Silent), &AtomicBool::new(false))?;
+//! for (network, batch, inference_ms, training_ms) in &report.networks {
+//!     println!("{network} b{batch}: {inference_ms:.2} / {training_ms:.2} ms");
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod error;
+pub mod quickstart;
+
+pub use error::{Error, Result};
