@@ -646,6 +646,24 @@ mod tests {
     }
 
     #[test]
+    fn zoo_families_with_concats_and_gates_train_every_layer() {
+        // Fire modules, dense blocks, squeeze-excitation gates, the class token and rotary
+        // halves: every branch reaches the loss, so every parameter gets a gradient.
+        let device = crate::Backend::Flex.device().unwrap();
+        for (name, res) in [
+            ("squeezenet1_1", 32),
+            ("densenet121", 32),
+            ("efficientnet_b0", 32),
+            ("vit_b_16", 32),
+            ("llama_block", 8),
+        ] {
+            let net = zoo::build(name, Some(res)).unwrap();
+            let run = NetworkRun::new(&net, &context(1, Phase::Training), &device).unwrap();
+            assert_eq!(layers_without_gradient(&run), Vec::<usize>::new(), "{name}");
+        }
+    }
+
+    #[test]
     fn residual_and_attention_wiring_trains() {
         let device = crate::Backend::Flex.device().unwrap();
         for name in ["resnet18", "transformer"] {

@@ -307,10 +307,12 @@ impl LayerOp {
                 let [b, c, h, w] = x.dims();
                 x.reshape([b, c * h, w, 1])
             }
-            // Two halves of the widest axis joined back into one tensor of the spec's shape.
+            // Two halves of the outermost per-sample axis (channels, for an image) joined back
+            // into one tensor of the spec's shape: two contiguous blocks a sample, as a channel
+            // concat and the whole-network runs copy them, not a split of every row.
             ModuleSpec::Concat(_) => {
                 let dims = x.dims();
-                let axis = (1..4).rev().find(|&a| dims[a] >= 2).unwrap_or(3);
+                let axis = (1..4).find(|&a| dims[a] >= 2).unwrap_or(3);
                 let half = dims[axis] / 2;
                 let parts = if half == 0 {
                     vec![x]

@@ -98,9 +98,13 @@ pub struct QuickstartGroup {
     pub max_time_s: f64,
     /// Cap on each configuration's forward work, GFLOP.
     pub max_gflop: f64,
+    /// Sweep TOML laid over the built-in ranges (a seed and `[kind]` tables; empty for none):
+    /// how a group aims at the layers a family adds.
+    pub sweep: &'static str,
 }
 
-/// Every kind the zoo networks are made of, so no layer falls back to the spec roofline.
+/// Every kind the zoo networks are made of, so no layer falls back to the spec roofline, then
+/// the layers the newer zoo families add that the built-in ranges rarely draw.
 ///
 /// Convolutions get the most samples (ten shape parameters, most of a CNN's time), GEMMs come
 /// next; elementwise kinds are nearly linear in their size. Small ops are noisy and run to the
@@ -112,18 +116,26 @@ pub struct QuickstartGroup {
 /// FFN at batch 8 (1,024 x 768 -> 3,072, 4.8 GFLOP) beyond a cap of 1 was predicted at 0.70
 /// (inference) and 0.55 (training) of its measured time by a quickstart bundle (the models
 /// carried the speed of small GEMMs over to large ones).
-pub const QUICKSTART_KINDS: [QuickstartGroup; 4] = [
+///
+/// The aimed groups after them: ViT-style patch embeddings (kernel = stride, 4 to 32, on 1-4
+/// input channels), depthwise convolutions at every width with EfficientNet's 5x5 kernels,
+/// squeeze-excitation's 1x1 convolutions on a 1x1 map and small single-token linears, and
+/// DenseNet-sized channel concatenations. They take their rows from the general convolution
+/// group (5x instead of 6x): most are cheap, so the sweep's minutes stay about the same.
+pub const QUICKSTART_KINDS: [QuickstartGroup; 9] = [
     QuickstartGroup {
         kinds: &[ModuleKind::Conv2d],
-        multiple: 6.0,
+        multiple: 5.0,
         max_time_s: 0.25,
         max_gflop: 1.0,
+        sweep: "",
     },
     QuickstartGroup {
         kinds: &[ModuleKind::Linear, ModuleKind::Matmul],
         multiple: 2.0,
         max_time_s: 0.25,
         max_gflop: 8.0,
+        sweep: "",
     },
     QuickstartGroup {
         kinds: &[
@@ -140,6 +152,7 @@ pub const QUICKSTART_KINDS: [QuickstartGroup; 4] = [
         multiple: 1.0,
         max_time_s: 0.15,
         max_gflop: 1.0,
+        sweep: "",
     },
     QuickstartGroup {
         kinds: &[
@@ -159,6 +172,81 @@ pub const QUICKSTART_KINDS: [QuickstartGroup; 4] = [
         multiple: 0.25,
         max_time_s: 0.15,
         max_gflop: 1.0,
+        sweep: "",
+    },
+    QuickstartGroup {
+        kinds: &[ModuleKind::Conv2d],
+        multiple: 0.5,
+        max_time_s: 0.25,
+        max_gflop: 1.0,
+        sweep: r#"seed = 16
+[conv2d]
+kernel = [4, 8, 14, 16, 16, 32]
+stride = ["kernel"]
+padding = ["valid"]
+groups = [1]
+bias = [true]
+in_channels = [1, 3, 3, 4]
+out_channels = { min = 32, max = 1280, scale = "log" }
+input_hw = { min = 32, max = 512, scale = "log" }
+"#,
+    },
+    QuickstartGroup {
+        kinds: &[ModuleKind::Conv2d],
+        multiple: 0.75,
+        max_time_s: 0.25,
+        max_gflop: 1.0,
+        sweep: r#"seed = 17
+[conv2d]
+groups = ["depthwise"]
+kernel = [3, 3, 5, 7]
+stride = [1, 1, 2]
+padding = ["same"]
+bias = [false]
+in_channels = { min = 8, max = 2048, scale = "log" }
+input_hw = { min = 4, max = 128, scale = "log" }
+"#,
+    },
+    QuickstartGroup {
+        kinds: &[ModuleKind::Conv2d],
+        multiple: 0.25,
+        max_time_s: 0.15,
+        max_gflop: 1.0,
+        sweep: r#"seed = 18
+[conv2d]
+kernel = [1]
+stride = [1]
+padding = ["valid"]
+groups = [1]
+bias = [true]
+input_hw = [1]
+in_channels = { min = 8, max = 2048, scale = "log" }
+channel_ratio = { min = 0.03, max = 32, scale = "log" }
+"#,
+    },
+    QuickstartGroup {
+        kinds: &[ModuleKind::Linear],
+        multiple: 0.25,
+        max_time_s: 0.15,
+        max_gflop: 1.0,
+        sweep: r#"seed = 19
+[linear]
+tokens = [1]
+in_features = { min = 8, max = 2048, scale = "log" }
+out_features = { min = 8, max = 2048, scale = "log" }
+"#,
+    },
+    QuickstartGroup {
+        kinds: &[ModuleKind::Concat],
+        multiple: 0.25,
+        max_time_s: 0.15,
+        max_gflop: 1.0,
+        sweep: r#"seed = 20
+[concat]
+c = { min = 64, max = 2048, scale = "log" }
+h = { min = 4, max = 64, scale = "log" }
+w = { min = 4, max = 64, scale = "log" }
+"#,
     },
 ];
 
@@ -174,14 +262,19 @@ pub fn quickstart_samples(multiple: f64, samples: usize) -> usize {
     ((multiple * samples as f64).round() as usize).max(5)
 }
 
-/// Configurations and kinds the quickstart's sweeps measure at `samples`.
+/// Configurations and distinct kinds the quickstart's sweeps measure at `samples`.
 pub fn quickstart_size(samples: usize) -> (usize, usize) {
-    QUICKSTART_KINDS.iter().fold((0, 0), |(c, k), g| {
-        (
-            c + g.kinds.len() * quickstart_samples(g.multiple, samples),
-            k + g.kinds.len(),
-        )
-    })
+    let mut kinds: Vec<ModuleKind> = QUICKSTART_KINDS
+        .iter()
+        .flat_map(|g| g.kinds.iter().copied())
+        .collect();
+    kinds.sort_by_key(|k| k.name());
+    kinds.dedup();
+    let configurations = QUICKSTART_KINDS
+        .iter()
+        .map(|g| g.kinds.len() * quickstart_samples(g.multiple, samples))
+        .sum();
+    (configurations, kinds.len())
 }
 
 /// Seconds of a duration written `8m`, `90s`, `1h`, `1m30s` or a bare number of seconds.
@@ -257,14 +350,27 @@ pub fn quickstart_sweeps(samples: usize) -> Result<Vec<Sweep>> {
                     ..SweepOverrides::default()
                 },
             )?;
-            Ok(Sweep {
+            let (seed, params) = if g.sweep.is_empty() {
+                (sweep.seed, sweep.params)
+            } else {
+                let aimed = Sweep::from_toml(g.sweep, &builtin_path())?;
+                (aimed.seed, aimed.params)
+            };
+            let sweep = Sweep {
+                seed,
+                params,
                 max_gflop: g.max_gflop,
                 timing: TimingConfig {
                     warmup_s: QUICKSTART_WARMUP_S,
                     ..sweep.timing
                 },
                 ..sweep
-            })
+            };
+            sweep.validate().map_err(|message| Error::Sweep {
+                path: builtin_path(),
+                message,
+            })?;
+            Ok(sweep)
         })
         .collect()
 }
@@ -315,7 +421,7 @@ mod tests {
     fn the_quickstart_covers_the_kinds_real_models_have_with_more_convolutions() {
         let sweeps = quickstart_sweeps(40).expect("sweeps");
         let kinds: Vec<ModuleKind> = sweeps.iter().flat_map(|s| s.modules.clone()).collect();
-        assert_eq!(kinds.len(), 24);
+        assert_eq!(kinds.len(), 24 + 5);
         // Every kind a transformer config or an ONNX CNN maps to, but the zero-cost views
         // and the rarer scalar and reduction kinds.
         for k in [
@@ -327,7 +433,7 @@ mod tests {
             assert!(kinds.contains(&k), "{k}");
         }
         assert!(!kinds.contains(&ModuleKind::View));
-        assert_eq!(sweeps[0].samples, 240);
+        assert_eq!(sweeps[0].samples, 200);
         assert_eq!(sweeps[2].samples, 40);
         assert_eq!(sweeps[3].samples, 10);
         assert_eq!(sweeps[2].timing.max_time_s, 0.15);
@@ -338,7 +444,10 @@ mod tests {
             assert!(s.timing.warmup_s < TimingConfig::default().warmup_s);
         }
         assert_eq!(quickstart_sweeps(10).expect("sweeps")[3].samples, 5);
-        assert_eq!(quickstart_size(40), (240 + 2 * 80 + 9 * 40 + 12 * 10, 24));
+        assert_eq!(
+            quickstart_size(40),
+            (200 + 2 * 80 + 9 * 40 + 12 * 10 + 20 + 30 + 3 * 10, 24)
+        );
         // GEMMs are drawn up to a transformer FFN's work at batch 8, the rest to 1 GFLOP.
         let gemms = &sweeps[1];
         assert_eq!(gemms.modules, [ModuleKind::Linear, ModuleKind::Matmul]);
@@ -358,6 +467,64 @@ mod tests {
         // Active rounds draw from the same ranges.
         let active = active_sweeps(40).expect("active");
         assert_eq!(active[1].max_gflop, 8.0);
+    }
+
+    #[test]
+    fn the_aimed_groups_draw_the_layers_newer_families_add() {
+        let sweeps = quickstart_sweeps(40).expect("sweeps");
+        let draws = |i: usize, kind: ModuleKind| {
+            assert_eq!(sweeps[i].modules, [kind]);
+            sweeps[i].sample(kind).expect("draws")
+        };
+        let conv = |s: &crate::sweep::Sample| match &s.spec {
+            perfcast_core::ModuleSpec::Conv2d(c) => c.clone(),
+            other => panic!("not a convolution: {other:?}"),
+        };
+        // Patch embeddings: non-overlapping windows of 4 to 32 over an image's channels.
+        let patches: Vec<_> = draws(4, ModuleKind::Conv2d).iter().map(conv).collect();
+        assert_eq!(patches.len(), 20);
+        for c in &patches {
+            assert_eq!(
+                (c.stride, c.padding, c.groups),
+                (c.kernel, [0, 0], 1),
+                "{c:?}"
+            );
+            assert!(c.kernel[0] >= 4 && c.in_channels <= 4, "{c:?}");
+        }
+        assert!(patches.iter().any(|c| c.kernel == [16, 16]));
+        // Depthwise at every width, 5x5 and 7x7 among them.
+        let depthwise: Vec<_> = draws(5, ModuleKind::Conv2d).iter().map(conv).collect();
+        assert!(
+            depthwise
+                .iter()
+                .all(|c| c.groups == c.in_channels && c.out_channels == c.in_channels)
+        );
+        let widths: Vec<usize> = depthwise.iter().map(|c| c.in_channels).collect();
+        assert!(
+            widths.iter().any(|&w| w < 32) && widths.iter().any(|&w| w > 512),
+            "{widths:?}"
+        );
+        assert!(depthwise.iter().any(|c| c.kernel == [5, 5]));
+        // Squeeze-excitation: 1x1 convolutions on a 1x1 map, squeezing and expanding.
+        let se: Vec<_> = draws(6, ModuleKind::Conv2d).iter().map(conv).collect();
+        assert!(
+            se.iter()
+                .all(|c| c.input_hw == [1, 1] && c.kernel == [1, 1])
+        );
+        assert!(se.iter().any(|c| c.out_channels * 4 <= c.in_channels));
+        assert!(se.iter().any(|c| c.out_channels >= 4 * c.in_channels));
+        for s in draws(7, ModuleKind::Linear) {
+            let perfcast_core::ModuleSpec::Linear(l) = &s.spec else {
+                panic!("not a linear")
+            };
+            assert_eq!(l.tokens, 1);
+        }
+        for s in draws(8, ModuleKind::Concat) {
+            let perfcast_core::ModuleSpec::Concat(e) = &s.spec else {
+                panic!("not a concat")
+            };
+            assert!(e.shape[0] >= 64, "{e:?}");
+        }
     }
 
     #[test]

@@ -23,6 +23,7 @@
 //! kernel = [1, 3, 5]
 //! padding = ["same", "valid"]
 //! groups = [1, "depthwise"]
+//! # stride = ["kernel"]        # stride = kernel: patch embeddings (ViT's 16x16 of stride 16)
 //! channel_ratio = { min = 0.5, max = 4, scale = "log" }   # out_channels = in x ratio (default)
 //! # out_channels = { min = 1, max = 2048, scale = "log" } # or drawn on its own
 //! ```
@@ -687,12 +688,17 @@ fn build_sample(
                 }
             };
             let hw = num(v, "input_hw")?;
+            // `"kernel"`: non-overlapping windows, as patch embeddings run them.
+            let stride = match v.get("stride") {
+                Some(Value::Word(w)) if w == "kernel" => kernel,
+                _ => num(v, "stride")?,
+            };
             ModuleSpec::Conv2d(Conv2d {
                 in_channels: cin,
                 out_channels: cout,
                 input_hw: [hw, hw],
                 kernel: [kernel, kernel],
-                stride: [num(v, "stride")?; 2],
+                stride: [stride; 2],
                 padding: [padding(v, kernel, dilation)?; 2],
                 dilation: [dilation; 2],
                 groups,

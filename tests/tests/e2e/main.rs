@@ -14,6 +14,7 @@ mod robustness;
 mod scale;
 mod serve;
 mod train;
+mod zoo;
 
 use std::path::Path;
 use std::process::{Command, Output};
