@@ -123,9 +123,11 @@ impl QuickstartPlan {
     /// Configurations and kinds the random sweeps measure (each configuration in every phase
     /// of its sweep).
     pub fn size(&self) -> (usize, usize) {
-        self.sweeps.iter().fold((0, 0), |(c, k), s| {
-            (c + s.samples * s.modules.len(), k + s.modules.len())
-        })
+        let configurations = self.sweeps.iter().map(|s| s.samples * s.modules.len()).sum();
+        // A kind swept in several groups (dense and depthwise convs) counts once.
+        let kinds: std::collections::BTreeSet<_> =
+            self.sweeps.iter().flat_map(|s| s.modules.iter()).collect();
+        (configurations, kinds.len())
     }
 
     /// Where the bundle is written.
