@@ -108,6 +108,8 @@ pub const KINDS: &[KindInfo] = &[
     row(K::RmsNorm, "rmsnorm", 4.0, 0.0, false, Input),
     // An embedding's backward scatters into its table by the token ids it read.
     row(K::Embedding, "embedding", 1.0, 0.0, false, Input),
+    // A compare and a multiply; the gradient follows the input's sign.
+    row(K::LeakyRelu, "leaky_relu", 2.0, 0.0, true, Input),
 ];
 
 impl ModuleKind {

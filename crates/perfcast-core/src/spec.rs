@@ -81,11 +81,14 @@ pub enum ModuleKind {
     RmsNorm,
     /// Embedding lookup: `tokens` rows gathered from a `[vocab, features]` table.
     Embedding,
+    /// Leaky ReLU: max(x, 0.01 x) (PyTorch's default slope).
+    #[serde(rename = "leaky_relu")]
+    LeakyRelu,
 }
 
 impl ModuleKind {
     /// All kinds, in a stable order.
-    pub const ALL: [ModuleKind; 31] = [
+    pub const ALL: [ModuleKind; 32] = [
         ModuleKind::Conv2d,
         ModuleKind::Linear,
         ModuleKind::Matmul,
@@ -117,6 +120,7 @@ impl ModuleKind {
         ModuleKind::Pad,
         ModuleKind::RmsNorm,
         ModuleKind::Embedding,
+        ModuleKind::LeakyRelu,
     ];
 
     /// The kind's name, as used in file names, JSON and the CLI.
@@ -442,6 +446,7 @@ macro_rules! elementwise_spec {
             | ModuleSpec::Concat($e)
             | ModuleSpec::Slice($e)
             | ModuleSpec::Pad($e)
+            | ModuleSpec::LeakyRelu($e)
     };
 }
 
@@ -517,6 +522,9 @@ pub enum ModuleSpec {
     RmsNorm(LayerNorm),
     /// See [`Embedding`].
     Embedding(Embedding),
+    /// Leaky ReLU on an [`Elementwise`] shape.
+    #[serde(rename = "leaky_relu")]
+    LeakyRelu(Elementwise),
 }
 
 fn one() -> usize {
@@ -724,6 +732,7 @@ impl ModuleSpec {
             ModuleSpec::Pad(_) => ModuleKind::Pad,
             ModuleSpec::RmsNorm(_) => ModuleKind::RmsNorm,
             ModuleSpec::Embedding(_) => ModuleKind::Embedding,
+            ModuleSpec::LeakyRelu(_) => ModuleKind::LeakyRelu,
         }
     }
 
@@ -760,6 +769,7 @@ impl ModuleSpec {
             ModuleKind::Concat => ModuleSpec::Concat(e),
             ModuleKind::Slice => ModuleSpec::Slice(e),
             ModuleKind::Pad => ModuleSpec::Pad(e),
+            ModuleKind::LeakyRelu => ModuleSpec::LeakyRelu(e),
             _ => return None,
         })
     }

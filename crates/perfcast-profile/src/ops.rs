@@ -9,7 +9,7 @@
 //! whole-network runner ([`crate::network`]) both use it, so a layer is measured alone exactly
 //! as it runs inside a network.
 
-use burn::tensor::activation::{gelu, relu, sigmoid, silu, softmax, tanh};
+use burn::tensor::activation::{gelu, leaky_relu, relu, sigmoid, silu, softmax, tanh};
 use burn::tensor::module::{
     avg_pool2d, batch_norm, batch_norm_train, conv2d, layer_norm, linear, max_pool2d,
 };
@@ -302,6 +302,7 @@ impl LayerOp {
             }
             ModuleSpec::Sum(_) => x.sum_dim(3),
             ModuleSpec::Silu(_) => silu(x),
+            ModuleSpec::LeakyRelu(_) => leaky_relu(x, 0.01),
             // Metadata only: the same buffer under another shape.
             ModuleSpec::View(_) => {
                 let [b, c, h, w] = x.dims();
