@@ -14,7 +14,6 @@
 //!   `QK^T` and `attention x V` as per-head matmuls, softmax, output projection, residual add,
 //!   layer norm, MLP 768 -> 3072 -> 768 with GELU, residual add, layer norm. The `1/sqrt(d)`
 //!   scaling is left out (frameworks fold it into Q or the softmax).
-//!
 //! - SqueezeNet 1.1's fire modules and DenseNet-121's dense layers join branches by channel
 //!   concatenation. A concat names only its first part (the network format's rule); its shape is
 //!   the whole output, so its cost counts every part. DenseNet's `torch.cat` of all earlier
@@ -37,8 +36,9 @@
 //!   causal mask as scalar ops, `silu(gate) * up`, residual adds.
 //!
 //! `resolution` is the input height and width for the CNNs and the token count for the
-//! transformer and the Llama block; `None` takes the network's default (see [`default_resolution`]). Batch size is
-//! not part of a network: it belongs to the [`crate::Context`].
+//! transformer and the Llama block; `None` takes the network's default (see
+//! [`default_resolution`]). Batch size is not part of a network: it belongs to the
+//! [`crate::Context`].
 
 use std::collections::HashMap;
 
