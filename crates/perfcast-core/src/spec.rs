@@ -1565,7 +1565,7 @@ mod tests {
 
     #[test]
     fn kind_serialises_as_its_name() {
-        // Regression (issue 23): `masked_fill` serialised as `maskedfill` in predictions.
+        // Regression: `masked_fill` serialised as `maskedfill` in predictions.
         for kind in ModuleKind::ALL {
             let json = serde_json::to_string(&kind).unwrap();
             assert_eq!(json, format!("\"{}\"", kind.name()));

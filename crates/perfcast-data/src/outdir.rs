@@ -1,7 +1,7 @@
 //! Output directories written whole (trained models, bundles, imports), replaced safely.
 //!
 //! Every such directory is built in a staging directory beside its destination and swapped in
-//! at the end. The rules that keep user data safe (issue 21):
+//! at the end. The rules that keep user data safe:
 //! - an existing destination is replaced only when it is a perfcast output of the same kind
 //!   (it carries [`MARKER`], or the files earlier versions wrote), never an arbitrary folder,
 //!   and never one that holds (or is held by) an input of the run;

@@ -9,7 +9,7 @@
 //! model (ridge, k-NN, trees, MEDN) learns the latency *normalised by the roofline estimate on that
 //! device*, `ms / roofline_ms`: the inverse of the achieved efficiency. Plain latencies differ by
 //! the devices' speed, which a model cannot interpolate from four or five devices; efficiencies
-//! transfer (see `../shared/FINDINGS.md`: 48% -> 32% MAPE on a held-out P4).
+//! transfer (docs/accuracy.md#gpus-across-devices).
 //!
 //! Why only peak and bandwidth: the prediction path builds rows from the bundle's device spec
 //! without knowing which models it serves, so anything a cross-device model reads must be in the
@@ -177,10 +177,8 @@ fn launch_ratio(data: &TrainSet, cols: &Cols, devices: &[DeviceSpec]) -> Option<
 
 /// The `floor_norm` of [`CrossDeviceParams::utilisation`]: latency = `sqrt(floor^2 +
 /// kernel^2)`. NeuSight's timings are neither floor + kernel nor `max(floor, kernel)`: a
-/// 4M-element add on an A100 takes its 27 us floor, not 27 + 32 us. Chosen on `bench/gpu/splits.sh`
-/// (train P4, P100, T4, V100, predict A100: element-wise, LayerNorm and softmax MAPE 12.6%
-/// mean with 1, 4.2% with 2, 4.7% with 4, 8.4% with 1000; linear and bmm leaving one GPU out
-/// within 0.5 points for 1, 2 and 4).
+/// 4M-element add on an A100 takes about its floor, not floor + kernel. Chosen with
+/// `bench/gpu/splits.sh` (docs/accuracy.md#figures-behind-code-choices).
 pub const UTIL_FLOOR_NORM: f64 = 2.0;
 
 /// Least share of a latency [`Scale::Utilisation`] counts as busy time (rows below the floor

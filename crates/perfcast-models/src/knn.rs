@@ -102,8 +102,8 @@ impl KnnParams {
     fn column_weights(&self, schema: &FeatureSchema) -> Result<Vec<f64>> {
         let mut weights = vec![1.0; schema.len()];
         // Alignment steps are categorical: as distances they pull neighbours of another size
-        // closer than neighbours of the same size (NeuSight linear V100 went from 7.9% to 15%
-        // MAPE with them in the metric). Trees and MEDN use them; the metric leaves them out.
+        // closer than neighbours of the same size, so the metric leaves them out (trees and
+        // MEDN use them; docs/accuracy.md#figures-behind-code-choices).
         for name in crate::features::ALIGNMENT {
             if let Some(j) = schema.index(name) {
                 weights[j] = 0.0;

@@ -628,7 +628,7 @@ mod tests {
                 // four of them.
                 assert!(err < 4.0 * c.rel_se, "seed {seed}: {c:?}");
             }
-            // 2% Gaussian noise: the mean absolute error is about 2% * sqrt(2/pi) = 1.6%.
+            // Gaussian noise of relative sd `s` gives a mean absolute error of `s * sqrt(2/pi)`.
             assert!(
                 fitted.fit_mape > 1.2 && fitted.fit_mape < 2.0,
                 "{}",

@@ -4,7 +4,7 @@
 //! Bandwidths are per direction (links are full duplex) in GB/s (10^9 bytes per second).
 //!
 //! The presets' bandwidths are the published peaks per direction; collectives measured with
-//! NCCL typically reach 70-90% of them. Their latencies are the per-step latencies NCCL's own
+//! NCCL reach most, not all, of them. Their latencies are the per-step latencies NCCL's own
 //! cost model assumes for its ring algorithm with the Simple protocol (`hwLat` in NCCL's
 //! `src/graph/tuning.cc`), except Ethernet, which that table does not cover. For a measured
 //! link, pass `GBPS:US` (e.g. `11.2:6`) wherever a preset name is accepted.

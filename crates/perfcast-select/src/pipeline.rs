@@ -80,8 +80,8 @@ pub struct TrainPlan {
     pub exclude_flagged: bool,
     /// Refit each kind's chosen model on all its rows (training and held-out) before the
     /// bundle is written; default no. Selection and every reported figure still come from the
-    /// models fitted without the held-out rows; the bundle then answers with 25% more data
-    /// behind it (at the default test share), including the held-out share of the layers of
+    /// models fitted without the held-out rows; the bundle then answers with the held-out rows'
+    /// data behind it too, including the held-out share of the layers of
     /// the networks a user profiled.
     pub refit: bool,
 }
@@ -112,15 +112,13 @@ impl TrainPlan {
 }
 
 impl TrainPlan {
-    /// The quickstart's training of `models` on `data` into `out` and the bundle `bundle`:
-    /// 3 folds, MEDN up to 10,000 steps at width 48, and selection at cost weight 0.1, as
-    /// `perfcast train` selects by default. The quickstart's bundle is judged on its speed too
-    /// (a VGG-16's 10,000 module queries at 2 M/s on 2 threads): MEDN serves most of them, and
-    /// at width 48 (against 64) it answers about 8% faster at much the same held-out accuracy
-    /// on four quickstart datasets (10.4-11.5% module MAPE against 10.2-11.1%), and the cost
-    /// weight
-    /// keeps a family twice as slow (trees on the pooling kinds) from winning a kind by a
-    /// fraction of a point.
+    /// The quickstart's training of `models` on `data` into `out` and the bundle `bundle`: 3 folds,
+    /// MEDN up to 10,000 steps at width 48, and selection at cost weight 0.1, as `perfcast train`
+    /// selects by default. The quickstart's bundle is judged on its speed too (a VGG-16's 10,000
+    /// module queries at 2 M/s on 2 threads): MEDN serves most of them, and at width 48 it answers
+    /// faster than at 64 at much the same accuracy (docs/accuracy.md#figures-behind-code-choices),
+    /// and the cost weight keeps a family twice as slow (trees on the pooling kinds) from winning a
+    /// kind by a fraction of a point.
     pub fn quickstart(
         data: Vec<PathBuf>,
         out: PathBuf,
@@ -388,7 +386,7 @@ pub fn train_and_select(plan: &TrainPlan, observer: Arc<dyn Observer>) -> Result
         return Err(Error::Input("`--models` is empty".into()));
     }
     // Checked before any training: the output and the bundle replace only perfcast outputs of
-    // their kind, never a folder holding the input data or each other (issue 21).
+    // their kind, never a folder holding the input data or each other.
     let inputs: Vec<&Path> = plan.data.iter().map(PathBuf::as_path).collect();
     outdir::check_destination(&plan.out, OutputKind::Models, plan.force, &inputs)?;
     if let Some(name) = &plan.bundle {

@@ -36,7 +36,8 @@ pub struct QuickstartArgs {
     #[arg(long, default_value = "local")]
     bundle: String,
     /// Model families to train and choose from
-    // k-NN is left out: it never won a kind in a quickstart (38-79% held-out on every kind).
+    // k-NN is left out because it never won a kind in a quickstart
+    // (docs/accuracy.md#figures-behind-code-choices).
     #[arg(long, default_value = "ridge,trees,roofline,medn")]
     models: String,
     /// Zoo networks to predict at the end (`name@resolution` for another input size); their
@@ -71,9 +72,9 @@ pub struct QuickstartArgs {
     budget: f64,
 }
 
-/// Seconds kept for training and calibration after the last active round (about 60 s on an
-/// idle 2-core machine). Re-measuring disturbed rows stops there too: in the VM's slow phases
-/// it alone took the quickstart past 10 minutes (10 min 12 s with no active round).
+/// Seconds kept for training and calibration after the last active round; re-measuring
+/// disturbed rows stops there too, so a slow machine cannot stretch the quickstart past its
+/// budget (docs/accuracy.md#figures-behind-code-choices).
 const RESERVE_S: f64 = 75.0;
 
 pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {

@@ -79,9 +79,8 @@ pub struct MednParams {
     /// Loss: `l1` (relative error in log space, the default), `mse` or `ape` (the MAPE
     /// metric itself).
     pub loss: Loss,
-    /// Weight of each task's loss, `[forward, training]`; default `[1, 1]`: `[1, 1.5]`
-    /// (tried against a training-step head falling behind) cost batchnorm2d's training head
-    /// 9.44% against 6.43% test MAPE on cpu-big (mean of split seeds 0..=2).
+    /// Weight of each task's loss, `[forward, training]`; default `[1, 1]`, since weighting the
+    /// training head up cost it accuracy (docs/accuracy.md#figures-behind-code-choices).
     pub task_weights: Vec<f64>,
     /// Peak learning rate of Adam; default 3e-3.
     pub lr: f64,
