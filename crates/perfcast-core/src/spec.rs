@@ -286,7 +286,13 @@ impl std::str::FromStr for ModuleKind {
             .iter()
             .copied()
             .find(|k| k.name() == alias)
-            .ok_or_else(|| Error::UnknownKind(s.to_string()))
+            .ok_or_else(|| Error::UnknownKind {
+                name: s.to_string(),
+                hint: crate::error::Hint::new(format!(
+                    "known kinds are {}",
+                    Self::names().join(", ")
+                )),
+            })
     }
 }
 

@@ -17,6 +17,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
+/// File written at the root of an import's output, describing what was imported.
+pub const IMPORT_FILE: &str = "import.json";
+
 /// The file that marks a directory as a perfcast output, with its kind.
 pub const MARKER: &str = ".perfcast-output";
 
@@ -52,7 +55,7 @@ impl OutputKind {
         match self {
             OutputKind::Models => dir.join("report.json").is_file(),
             OutputKind::Bundle => dir.join("manifest.json").is_file(),
-            OutputKind::Import => dir.join(crate::import::IMPORT_FILE).is_file(),
+            OutputKind::Import => dir.join(IMPORT_FILE).is_file(),
         }
     }
 }

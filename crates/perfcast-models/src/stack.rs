@@ -150,7 +150,7 @@ fn renamed(e: Error) -> Error {
     }
 }
 
-impl crate::registry::FamilyParams for RidgeTreesParams {
+impl crate::params::FamilyParams for RidgeTreesParams {
     fn name(&self) -> &'static str {
         MODEL
     }

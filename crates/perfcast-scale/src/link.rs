@@ -177,6 +177,15 @@ impl std::fmt::Display for Link {
     }
 }
 
+/// Ring all-reduce over `link`: `2 (P-1)/P * S/B + 2 (P-1) alpha`.
+pub fn ring_allreduce_s(devices: usize, bytes: f64, link: &Link) -> f64 {
+    if devices <= 1 {
+        return 0.0;
+    }
+    let p = devices as f64;
+    2.0 * (p - 1.0) / p * bytes / link.bytes_per_s() + 2.0 * (p - 1.0) * link.latency_s()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,8 +26,6 @@ use burn::module::Module;
 use burn::store::ModuleRecord;
 use burn::tensor::{Device, Tensor, TensorData};
 use perfcast_core::Phase;
-use rand::SeedableRng;
-use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -318,7 +316,7 @@ fn to_samples(
     s
 }
 
-impl crate::registry::FamilyParams for MednParams {
+impl crate::params::FamilyParams for MednParams {
     fn name(&self) -> &'static str {
         self.family()
     }
@@ -556,7 +554,12 @@ impl MednParams {
             min_valid: ((20.0 * self.val_share).round() as usize).max(1),
             min_train: n - n / 2,
         };
-        split::validation(groups, n, &v, &mut StdRng::seed_from_u64(seed))
+        split::validation(
+            groups,
+            n,
+            &v,
+            &mut perfcast_core::rng::SplitMix64::new(seed),
+        )
     }
 
     /// One network shared by several module kinds: each kind's rows are placed in the union of
