@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """How far apart are DeepBench's GPUs on GEMMs, and does the published spec say by how much?
 
-Issue 7 asks for PROFET-style anchor mapping on DeepBench's fp32 training GEMMs, each GPU left
-out in turn, at a mean MAPE of at most 15% (`perfcast eval anchor --data datasets/deepbench
---modules matmul --anchor all --same-kind` scores 15.8%). For every held-out GPU this script
-prints, for its closest anchors:
+PROFET-style anchor mapping on DeepBench's fp32 training GEMMs is judged with each GPU left
+out in turn (`perfcast eval anchor --data datasets/deepbench --modules matmul --anchor all
+--same-kind`; its score is in docs/accuracy.md#anchor-mapping-on-deepbench). For every held-out
+GPU this script prints, for its closest anchors:
 
 - `oracle`: the MAPE of t_target = c * t_anchor with the one constant c that minimises it,
   chosen knowing the target's times (an optimistic bound for any map with one level per pair);
@@ -15,7 +15,7 @@ prints, for its closest anchors:
   says the target is the faster card and it is the slower, or the other way round.
 
 Same-stack pairs of near-identical chips (GTX 1080 Ti and TITAN Xp, M40 and TITAN X) are
-within 4-5% of a constant ratio, but in the opposite order to their published peaks (board
+close to a constant ratio, but in the opposite order to their published peaks (board
 clocks and power limits, not in the spec), so no spec-only rule can find that level. numpy only.
 Usage:
 

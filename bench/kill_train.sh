@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 21: kill -9 `train --bundle` at random points, N times; after every kill the bundle must
+# Kill -9 `train --bundle` at random points, N times; after every kill the bundle must
 # load (old or new, never neither), and after one more full run no staging directory is left.
 #
 #   bash bench/kill_train.sh [trials=100] [perfcast=target/release/perfcast]

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """How well can the other four NeuSight GPUs' *measured* times explain a held-out GPU's?
 
-Issue 7 asks for NeuSight linear and bmm, leave one GPU out, predicted from the held-out GPU's
-spec alone, at a mean MAPE of at most 15%. This script measures what the published data allows,
+NeuSight linear and bmm are judged leaving one GPU out, predicted from the held-out GPU's
+spec alone (docs/accuracy.md#leave-one-gpu-out-and-what-the-other-gpus-can-explain). This
+script measures what the published data allows,
 with maps that are *given* the held-out GPU's own times to fit (oracles, so optimistic bounds):
 
 - `const`: t_target = c * t_anchor, one constant per (target, anchor) pair, c = the median ratio;
@@ -12,7 +13,7 @@ with maps that are *given* the held-out GPU's own times to fit (oracles, so opti
            log dimension (35 parameters): a shape-dependent map between devices.
 
 All on the configurations every GPU measured (the same B, M, N, K). A predictor from specs has
-none of the target's times, so where even these oracles stay near or above 15%, a spec-only
+none of the target's times, so where even these oracles miss by much, a spec-only
 predictor cannot be expected to reach it on this data; where only the shape-dependent map does, a
 predictor must learn how that map changes with the spec from four training GPUs. numpy only.
 Usage:

@@ -1,4 +1,4 @@
-"""Leave-one-GPU-out with each training GPU's level as a random effect (issue 20, 2026-11-27):
+"""Leave-one-GPU-out with each training GPU's level as a random effect:
 the trees of bench/gpu/logo_study.py fitted on the target less a per-GPU median offset (three
 rounds), and a held-out GPU predicted at the training GPUs' average level. Run from the
 repository root: python3 bench/gpu/logo_random_effect.py"""

@@ -1,4 +1,4 @@
-"""Leave-one-GPU-out study of the util model's GEMM features, in Python (issue 20, task 1).
+"""Leave-one-GPU-out study of the util model's GEMM features, in Python.
 
 A stand-in for `perfcast eval devices --models util` (sklearn's HistGradientBoosting on the
 same target: log of busy time over the spec roofline, busy = sqrt(latency^2 - floor^2), floor

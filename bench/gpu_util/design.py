@@ -78,7 +78,8 @@ def consistency():
         others=np.median([r[h][2] for h in NV if h!=g]); dev=r[g][2]-others
         flags[g]=abs(dev)>np.log(1.5)
         print(f'  {SHORT[g]:5s} eff_linear {r[g][0]:.3f} eff_bmm {r[g][1]:.3f} log-ratio {r[g][2]:+.2f} vs others {others:+.2f} -> {"FLAG" if flags[g] else "ok"}')
-    # second symptom: long-kernel collapse within the linear file (eff of lat>100ms vs 1-10ms compute-bound)
+    # second symptom: long-kernel collapse within the linear file (efficiency of the longest
+    # kernels against mid-length compute-bound ones)
     for g in NV:
         d=load('linear',g); s=spec(g); fl,by,rt=roofline('linear',d,s); e=rt/d.lat.values; cb=fl/by>=s['peak_mm']/s['bw']
         cb&=fl>1e10; L=d.lat.values

@@ -1,8 +1,12 @@
-//! Minimal charts, as SVG and PNG: log-log scatter (predicted vs measured) and error CDFs.
+//! Minimal charts, as SVG and PNG: log-log scatter (predicted vs measured), error CDFs, and
+//! lines over scatters with their points labelled (a Pareto front).
 //!
 //! Hand-written output keeps the binary free of a plotting stack and of system fonts: SVG text
-//! is `<text>`, rendered by whatever views the file; PNG text uses the public-domain 8x8 bitmap
-//! font of `font8x8`.
+//! is `<text>` in DejaVu Sans (or the viewer's sans-serif), and PNG text is drawn from DejaVu
+//! Sans's outlines embedded in the binary ([`font`]), anti-aliased, with the same metrics, so
+//! labels are placed alike in both.
+
+mod font;
 
 use std::fmt::Write as _;
 
@@ -12,6 +16,19 @@ pub struct Series {
     pub name: String,
     /// (x, y) points.
     pub points: Vec<(f64, f64)>,
+    /// A label per point, drawn beside it (empty: none).
+    pub labels: Vec<String>,
+}
+
+impl Series {
+    /// A series of unlabelled points.
+    pub fn new(name: impl Into<String>, points: Vec<(f64, f64)>) -> Series {
+        Series {
+            name: name.into(),
+            points,
+            labels: Vec::new(),
+        }
+    }
 }
 
 const W: f64 = 640.0;
@@ -188,7 +205,7 @@ impl Canvas for Svg {
     }
 }
 
-/// An RGB pixel buffer with an 8x8 bitmap font (public-domain font8x8): PNGs need no fonts.
+/// An RGB pixel buffer; text is filled from the embedded font's outlines.
 struct Raster {
     pixels: Vec<u8>,
 }
@@ -217,31 +234,6 @@ impl Raster {
         for (p, new) in self.pixels[i..i + 3].iter_mut().zip(c) {
             let old = f64::from(*p);
             *p = (old + alpha * (f64::from(new) - old)).round() as u8;
-        }
-    }
-
-    fn glyph(&mut self, x: i64, y: i64, ch: char, scale: i64, vertical: bool) {
-        use font8x8::UnicodeFonts;
-        let rows = font8x8::BASIC_FONTS
-            .get(ch)
-            .or_else(|| font8x8::BASIC_FONTS.get('?'))
-            .unwrap_or([0; 8]);
-        for (r, bits) in rows.iter().enumerate() {
-            for c in 0..8 {
-                if bits & (1 << c) == 0 {
-                    continue;
-                }
-                for dy in 0..scale {
-                    for dx in 0..scale {
-                        let (px, py) = (c as i64 * scale + dx, r as i64 * scale + dy);
-                        if vertical {
-                            self.put(x + py, y - px, [0, 0, 0], 1.0);
-                        } else {
-                            self.put(x + px, y + py, [0, 0, 0], 1.0);
-                        }
-                    }
-                }
-            }
         }
     }
 
@@ -315,21 +307,50 @@ impl Canvas for Raster {
         }
     }
     fn text(&mut self, x: f64, y: f64, text: &str, anchor: Anchor, size: f64, vertical: bool) {
-        let scale = if size >= 15.0 { 2 } else { 1 };
-        let width = (text.chars().count() as i64) * 8 * scale;
+        let f = font::font();
         let shift = match anchor {
-            Anchor::Start => 0,
-            Anchor::Middle => width / 2,
-            Anchor::End => width,
+            Anchor::Start => 0.0,
+            Anchor::Middle => f.width(text, size) / 2.0,
+            Anchor::End => f.width(text, size),
         };
-        // `y` is the text baseline, as in SVG.
-        let (x, y) = (x.round() as i64, y.round() as i64);
-        for (i, ch) in text.chars().enumerate() {
-            let offset = i as i64 * 8 * scale - shift;
+        // `(x, y)` is the baseline's anchor, as in SVG; vertical text reads upwards.
+        let place = |(px, py): (f64, f64)| {
+            let px = px - shift;
             if vertical {
-                self.glyph(x - 7 * scale, y - offset, ch, scale, true);
+                (x + py, y - px)
             } else {
-                self.glyph(x + offset, y - 7 * scale, ch, scale, false);
+                (x + px, y + py)
+            }
+        };
+        let segments: Vec<font::Segment> = f
+            .outline(text, size)
+            .into_iter()
+            .map(|(a, b)| (place(a), place(b)))
+            .collect();
+        let points = || segments.iter().flat_map(|&(a, b)| [a, b]);
+        let (Some(x0), Some(y0)) = (
+            points().map(|p| p.0).reduce(f64::min),
+            points().map(|p| p.1).reduce(f64::min),
+        ) else {
+            return;
+        };
+        let (x1, y1) = (
+            points().map(|p| p.0).fold(x0, f64::max),
+            points().map(|p| p.1).fold(y0, f64::max),
+        );
+        let (ox, oy) = (x0.floor() - 1.0, y0.floor() - 1.0);
+        let (w, h) = ((x1 - ox).ceil() as usize + 2, (y1 - oy).ceil() as usize + 2);
+        let local: Vec<font::Segment> = segments
+            .iter()
+            .map(|&(a, b)| ((a.0 - ox, a.1 - oy), (b.0 - ox, b.1 - oy)))
+            .collect();
+        let cover = font::coverage(&local, w, h);
+        for j in 0..h {
+            for i in 0..w {
+                let alpha = cover[j * w + i];
+                if alpha > 0.0 {
+                    self.put(ox as i64 + i as i64, oy as i64 + j as i64, [0, 0, 0], alpha);
+                }
             }
         }
     }
@@ -363,7 +384,7 @@ impl Chart<'_> {
     /// a scatter).
     pub fn svg_with_lines(&self, lines: &[Series]) -> String {
         let mut svg = Svg(format!(
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/>"#
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="DejaVu Sans, Verdana, sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/>"#
         ));
         self.draw(&mut svg, lines);
         svg.0.push_str("</svg>\n");
@@ -446,6 +467,43 @@ impl Chart<'_> {
                 true,
             );
         }
+        // Boxes labels must not cover: the legend, then each label placed.
+        let legend_width = self
+            .series
+            .iter()
+            .chain(lines)
+            .map(|s| font::font().width(&s.name, 12.0))
+            .fold(0.0, f64::max);
+        let legend_rows = (self.series.len() + lines.len()) as f64;
+        let (legend_w, legend_h) = (legend_width + 24.0, 4.0 + 16.0 * legend_rows);
+        // The legend goes in the plot corner that covers the fewest points.
+        let drawn: Vec<(f64, f64)> = all()
+            .filter(|p| p.0.is_finite() && p.1.is_finite())
+            .map(|&(x, y)| (px(x), py(y)))
+            .collect();
+        let corners = [
+            (LEFT + 6.0, TOP + 4.0),
+            (LEFT + pw - 6.0 - legend_w, TOP + 4.0),
+            (LEFT + pw - 6.0 - legend_w, TOP + ph - 4.0 - legend_h),
+            (LEFT + 6.0, TOP + ph - 4.0 - legend_h),
+        ];
+        let covered = |&(x0, y0): &(f64, f64)| {
+            drawn
+                .iter()
+                .filter(|p| {
+                    p.0 >= x0 - 8.0
+                        && p.0 <= x0 + legend_w + 8.0
+                        && p.1 >= y0 - 8.0
+                        && p.1 <= y0 + legend_h + 8.0
+                })
+                .count()
+        };
+        let (lx, ly0) = corners
+            .iter()
+            .copied()
+            .min_by_key(covered)
+            .unwrap_or(corners[0]);
+        let mut taken = vec![((lx, ly0, lx + legend_w, ly0 + legend_h), true)];
         for (i, ser) in self.series.iter().enumerate() {
             let color = COLORS[i % COLORS.len()];
             let finite = ser
@@ -460,9 +518,9 @@ impl Chart<'_> {
                 let points: Vec<(f64, f64)> = finite.map(|&(x, y)| (px(x), py(y))).collect();
                 c.polyline(&points, color);
             }
-            let ly = TOP + 16.0 + 16.0 * i as f64;
-            c.rect(LEFT + 10.0, ly - 9.0, 10.0, 10.0, Some(color));
-            c.text(LEFT + 26.0, ly, &ser.name, Anchor::Start, 12.0, false);
+            let ly = ly0 + 12.0 + 16.0 * i as f64;
+            c.rect(lx + 4.0, ly - 9.0, 10.0, 10.0, Some(color));
+            c.text(lx + 20.0, ly, &ser.name, Anchor::Start, 12.0, false);
         }
         for (k, ser) in lines.iter().enumerate() {
             let points: Vec<(f64, f64)> = ser
@@ -475,14 +533,88 @@ impl Chart<'_> {
             for &(x, y) in &points {
                 c.rect(x - 3.0, y - 3.0, 6.0, 6.0, None);
             }
-            let ly = TOP + 16.0 + 16.0 * (self.series.len() + k) as f64;
+            // The line and its markers are obstacles too: boxes every few pixels along it.
+            for w in points.windows(2) {
+                let (a, b) = (w[0], w[1]);
+                let steps = ((b.0 - a.0).hypot(b.1 - a.1) / 4.0).ceil().max(1.0) as usize;
+                for i in 0..=steps {
+                    let t = i as f64 / steps as f64;
+                    let (x, y) = (a.0 + t * (b.0 - a.0), a.1 + t * (b.1 - a.1));
+                    taken.push(((x - 3.0, y - 3.0, x + 3.0, y + 3.0), false));
+                }
+            }
+            taken.extend(
+                points
+                    .iter()
+                    .map(|&(x, y)| ((x - 4.0, y - 4.0, x + 4.0, y + 4.0), false)),
+            );
+            let labelled = ser
+                .points
+                .iter()
+                .zip(&ser.labels)
+                .filter(|(p, _)| p.0.is_finite() && p.1.is_finite())
+                .map(|(&(x, y), label)| ((px(x), py(y)), label.as_str()));
+            for ((x, y), label) in labelled {
+                place_label(c, &mut taken, (x, y), label, (pw, ph));
+            }
+            let ly = ly0 + 12.0 + 16.0 * (self.series.len() + k) as f64;
             c.line(
-                (LEFT + 8.0, ly - 4.0),
-                (LEFT + 22.0, ly - 4.0),
+                (lx + 2.0, ly - 4.0),
+                (lx + 16.0, ly - 4.0),
                 "#000000",
                 false,
             );
-            c.text(LEFT + 26.0, ly, &ser.name, Anchor::Start, 12.0, false);
+            c.text(lx + 20.0, ly, &ser.name, Anchor::Start, 12.0, false);
+        }
+    }
+}
+
+/// A box in pixels: left, top, right, bottom.
+type Box2 = (f64, f64, f64, f64);
+
+/// Draws `label` beside the point `at` where it covers no box in `taken` (boxes marked `true`
+/// are other labels and the legend, the others lines and markers) and stays in the plot; the
+/// places are tried nearest first (above right, below left, right, left, above, below, the
+/// other diagonals), then again over lines and markers but never over a label. A label with
+/// no place at all is left out rather than drawn over another.
+fn place_label(
+    c: &mut dyn Canvas,
+    taken: &mut Vec<(Box2, bool)>,
+    at: (f64, f64),
+    label: &str,
+    (pw, ph): (f64, f64),
+) {
+    const SIZE: f64 = 10.0;
+    let f = font::font();
+    let (w, asc) = (f.width(label, SIZE), f.ascent(SIZE));
+    let (x, y) = at;
+    // (left edge, baseline) of each candidate place, nearest first.
+    let candidates = [5.0, 12.0, 20.0].into_iter().flat_map(|d: f64| {
+        [
+            (x + d, y - d - 2.0),
+            (x - d - w, y + d + asc),
+            (x + d + 1.0, y + asc / 2.0 - 1.0),
+            (x - d - 1.0 - w, y + asc / 2.0 - 1.0),
+            (x - w / 2.0, y - d - 2.0),
+            (x - w / 2.0, y + d + 2.0 + asc),
+            (x + d, y + d + asc),
+            (x - d - w, y - d - 2.0),
+        ]
+    });
+    let overlaps = |a: &Box2, b: &Box2| a.0 < b.2 && b.0 < a.2 && a.1 < b.3 && b.1 < a.3;
+    for hard_only in [false, true] {
+        for (lx, base) in candidates.clone() {
+            let bbox = (lx - 1.0, base - asc - 1.0, lx + w + 1.0, base + 3.0);
+            let inside =
+                bbox.0 >= LEFT && bbox.2 <= LEFT + pw && bbox.1 >= TOP && bbox.3 <= TOP + ph;
+            let free = !taken
+                .iter()
+                .any(|(t, hard)| (*hard || !hard_only) && overlaps(t, &bbox));
+            if inside && free {
+                c.text(lx, base, label, Anchor::Start, SIZE, false);
+                taken.push((bbox, true));
+                return;
+            }
         }
     }
 }
@@ -522,10 +654,10 @@ mod tests {
 
     #[test]
     fn svg_has_points_axes_and_escaped_labels() {
-        let series = [Series {
-            name: "trees".into(),
-            points: vec![(0.1, 0.12), (1.0, 0.9), (10.0, 11.0)],
-        }];
+        let series = [Series::new(
+            "trees",
+            vec![(0.1, 0.12), (1.0, 0.9), (10.0, 11.0)],
+        )];
         let chart = Chart {
             title: "conv2d <test>",
             x_label: "measured ms",
@@ -548,10 +680,10 @@ mod tests {
 
     #[test]
     fn png_is_a_valid_image_with_drawn_pixels() {
-        let series = [Series {
-            name: "knn".into(),
-            points: vec![(1.0, 10.0), (5.0, 50.0), (9.0, 100.0)],
-        }];
+        let series = [Series::new(
+            "knn",
+            vec![(1.0, 10.0), (5.0, 50.0), (9.0, 100.0)],
+        )];
         let chart = Chart {
             title: "cdf",
             x_label: "error (%)",
@@ -567,9 +699,42 @@ mod tests {
         let mut buf = vec![0; reader.output_buffer_size().unwrap()];
         let info = reader.next_frame(&mut buf).unwrap();
         assert_eq!((info.width, info.height), (W as u32, H as u32));
-        // Black text and axes, and the series colour, are on the white page.
+        // Black text and axes, and the series colour, are on the white page; text edges are
+        // anti-aliased (greys between black and white).
         assert!(buf.chunks(3).any(|p| p == [0, 0, 0]));
         assert!(buf.chunks(3).any(|p| p == [0x1f, 0x77, 0xb4]));
+        assert!(
+            buf.chunks(3)
+                .any(|p| p[0] == p[1] && p[1] == p[2] && (60..200).contains(&p[0]))
+        );
+    }
+
+    #[test]
+    fn labelled_points_get_their_labels_without_overlap() {
+        let scatter = [Series::new("a100 (fits)", vec![(1.0, 10.0), (2.0, 5.0)])];
+        let front = [Series {
+            name: "Pareto front".into(),
+            points: vec![(1.0, 10.0), (2.0, 5.0), (2.05, 5.1)],
+            labels: vec![
+                "a100 x8 dp8".into(),
+                "a100 x4 dp4".into(),
+                "a100 x4 tp4".into(),
+            ],
+        }];
+        let chart = Chart {
+            title: "plan",
+            x_label: "time per step (s)",
+            y_label: "cost per 1,000 steps (USD)",
+            series: &scatter,
+            log: (true, true),
+            scatter: true,
+            diagonal: false,
+        };
+        let svg = chart.svg_with_lines(&front);
+        for label in ["a100 x8 dp8", "a100 x4 dp4", "a100 x4 tp4"] {
+            assert!(svg.contains(&format!(">{label}<")), "{label}");
+        }
+        assert!(chart.png_with_lines(&front).is_ok());
     }
 
     #[test]

@@ -115,11 +115,10 @@ pub fn least_time_s(spec: &ModuleSpec, context: &Context, device: &DeviceSpec) -
 /// (as in [`least_time_s`]) at the device's measured GEMM peak on every hardware thread. Only
 /// GEMM-like kinds (conv2d, linear, matmul) have one; the rest are `0.0`.
 ///
-/// The peak is not shared out over the query's threads: one thread runs faster than its share
-/// (on this project's 2-core EPYC the probe's two threads reached 201-211 GFLOP/s idle and 121
-/// with the other core busy), so `peak / threads` would be a floor some layers beat. Nor is
-/// there a traffic term: operands that sit in cache stream far faster than the DRAM triad
-/// measures (a relu over 1.5 MB ran at 83 GB/s where the triad gives 26-35 GB/s).
+/// The peak is not shared out over the query's threads, because one thread runs faster than
+/// its share and `peak / threads` would be a floor some layers beat; nor is there a traffic
+/// term, because operands that sit in cache stream far faster than the DRAM triad measures
+/// (docs/accuracy.md#figures-behind-code-choices).
 pub fn least_cpu_compute_time_s(spec: &ModuleSpec, context: &Context, device: &DeviceSpec) -> f64 {
     if !matches!(
         spec,

@@ -76,7 +76,7 @@ pub struct DeviceSpec {
     /// launch: NeuSight's smallest element-wise `add`), microseconds; `None` (the default,
     /// omitted from JSON) when not measured. A number the user measures on their own host, not
     /// a chip spec: the same GPU under another framework build or host CPU pays another floor
-    /// (NeuSight's AMD hosts 14-17 us, its NVIDIA hosts 26-43 us). The GPU utilisation model
+    /// (docs/accuracy.md#figures-behind-code-choices). The GPU utilisation model
     /// uses it as the launch floor of a device it never measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch_us: Option<f64>,
@@ -435,7 +435,7 @@ mod tests {
         s.cores = 0;
         assert!(s.validate().unwrap_err().to_string().contains("`cores`"));
         assert!(spec().validate().is_ok());
-        // Issue 21: a peak of 1e-300 printed `NaN%`; a negative L2 was accepted.
+        // A peak of 1e-300 printed `NaN%`; a negative L2 was accepted.
         let mut s = spec();
         s.peak_gflops = 1e-300;
         let err = s.validate().unwrap_err().to_string();

@@ -1,4 +1,32 @@
-//! Errors of perfcast-core: every message names the bad value.
+//! Errors of perfcast-core: every message names the bad value; what the user can do about it
+//! is a separate [`Hint`] field, filled by the code that knows the answer (the zoo its names,
+//! the module kinds theirs), so this file depends on nothing it describes.
+
+/// The `hint:` of an error the user can fix, kept apart from the message so a caller can show,
+/// move or drop it; displayed after a blank line, as uv does.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Hint(pub Option<String>);
+
+impl Hint {
+    /// A hint saying `text`.
+    pub fn new(text: impl Into<String>) -> Hint {
+        Hint(Some(text.into()))
+    }
+
+    /// The hint's text, if there is one.
+    pub fn text(&self) -> Option<&str> {
+        self.0.as_deref()
+    }
+}
+
+impl std::fmt::Display for Hint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Some(text) => write!(f, "\n\nhint: {text}"),
+            None => Ok(()),
+        }
+    }
+}
 
 /// What can go wrong building or validating specs and networks.
 #[derive(Debug, thiserror::Error)]
@@ -13,8 +41,13 @@ pub enum Error {
         message: String,
     },
     /// A module kind name that perfcast does not know.
-    #[error("unknown module kind `{0}`\n\nhint: known kinds are {kinds}", kinds = crate::ModuleKind::names().join(", "))]
-    UnknownKind(String),
+    #[error("unknown module kind `{name}`{hint}")]
+    UnknownKind {
+        /// The name given.
+        name: String,
+        /// The known kinds.
+        hint: Hint,
+    },
     /// A device spec with a missing or absurd field.
     #[error("invalid device spec `{device}`: {message}")]
     InvalidDevice {
@@ -65,8 +98,21 @@ pub enum Error {
     #[error("invalid network JSON: {0}")]
     NetworkJson(serde_json::Error),
     /// A network name that the built-in zoo does not know.
-    #[error("unknown zoo network `{0}`\n\nhint: known networks are {names}", names = crate::zoo::names().join(", "))]
-    UnknownNetwork(String),
+    #[error("unknown zoo network `{name}`{hint}")]
+    UnknownNetwork {
+        /// The name given.
+        name: String,
+        /// The zoo's names.
+        hint: Hint,
+    },
+    /// A device name that matches no known device.
+    #[error("{message}{hint}")]
+    UnknownDevice {
+        /// What was looked up and the candidates.
+        message: String,
+        /// How to list the known devices.
+        hint: Hint,
+    },
     /// Malformed JSON for a spec.
     #[error("invalid module spec JSON: {0}")]
     Json(#[from] serde_json::Error),
@@ -75,6 +121,18 @@ pub enum Error {
         "unknown fusion policy `{0}`: expected one of none, epilogue, compile, engine, megatron"
     )]
     UnknownFusion(String),
+}
+
+impl Error {
+    /// What the user can do about this error, where perfcast knows.
+    pub fn hint(&self) -> Option<&str> {
+        match self {
+            Error::UnknownKind { hint, .. }
+            | Error::UnknownNetwork { hint, .. }
+            | Error::UnknownDevice { hint, .. } => hint.text(),
+            _ => None,
+        }
+    }
 }
 
 /// Result with perfcast-core's [`Error`].

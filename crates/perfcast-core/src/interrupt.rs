@@ -14,3 +14,9 @@ pub fn request() {
 pub fn requested() -> bool {
     REQUESTED.load(Ordering::SeqCst)
 }
+
+/// The token itself, for steps that take a stop flag as a parameter (so their tests can pass
+/// their own).
+pub fn token() -> &'static AtomicBool {
+    &REQUESTED
+}

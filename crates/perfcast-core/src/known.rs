@@ -223,11 +223,14 @@ pub fn target_device(
         (Some(path), _) => Ok(Some(
             DeviceSpec::read_file(path).map_err(|e| crate::Error::Input(e.to_string()))?,
         )),
-        (None, Some(name)) => Ok(Some(lookup(name).map_err(|e| {
-            crate::Error::Input(format!(
-                "{e}\n\nhint: `perfcast predict --list-devices` lists them, or pass \
-                 `--device-spec <file.json>`"
-            ))
+        (None, Some(name)) => Ok(Some(lookup(name).map_err(|message| {
+            crate::Error::UnknownDevice {
+                message,
+                hint: crate::error::Hint::new(
+                    "`perfcast predict --list-devices` lists them, or pass \
+                     `--device-spec <file.json>`",
+                ),
+            }
         })?)),
         (None, None) => Ok(None),
     }

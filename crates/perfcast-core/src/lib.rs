@@ -16,6 +16,7 @@
 //! assert!(derived.flops > 1e9);
 //! ```
 
+pub mod atomic;
 pub mod canonical;
 pub mod catalogue;
 mod choice;
@@ -48,7 +49,7 @@ pub use device::{
     slugify,
 };
 pub use dtype::{DType, Links, TypePeaks};
-pub use error::{Error, Result};
+pub use error::{Error, Hint, Result};
 pub use metrics::Metrics;
 pub use network::{Layer, LayerShapes, NETWORK_INPUT, Network};
 pub use queries::read_queries;

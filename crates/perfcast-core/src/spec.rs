@@ -258,7 +258,13 @@ impl std::str::FromStr for ModuleKind {
             .iter()
             .copied()
             .find(|k| k.name() == alias)
-            .ok_or_else(|| Error::UnknownKind(s.to_string()))
+            .ok_or_else(|| Error::UnknownKind {
+                name: s.to_string(),
+                hint: crate::error::Hint::new(format!(
+                    "known kinds are {}",
+                    Self::names().join(", ")
+                )),
+            })
     }
 }
 
@@ -1543,7 +1549,7 @@ mod tests {
 
     #[test]
     fn kind_serialises_as_its_name() {
-        // Regression (issue 23): `masked_fill` serialised as `maskedfill` in predictions.
+        // Regression: `masked_fill` serialised as `maskedfill` in predictions.
         for kind in ModuleKind::ALL {
             let json = serde_json::to_string(&kind).unwrap();
             assert_eq!(json, format!("\"{}\"", kind.name()));

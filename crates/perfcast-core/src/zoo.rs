@@ -87,8 +87,10 @@ pub fn default_resolution(name: &str) -> Option<usize> {
 /// fit.
 pub fn build(name: &str, resolution: Option<usize>) -> Result<Network> {
     let key = name.trim().to_ascii_lowercase();
-    let default =
-        default_resolution(&key).ok_or_else(|| Error::UnknownNetwork(name.to_string()))?;
+    let default = default_resolution(&key).ok_or_else(|| Error::UnknownNetwork {
+        name: name.to_string(),
+        hint: crate::error::Hint::new(format!("known networks are {}", names().join(", "))),
+    })?;
     let r = resolution.unwrap_or(default);
     // Checked before any layer is built: the builders multiply the resolution out.
     if r > crate::MAX_AXIS {

@@ -1,5 +1,5 @@
 //! Data faults found, not learned: a device's GEMM tables checked against each other and
-//! against the same check on the other devices (issue 20).
+//! against the same check on the other devices.
 //!
 //! A linear layer and a bmm of similar size run the same cuBLAS GEMM kernels, so on one device
 //! their efficiency (spec roofline time / measured time) on large compute-bound GEMMs should be

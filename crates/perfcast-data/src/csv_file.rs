@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::dataset::write_atomic_with;
+use crate::atomic::write_atomic_with;
 use crate::error::{Error, Result};
 
 /// Writes `header` and `records` as CSV to `path`, atomically (a temp file renamed over it).

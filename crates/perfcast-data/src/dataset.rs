@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use perfcast_core::{DeviceSpec, ModuleKind};
 
+use crate::atomic::write_atomic;
 use crate::error::{Error, Result};
 use crate::record::Record;
 use crate::table;
@@ -200,51 +201,4 @@ impl DatasetDir {
         let mut df = table::to_frame(kind, records).map_err(|e| Error::unreadable(&path, e))?;
         table::write_parquet_atomic(&path, &mut df)
     }
-}
-
-/// Writes bytes to `path` atomically (temp file in the same directory, then rename).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    use std::io::Write;
-    write_atomic_with(path, |file| {
-        file.write_all(bytes).map_err(|source| Error::Io {
-            action: "write",
-            path: path.to_path_buf(),
-            source,
-        })
-    })
-}
-
-/// Creates a temp file beside `path`, lets `fill` write it, syncs it and renames it over
-/// `path`: readers see the old file or the new one, never a part. On error the temp file is
-/// removed and `path` is untouched.
-pub fn write_atomic_with(
-    path: &Path,
-    fill: impl FnOnce(&mut std::fs::File) -> Result<()>,
-) -> Result<()> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let mut builder = tempfile::Builder::new();
-    builder.prefix(".perfcast-").suffix(".tmp");
-    // Temp files are private by default; the result is an ordinary data file.
-    #[cfg(unix)]
-    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644));
-    let mut tmp = builder.tempfile_in(dir).map_err(|source| Error::Io {
-        action: "create a temp file in",
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    fill(tmp.as_file_mut())?;
-    tmp.as_file().sync_all().map_err(|source| Error::Io {
-        action: "sync",
-        path: path.to_path_buf(),
-        source,
-    })?;
-    tmp.persist(path).map_err(|e| Error::Io {
-        action: "rename into",
-        path: path.to_path_buf(),
-        source: e.error,
-    })?;
-    Ok(())
 }

@@ -15,6 +15,7 @@
 //! # Ok::<(), perfcast_data::Error>(())
 //! ```
 
+mod atomic;
 pub mod consistency;
 mod csv_file;
 mod dataset;
@@ -28,8 +29,9 @@ mod resolve;
 pub mod summary;
 pub mod table;
 
+pub use atomic::{write_atomic, write_atomic_with};
 pub use csv_file::write_csv;
-pub use dataset::{DEVICE_FILE, DatasetDir, LOCK_FILE, write_atomic, write_atomic_with};
+pub use dataset::{DEVICE_FILE, DatasetDir, LOCK_FILE};
 pub use error::{Error, Result};
 pub use record::{Outcome, Record, Timing, measurement_key};
 pub use resolve::{names_device, resolve_datasets};

@@ -190,7 +190,7 @@ pub fn merge_sessions(dirs: &[PathBuf], out: &Path, combine: Combine) -> Result<
         type Merging = (Record, Vec<Timing>, Option<f64>, Vec<usize>);
         let mut rows: HashMap<String, Merging> = HashMap::new();
         // Rows stored twice in one session (two writers before datasets were locked): their
-        // timings all count, the row once (issue 21: this used to index out of bounds).
+        // timings all count, the row once (this used to index out of bounds).
         let mut duplicates = 0;
         for (i, d) in opened.iter().enumerate() {
             for r in d.read(kind)? {

@@ -9,7 +9,7 @@ use std::path::Path;
 use perfcast_core::{Network, Phase};
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::write_atomic;
+use crate::atomic::write_atomic;
 use crate::error::{Error, Result};
 use crate::record::Timing;
 

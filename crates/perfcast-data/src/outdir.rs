@@ -1,7 +1,7 @@
 //! Output directories written whole (trained models, bundles, imports), replaced safely.
 //!
 //! Every such directory is built in a staging directory beside its destination and swapped in
-//! at the end. The rules that keep user data safe (issue 21):
+//! at the end. The rules that keep user data safe:
 //! - an existing destination is replaced only when it is a perfcast output of the same kind
 //!   (it carries [`MARKER`], or the files earlier versions wrote), never an arbitrary folder,
 //!   and never one that holds (or is held by) an input of the run;
@@ -16,6 +16,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+
+/// File written at the root of an import's output, describing what was imported.
+pub const IMPORT_FILE: &str = "import.json";
 
 /// The file that marks a directory as a perfcast output, with its kind.
 pub const MARKER: &str = ".perfcast-output";
@@ -52,7 +55,7 @@ impl OutputKind {
         match self {
             OutputKind::Models => dir.join("report.json").is_file(),
             OutputKind::Bundle => dir.join("manifest.json").is_file(),
-            OutputKind::Import => dir.join(crate::import::IMPORT_FILE).is_file(),
+            OutputKind::Import => dir.join(IMPORT_FILE).is_file(),
         }
     }
 }

@@ -474,7 +474,7 @@ pub fn read_parquet(path: &Path) -> Result<DataFrame> {
 
 /// Writes a DataFrame to `path` atomically: a temp file beside it, then a rename.
 pub fn write_parquet_atomic(path: &Path, df: &mut DataFrame) -> Result<()> {
-    crate::dataset::write_atomic_with(path, |file| {
+    crate::atomic::write_atomic_with(path, |file| {
         ParquetWriter::new(file)
             .with_compression(ParquetCompression::Zstd(None))
             .finish(df)

@@ -1,4 +1,4 @@
-//! perfcast-fuzz: the fuzz harness of issue 21 ("nothing lost, nothing panics").
+//! perfcast-fuzz: the fuzz harness ("nothing lost, nothing panics").
 //!
 //! The crate holds no code of its own: its one test binary (`tests/fuzz/main.rs`) drives
 //! proptest strategies over every input perfcast reads from outside — module specs, network

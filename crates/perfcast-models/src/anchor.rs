@@ -820,7 +820,7 @@ mod tests {
         }
     }
 
-    /// Issue 7: DeepBench times one GEMM shape as `N,N` and `T,N`, up to 5x apart. Each pairs
+    /// DeepBench times one GEMM shape as `N,N` and `T,N`, up to 5x apart. Each pairs
     /// with its own layout on another device, whatever order the devices list them in, and
     /// the pair row says which layout it is.
     #[test]
@@ -903,7 +903,7 @@ mod tests {
         assert!(!same_software(&cuda8, &on(a, "CUDA 8, cuDNN 5")));
     }
 
-    /// Issue 7: two stacks; within one, kernels scale with the specs exactly, but the second
+    /// Two stacks; within one, kernels scale with the specs exactly, but the second
     /// stack runs every other configuration 3x slower (a library difference no spec shows).
     /// The same-stack anchor is picked over a nearer device on the other stack, and predicts
     /// the target far better than that device does.

@@ -40,8 +40,13 @@ pub enum Error {
     #[error(transparent)]
     Data(#[from] perfcast_data::Error),
     /// Unknown model name.
-    #[error("unknown model `{0}` (known: {known})", known = crate::registry::known_names())]
-    UnknownModel(String),
+    #[error("unknown model `{name}` (known: {known})")]
+    UnknownModel {
+        /// The name given.
+        name: String,
+        /// The names the table of families knows, filled in by it.
+        known: String,
+    },
     /// From a fitted model's prediction path (perfcast-predict): a row of the wrong width, a
     /// phase the model was not trained on, a saved model whose parts do not fit together.
     #[error(transparent)]

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::features::TrainSet;
-pub use crate::registry::ModelParams;
+pub use crate::params::ModelParams;
 use crate::regressor::Regressor;
 pub use crate::split::Split;
 use crate::split::kfold;

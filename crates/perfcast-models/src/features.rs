@@ -28,7 +28,7 @@ pub struct TrainSet {
 }
 
 /// The feature row of `spec` in `context` on `device`, as training sees it. On a GPU the same
-/// work gets the same features however it was written down (issue 20): rows are built from
+/// work gets the same features however it was written down: rows are built from
 /// the canonical form, as the predictor's are.
 pub fn feature_row(spec: &ModuleSpec, context: &Context, device: &DeviceSpec) -> Vec<f64> {
     match gpu_canonical(spec, context, device) {

@@ -102,8 +102,8 @@ impl KnnParams {
     fn column_weights(&self, schema: &FeatureSchema) -> Result<Vec<f64>> {
         let mut weights = vec![1.0; schema.len()];
         // Alignment steps are categorical: as distances they pull neighbours of another size
-        // closer than neighbours of the same size (NeuSight linear V100 went from 7.9% to 15%
-        // MAPE with them in the metric). Trees and MEDN use them; the metric leaves them out.
+        // closer than neighbours of the same size, so the metric leaves them out (trees and
+        // MEDN use them; docs/accuracy.md#figures-behind-code-choices).
         for name in crate::features::ALIGNMENT {
             if let Some(j) = schema.index(name) {
                 weights[j] = 0.0;
@@ -122,7 +122,7 @@ impl KnnParams {
     }
 }
 
-impl crate::registry::FamilyParams for KnnParams {
+impl crate::params::FamilyParams for KnnParams {
     fn name(&self) -> &'static str {
         MODEL
     }
@@ -348,7 +348,7 @@ mod tests {
     use super::*;
     use crate::regressor::{Regressor, SavedModel};
     use perfcast_core::ModuleKind;
-    use rand::{RngExt, SeedableRng, rngs::StdRng};
+    use perfcast_core::rng::SplitMix64;
 
     fn train_set(names: &[&str], rows: &[&[f64]], y: &[f64]) -> TrainSet {
         let cols = names.len();
@@ -367,18 +367,16 @@ mod tests {
         }
     }
 
-    fn random_set(rng: &mut StdRng, n: usize, cols: usize) -> TrainSet {
+    fn random_set(rng: &mut SplitMix64, n: usize, cols: usize) -> TrainSet {
         let names: Vec<String> = (0..cols).map(|j| format!("f{j}")).collect();
-        let data = (0..n * cols)
-            .map(|_| (rng.random::<f64>() * 8.0).exp())
-            .collect();
+        let data = (0..n * cols).map(|_| (rng.unit() * 8.0).exp()).collect();
         TrainSet {
             schema: FeatureSchema {
                 kind: ModuleKind::Conv2d,
                 names,
             },
             x: Matrix::from_vec(n, cols, data),
-            y: (0..n).map(|_| 0.01 + rng.random::<f64>()).collect(),
+            y: (0..n).map(|_| 0.01 + rng.unit()).collect(),
             groups: vec![0; n],
         }
     }
@@ -534,9 +532,9 @@ mod tests {
 
     #[test]
     fn symmetric_eigen_reconstructs_the_matrix() {
-        let mut rng = StdRng::seed_from_u64(5);
+        let mut rng = SplitMix64::new(5);
         let d = 7;
-        let b: Vec<f64> = (0..d * d).map(|_| rng.random::<f64>() - 0.5).collect();
+        let b: Vec<f64> = (0..d * d).map(|_| rng.unit() - 0.5).collect();
         // a = b b^T: symmetric, positive semi-definite.
         let a: Vec<f64> = (0..d * d)
             .map(|i| {
@@ -563,7 +561,7 @@ mod tests {
 
     #[test]
     fn the_rotation_keeps_distances() {
-        let mut rng = StdRng::seed_from_u64(9);
+        let mut rng = SplitMix64::new(9);
         let set = random_set(&mut rng, 200, 5);
         let full = LogStandardiser::fit(&set.x);
         let p = KnnParams {
@@ -595,7 +593,7 @@ mod tests {
 
     #[test]
     fn save_json_load_gives_identical_predictions() {
-        let mut rng = StdRng::seed_from_u64(11);
+        let mut rng = SplitMix64::new(11);
         let set = random_set(&mut rng, 300, 6);
         let model = params(4).fit(&set).unwrap();
         let json = serde_json::to_string(&model.to_saved()).unwrap();
@@ -699,7 +697,7 @@ mod tests {
     /// Rows like the default conv2d sweep: log-uniform channels and sizes, kernel, stride,
     /// padding and depthwise choices, forward work under 1 GFLOP, each configuration in both
     /// phases; through the real feature code.
-    fn conv_rows(rng: &mut StdRng, n: usize) -> TrainSet {
+    fn conv_rows(rng: &mut SplitMix64, n: usize) -> TrainSet {
         use perfcast_core::{
             Caches, Context, Conv2d, DeviceKind, DeviceSpec, ModuleSpec, Phase, SpecSource,
         };
@@ -725,17 +723,14 @@ mod tests {
         let schema = FeatureSchema::for_kind(ModuleKind::Conv2d);
         let mut x = Matrix::with_cols(schema.len());
         let mut y = Vec::new();
-        let pick =
-            |rng: &mut StdRng, xs: &[usize]| xs[(rng.random::<f64>() * xs.len() as f64) as usize];
-        let log_uniform = |rng: &mut StdRng, lo: f64, hi: f64| {
-            (lo.ln() + rng.random::<f64>() * (hi / lo).ln())
-                .exp()
-                .round() as usize
+        let pick = |rng: &mut SplitMix64, xs: &[usize]| xs[(rng.unit() * xs.len() as f64) as usize];
+        let log_uniform = |rng: &mut SplitMix64, lo: f64, hi: f64| {
+            (lo.ln() + rng.unit() * (hi / lo).ln()).exp().round() as usize
         };
         while y.len() < n {
             let kernel = pick(rng, &[1, 3, 3, 5, 7]);
             let cin = log_uniform(rng, 1.0, 512.0);
-            let depthwise = rng.random::<f64>() < 0.2;
+            let depthwise = rng.unit() < 0.2;
             let spec = ModuleSpec::Conv2d(Conv2d {
                 in_channels: cin,
                 out_channels: if depthwise {
@@ -746,11 +741,7 @@ mod tests {
                 input_hw: [log_uniform(rng, 4.0, 224.0); 2],
                 kernel: [kernel; 2],
                 stride: [pick(rng, &[1, 1, 2]); 2],
-                padding: [if rng.random::<f64>() < 0.67 {
-                    kernel / 2
-                } else {
-                    0
-                }; 2],
+                padding: [if rng.unit() < 0.67 { kernel / 2 } else { 0 }; 2],
                 dilation: [1, 1],
                 groups: if depthwise { cin } else { 1 },
                 bias: true,
@@ -795,7 +786,7 @@ mod tests {
     fn prediction_time() {
         use std::hint::black_box;
         use std::time::Instant;
-        let mut rng = StdRng::seed_from_u64(1);
+        let mut rng = SplitMix64::new(1);
         for n in [2_000, 100_000] {
             let set = conv_rows(&mut rng, n);
             let queries = conv_rows(&mut rng, 1_000).x;

@@ -29,6 +29,7 @@ pub mod eval;
 pub mod features;
 pub mod knn;
 pub mod medn;
+mod params;
 pub mod registry;
 pub mod regressor;
 pub mod ridge;
@@ -40,7 +41,7 @@ pub mod trees;
 
 pub use error::{Error, Result};
 pub use features::{FeatureSchema, TrainSet};
+pub use params::{FamilyParams, ModelParams};
 pub use perfcast_predict::matrix::Matrix;
 pub use perfcast_predict::{gpu_util, matrix};
-pub use registry::{FamilyParams, ModelParams};
 pub use regressor::{Fit, Regressor, SavedModel};

@@ -11,19 +11,16 @@
 //! forms without this crate). A family defined outside perfcast-models (a plug-in, a test)
 //! is added with [`register`] and perfcast-predict's `register` instead of the rows.
 
-use std::any::Any;
-use std::sync::{Arc, RwLock};
+use std::sync::RwLock;
 
-use perfcast_core::progress::Observer;
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Deserializer};
 
 use crate::device_features::CrossDeviceParams;
 use crate::error::{Error, Result};
-use crate::features::TrainSet;
 use crate::knn::KnnParams;
 use crate::medn::MednParams;
-use crate::regressor::{Fit, Regressor};
+use crate::params::parse;
+pub use crate::params::{CrossDevice, FamilyParams, ModelParams};
 use crate::ridge::RidgeParams;
 use crate::roofline::RooflineParams;
 use crate::stack::RidgeTreesParams;
@@ -70,35 +67,10 @@ pub static FAMILIES: &[Family] = &[
     .saved(&["crossdevice"]),
 ];
 
-/// Hyper-parameters of a family: validated and fitted ([`Fit`]), read and written through
-/// their serde form (`--set` edits it), compared, and named.
-pub trait FamilyParams:
-    Fit + Serialize + DeserializeOwned + Clone + PartialEq + std::fmt::Debug + Send + Sync + 'static
-{
-    /// The family these parameters fit (`trees`; `mlp` for MEDN parameters without
-    /// multi-task; `trees-xdev` for a cross-device wrapper).
-    fn name(&self) -> &'static str;
-
-    /// Hands an observer to a family that trains for long and reports its epochs (MEDN and
-    /// the MLP, stage [`crate::medn::EPOCHS`]). Default: ignored.
-    fn set_observer(&mut self, _observer: Arc<dyn Observer>) {}
-}
-
 /// Saved forms no family fits: built from other families' fitted models. `blend` (the
 /// geometric mean of two candidates) is made by auto-selection (perfcast-select) from the
 /// candidates' out-of-fold predictions.
 pub const COMPOSED: &[&str] = &["blend"];
-
-/// How a family predicts devices it never measured.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CrossDevice {
-    /// `<family>-xdev`: wrapped by [`CrossDeviceParams`] (device block, roofline-normalised
-    /// targets), and wrapped whenever the training rows come from several devices.
-    Wrap,
-    /// Reads the device columns itself (roofline, `util`): never wrapped, and
-    /// `<family>-xdev` names the family itself.
-    Itself,
-}
 
 /// One row of the table.
 #[derive(Clone, Copy)]
@@ -185,10 +157,6 @@ impl std::fmt::Debug for Family {
     }
 }
 
-fn parse<P: FamilyParams>(value: serde_json::Value) -> serde_json::Result<ModelParams> {
-    Ok(ModelParams::new(P::deserialize(value)?))
-}
-
 /// Families registered at run time ([`register`]).
 static REGISTERED: RwLock<Vec<Family>> = RwLock::new(Vec::new());
 
@@ -273,22 +241,10 @@ pub fn help_cross_device() -> String {
 /// Whether `params` can be wrapped for cross-device fitting: its family is
 /// [`CrossDevice::Wrap`] and it is not wrapped already.
 pub fn wraps(params: &ModelParams) -> bool {
-    !params.is::<CrossDeviceParams>()
-        && family(params.name()).is_none_or(|f| f.cross_device == CrossDevice::Wrap)
+    params.wraps()
 }
 
-/// A family with its hyper-parameters: fits into a `Box<dyn Regressor>`. Built from the
-/// registry ([`ModelParams::by_name`]) or from any [`FamilyParams`] ([`ModelParams::new`]).
-///
-/// The serde form is the parameters' own, with the family's name as `model`.
-pub struct ModelParams(Box<dyn DynParams>);
-
 impl ModelParams {
-    /// These parameters behind the common interface.
-    pub fn new<P: FamilyParams>(params: P) -> ModelParams {
-        ModelParams(Box::new(params))
-    }
-
     /// Defaults of a family by name (`trees`, an alias such as `gbdt`, or `<family>-xdev`).
     pub fn by_name(name: &str) -> Result<ModelParams> {
         let name = name.trim();
@@ -298,42 +254,10 @@ impl ModelParams {
         if let Some(inner) = name.strip_suffix("-xdev") {
             return Ok(CrossDeviceParams::wrap(ModelParams::by_name(inner)?));
         }
-        Err(Error::UnknownModel(name.to_string()))
-    }
-
-    /// Family name.
-    pub fn name(&self) -> &'static str {
-        self.0.name()
-    }
-
-    /// Checks the hyper-parameters; errors carry the bad value.
-    pub fn validate(&self) -> Result<()> {
-        self.0.validate()
-    }
-
-    /// Fits on `data` (validating first).
-    pub fn fit(&self, data: &TrainSet) -> Result<Box<dyn Regressor>> {
-        self.0.fit(data)
-    }
-
-    /// Hands an observer to the families that train for long ([`FamilyParams::set_observer`]).
-    pub fn set_observer(&mut self, observer: Arc<dyn Observer>) {
-        self.0.set_observer(observer);
-    }
-
-    /// Whether the parameters are a `P`.
-    pub fn is<P: FamilyParams>(&self) -> bool {
-        self.0.as_any().is::<P>()
-    }
-
-    /// The parameters, when they are a `P`.
-    pub fn downcast_ref<P: FamilyParams>(&self) -> Option<&P> {
-        self.0.as_any().downcast_ref()
-    }
-
-    /// The parameters, mutably, when they are a `P`.
-    pub fn downcast_mut<P: FamilyParams>(&mut self) -> Option<&mut P> {
-        self.0.as_any_mut().downcast_mut()
+        Err(Error::UnknownModel {
+            name: name.to_string(),
+            known: known_names(),
+        })
     }
 
     /// These parameters with the `model.field=value` settings addressed to this family applied
@@ -347,7 +271,7 @@ impl ModelParams {
             message,
         };
         let name = self.name();
-        let mut value = self.0.to_value().map_err(|e| bad(e.to_string()))?;
+        let mut value = self.to_value().map_err(|e| bad(e.to_string()))?;
         for set in sets {
             let shape = || bad(format!("`--set {set}` must look like `model.field=value`"));
             let (key, raw) = set.split_once('=').ok_or_else(shape)?;
@@ -360,40 +284,10 @@ impl ModelParams {
                 .unwrap_or_else(|_| serde_json::Value::String(raw.to_string()));
         }
         let updated = self
-            .0
             .reparse(value)
             .map_err(|e| bad(format!("invalid `--set` for `{name}`: {e}")))?;
         updated.validate()?;
         Ok(updated)
-    }
-}
-
-impl Clone for ModelParams {
-    fn clone(&self) -> ModelParams {
-        ModelParams(self.0.clone_box())
-    }
-}
-
-impl std::fmt::Debug for ModelParams {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Debug::fmt(&self.0, f)
-    }
-}
-
-impl PartialEq for ModelParams {
-    fn eq(&self, other: &ModelParams) -> bool {
-        self.0.eq_any(other.0.as_any())
-    }
-}
-
-impl Serialize for ModelParams {
-    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        use serde::ser::Error as _;
-        let mut value = self.0.to_value().map_err(S::Error::custom)?;
-        if let Some(fields) = value.as_object_mut() {
-            fields.insert("model".into(), self.name().into());
-        }
-        value.serialize(s)
     }
 }
 
@@ -408,63 +302,35 @@ impl<'de> Deserialize<'de> for ModelParams {
         let parse = match family(&name) {
             Some(f) => f.parse,
             None if name.ends_with("-xdev") => parse::<CrossDeviceParams>,
-            None => return Err(D::Error::custom(Error::UnknownModel(name))),
+            None => {
+                return Err(D::Error::custom(Error::UnknownModel {
+                    name,
+                    known: known_names(),
+                }));
+            }
         };
         parse(value).map_err(D::Error::custom)
-    }
-}
-
-/// The object-safe face of [`FamilyParams`].
-trait DynParams: std::fmt::Debug + Send + Sync {
-    fn name(&self) -> &'static str;
-    fn validate(&self) -> Result<()>;
-    fn fit(&self, data: &TrainSet) -> Result<Box<dyn Regressor>>;
-    fn set_observer(&mut self, observer: Arc<dyn Observer>);
-    fn to_value(&self) -> serde_json::Result<serde_json::Value>;
-    /// Parameters of the same type from a serde form.
-    fn reparse(&self, value: serde_json::Value) -> serde_json::Result<ModelParams>;
-    fn clone_box(&self) -> Box<dyn DynParams>;
-    fn eq_any(&self, other: &dyn Any) -> bool;
-    fn as_any(&self) -> &dyn Any;
-    fn as_any_mut(&mut self) -> &mut dyn Any;
-}
-
-impl<P: FamilyParams> DynParams for P {
-    fn name(&self) -> &'static str {
-        FamilyParams::name(self)
-    }
-    fn validate(&self) -> Result<()> {
-        Fit::validate(self)
-    }
-    fn fit(&self, data: &TrainSet) -> Result<Box<dyn Regressor>> {
-        Ok(Box::new(Fit::fit(self, data)?))
-    }
-    fn set_observer(&mut self, observer: Arc<dyn Observer>) {
-        FamilyParams::set_observer(self, observer);
-    }
-    fn to_value(&self) -> serde_json::Result<serde_json::Value> {
-        serde_json::to_value(self)
-    }
-    fn reparse(&self, value: serde_json::Value) -> serde_json::Result<ModelParams> {
-        parse::<P>(value)
-    }
-    fn clone_box(&self) -> Box<dyn DynParams> {
-        Box::new(self.clone())
-    }
-    fn eq_any(&self, other: &dyn Any) -> bool {
-        other.downcast_ref::<P>() == Some(self)
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_rows_cross_device_form_is_what_its_parameters_say() {
+        for f in families() {
+            assert_eq!(
+                (f.defaults)().wraps(),
+                f.cross_device == CrossDevice::Wrap,
+                "{}",
+                f.name
+            );
+        }
+        let trees = ModelParams::by_name("trees").unwrap();
+        assert!(wraps(&trees));
+        assert!(!wraps(&CrossDeviceParams::wrap(trees)));
+    }
 
     #[test]
     fn networks_need_rows_that_other_families_do_not() {

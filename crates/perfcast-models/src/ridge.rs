@@ -194,7 +194,7 @@ fn solve_guarded(a: &[f64], b: &[f64], p: usize, mut penalty: f64) -> Result<Vec
     }))
 }
 
-impl crate::registry::FamilyParams for RidgeParams {
+impl crate::params::FamilyParams for RidgeParams {
     fn name(&self) -> &'static str {
         "ridge"
     }

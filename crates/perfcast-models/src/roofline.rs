@@ -123,9 +123,13 @@ fn fit_phase(rows: &[(f64, f64, f64, f64, f64)], iterations: usize) -> Efficienc
     unpack(&best)
 }
 
-impl crate::registry::FamilyParams for RooflineParams {
+impl crate::params::FamilyParams for RooflineParams {
     fn name(&self) -> &'static str {
         "roofline"
+    }
+
+    fn cross_device(&self) -> crate::params::CrossDevice {
+        crate::params::CrossDevice::Itself
     }
 }
 

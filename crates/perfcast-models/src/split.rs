@@ -18,17 +18,15 @@
 //! is held out on every device. Rows without group labels (a `groups` shorter than the rows)
 //! count as groups of one.
 //!
-//! **Seeds and determinism.** The units are sorted before they are shuffled, by rand's
-//! [`StdRng`] seeded with [`SeedableRng::seed_from_u64`]: the same rows, split and seed give
-//! the same split on every machine and every run (for one rand version), and a group split
+//! **Seeds and determinism.** The units are sorted before they are shuffled, by perfcast's one
+//! generator ([`SplitMix64`]) seeded with the split's seed: the same rows, split and seed give
+//! the same split on every machine and every run, and a group split
 //! does not depend on the order of the rows. [`leave_one_out`] draws nothing. Each function
 //! returns row indices in increasing order.
 
 use std::collections::BTreeMap;
 
-use rand::SeedableRng;
-use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
+use perfcast_core::rng::SplitMix64;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -98,7 +96,7 @@ pub fn holdout(
     }
     let keys = unit_keys(&data.groups, data.len(), split);
     let mut units = distinct(&keys);
-    units.shuffle(&mut StdRng::seed_from_u64(seed));
+    SplitMix64::new(seed).shuffle(&mut units);
     let cut = (test_share * units.len() as f64).round() as usize;
     let mut held = units[..cut.min(units.len())].to_vec();
     held.sort_unstable();
@@ -137,7 +135,7 @@ pub fn kfold(
             units.len()
         )));
     }
-    units.shuffle(&mut StdRng::seed_from_u64(seed));
+    SplitMix64::new(seed).shuffle(&mut units);
     let fold_of: BTreeMap<u64, usize> = units
         .iter()
         .enumerate()
@@ -174,7 +172,7 @@ pub fn validation(
     groups: &[u64],
     rows: usize,
     v: &Validation,
-    rng: &mut StdRng,
+    rng: &mut SplitMix64,
 ) -> (Vec<usize>, Vec<usize>) {
     let all = || ((0..rows).collect(), Vec::new());
     if v.share <= 0.0 || (rows as f64 * v.share) < v.min_valid as f64 {
@@ -185,7 +183,7 @@ pub fn validation(
     if units.len() < 2 {
         return all();
     }
-    units.shuffle(rng);
+    rng.shuffle(&mut units);
     let n_held = ((units.len() as f64 * v.share).round() as usize).clamp(1, units.len() - 1);
     let mut held = units[..n_held].to_vec();
     held.sort_unstable();
@@ -309,7 +307,7 @@ pub(crate) mod tests {
                 min_valid: 1,
                 min_train: 1,
             };
-            validation(&d.groups, d.len(), &v, &mut StdRng::seed_from_u64(seed))
+            validation(&d.groups, d.len(), &v, &mut SplitMix64::new(seed))
         };
         assert_eq!(draw(4), draw(4));
         assert_ne!(draw(4), draw(5));
@@ -375,7 +373,7 @@ pub(crate) mod tests {
             min_valid: 1,
             min_train: 1,
         };
-        let (train, valid) = validation(&[], 20, &v, &mut StdRng::seed_from_u64(0));
+        let (train, valid) = validation(&[], 20, &v, &mut SplitMix64::new(0));
         assert_eq!((train.len(), valid.len()), (10, 10));
     }
 
@@ -416,7 +414,7 @@ pub(crate) mod tests {
             min_train: 30,
         };
         for seed in 0..10 {
-            let mut rng = StdRng::seed_from_u64(seed);
+            let mut rng = SplitMix64::new(seed);
             let (train, valid) = validation(&d.groups, d.len(), &v, &mut rng);
             assert_partition(200, &train, &valid);
             assert_groups_apart(&d, &train, &valid);
@@ -425,14 +423,10 @@ pub(crate) mod tests {
         }
         // Off, too few rows for the share, or one group: nothing held out, nothing drawn.
         let untouched = |groups: &[u64], rows: usize, v: &Validation| {
-            let mut rng = StdRng::seed_from_u64(1);
+            let mut rng = SplitMix64::new(1);
             let (train, valid) = validation(groups, rows, v, &mut rng);
             assert_eq!((train.len(), valid.len()), (rows, 0));
-            use rand::RngExt;
-            assert_eq!(
-                rng.random::<u64>(),
-                StdRng::seed_from_u64(1).random::<u64>()
-            );
+            assert_eq!(rng.next_u64(), SplitMix64::new(1).next_u64());
         };
         untouched(&d.groups, 200, &Validation { share: 0.0, ..v });
         untouched(&d.groups[..150], 150, &v);
@@ -447,7 +441,7 @@ pub(crate) mod tests {
                 min_valid: 20,
                 min_train: 1,
             },
-            &mut StdRng::seed_from_u64(0),
+            &mut SplitMix64::new(0),
         );
         // round(0.08 * 125) = 10 groups of 2 rows = 20: enough.
         assert_eq!(valid.len(), 20);
@@ -460,7 +454,7 @@ pub(crate) mod tests {
                 min_valid: 20,
                 min_train: 240,
             },
-            &mut StdRng::seed_from_u64(0),
+            &mut SplitMix64::new(0),
         );
         assert_eq!((train.len(), valid.len()), (250, 0));
     }

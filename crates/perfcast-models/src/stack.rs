@@ -4,8 +4,8 @@
 //! Ridge in log space captures the smooth power-law scaling of latency with the work and the
 //! shapes; the trees then fit the steps a smooth model cannot (dispatch thresholds, padding of
 //! SIMD tiles). `trees` alone boosts from a degree-1 ridge, which leaves the curvature to the
-//! trees; on the 2,990 conv2d rows of a 1-thread CPU sweep the degree-2 base and the call
-//! features take the held-out MAPE from 13.5% (`trees`) and 12.9% (`ridge`) to 10.0%.
+//! trees; the degree-2 base and the call features are what make it beat both on CPU conv2d
+//! (docs/accuracy.md#cpu-conv2d-ridge-trees).
 //!
 //! The conv2d features describe the GEMM burn-flex actually calls, which the row's whole-layer
 //! GEMM (`gemm_m` = batch x positions x groups) hides: a 1x1 conv is one GEMM per image and
@@ -75,17 +75,15 @@ pub struct RidgeTreesParams {
     /// 1 to 16. Default 1.
     pub bags: usize,
     /// Largest `|ln(measured / predicted)|` a row keeps when refitting: rows further off are
-    /// pulled to this distance (Huber-style pseudo-targets), 0 turns it off. Default 0.1:
-    /// on the conv2d rows of `datasets/cpu-conv` (5-fold CV on the training 80%) 0.1 gives
-    /// 9.85% MAPE, 0.06 9.87%, 0.2 10.08%, none 10.34%.
+    /// pulled to this distance (Huber-style pseudo-targets), 0 turns it off. Default 0.1, the
+    /// best of the values cross-validated (docs/accuracy.md#cpu-conv2d-ridge-trees).
     pub clip_log: f64,
     /// Refits on the clipped targets (ridge and trees each), when `clip_log` > 0. Default 2.
     pub robust_rounds: usize,
     /// L2 penalty of one more degree-2 ridge per conv2d algorithm (im2col, 1x1, depthwise,
     /// small-channel), fitted on what the shared ridge misses on that algorithm's rows;
-    /// 0 turns them off. Default 0.1: on the conv2d rows of `datasets/cpu-conv` (5-fold CV
-    /// on the training 80%) 0.1 gives 9.65% MAPE, 0.03 9.67%, 0.3 9.70%, 0.01 9.78%,
-    /// none 9.85%.
+    /// 0 turns them off. Default 0.1, the best of the values cross-validated
+    /// (docs/accuracy.md#cpu-conv2d-ridge-trees).
     pub path_lambda: f64,
 }
 
@@ -152,7 +150,7 @@ fn renamed(e: Error) -> Error {
     }
 }
 
-impl crate::registry::FamilyParams for RidgeTreesParams {
+impl crate::params::FamilyParams for RidgeTreesParams {
     fn name(&self) -> &'static str {
         MODEL
     }
@@ -297,8 +295,8 @@ fn fit_paths(
 const MAX_ROBUST_ROUNDS: usize = 10;
 
 /// Targets `y` pulled to within `clip` of `pred` in log space: one step of Huber's
-/// pseudo-observation algorithm. A timing taken in one of the VM's slow phases (30-60% off)
-/// then weighs on the fit like a row `clip` off, not like a real step in the latency.
+/// pseudo-observation algorithm, so a timing taken while the machine was slow weighs on the
+/// fit like a row `clip` off, not like a real step in the latency.
 fn clipped(y: &[f64], pred: &[f64], clip: f64) -> Vec<f64> {
     y.iter()
         .zip(pred)
@@ -388,7 +386,7 @@ mod tests {
 
     /// Rows of two algorithms whose costs scale with different powers of the work: the
     /// path corrections fit each, where one shared quadratic in the log features bends to
-    /// serve both (issue 3).
+    /// serve both.
     #[test]
     fn path_corrections_fit_algorithms_that_scale_apart() {
         let mut data = conv_set(1200);
@@ -478,7 +476,7 @@ mod tests {
         assert_eq!(got[3], 1.05);
     }
 
-    /// Issue 3: a few timings taken in a slow phase of the machine (here 3x the true latency)
+    /// A few timings taken in a slow phase of the machine (here 3x the true latency)
     /// must not drag the fit of their neighbours; the clipped refits keep held-out rows close.
     #[test]
     fn clipped_refits_resist_slow_outliers() {

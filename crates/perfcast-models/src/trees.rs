@@ -35,9 +35,7 @@
 //! rows), a `serde` form inside [`SavedModel`], and single-row prediction with no allocation:
 //! a few hundred lines that compile in seconds.
 
-use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
-use rand::{RngExt, SeedableRng};
+use perfcast_core::rng::SplitMix64;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -138,7 +136,7 @@ fn at_least(name: &str, v: usize, min: usize) -> Result<()> {
     }
 }
 
-impl crate::registry::FamilyParams for TreeParams {
+impl crate::params::FamilyParams for TreeParams {
     fn name(&self) -> &'static str {
         MODEL
     }
@@ -615,7 +613,7 @@ impl<'a> Grower<'a> {
 
 /// The early-stopping split: [`split::validation`] over configuration groups, or nothing held
 /// out when early stopping is off or the held-out part would be too small.
-fn holdout(params: &TreeParams, data: &TrainSet, rng: &mut StdRng) -> (Vec<usize>, Vec<usize>) {
+fn holdout(params: &TreeParams, data: &TrainSet, rng: &mut SplitMix64) -> (Vec<usize>, Vec<usize>) {
     let v = split::Validation {
         share: params.validation_fraction,
         min_valid: MIN_VALIDATION_ROWS,
@@ -625,7 +623,7 @@ fn holdout(params: &TreeParams, data: &TrainSet, rng: &mut StdRng) -> (Vec<usize
 }
 
 fn boost(params: &TreeParams, data: &TrainSet, baseline: Option<FittedRidge>) -> FittedTrees {
-    let mut rng = StdRng::seed_from_u64(params.seed);
+    let mut rng = SplitMix64::new(params.seed);
     let (train, valid) = holdout(params, data, &mut rng);
     let mut grower = Grower::new(params, data, &train);
 
@@ -668,13 +666,13 @@ fn boost(params: &TreeParams, data: &TrainSet, baseline: Option<FittedRidge>) ->
         }
         rows.clear();
         if params.subsample < 1.0 {
-            rows.extend((0..train.len() as u32).filter(|_| rng.random::<f64>() < params.subsample));
+            rows.extend((0..train.len() as u32).filter(|_| rng.unit() < params.subsample));
         } else {
             rows.extend(0..train.len() as u32);
         }
         if n_cols < usable.len() {
             features.clone_from(&usable);
-            features.shuffle(&mut rng);
+            rng.shuffle(&mut features);
             features.truncate(n_cols);
             features.sort_unstable();
         }
@@ -756,16 +754,16 @@ mod tests {
     /// A latency-like table: `y = 2e-9 * flops^0.9 + 0.05` ms with 3% multiplicative noise,
     /// FLOPs over nine decades, one constant column and one irrelevant one.
     fn latency_like(n: usize, seed: u64) -> TrainSet {
-        let mut rng = StdRng::seed_from_u64(seed);
+        let mut rng = SplitMix64::new(seed);
         let mut rows = Vec::new();
         let mut y = Vec::new();
         for _ in 0..n {
-            let batch = f64::from(1u32 << rng.random_range(0..7u32));
-            let width = rng.random_range(16.0..4096.0f64).round();
-            let flops = batch * width * 10f64.powf(rng.random_range(3.0..9.0));
+            let batch = f64::from(1u32 << rng.below(7));
+            let width = rng.uniform(16.0, 4096.0).round();
+            let flops = batch * width * 10f64.powf(rng.uniform(3.0, 9.0));
             let bytes = 4.0 * (batch * width + flops.sqrt());
-            let noise = 1.0 + 0.03 * (2.0 * rng.random::<f64>() - 1.0);
-            rows.push(vec![batch, width, flops, bytes, 7.0, rng.random::<f64>()]);
+            let noise = 1.0 + 0.03 * (2.0 * rng.unit() - 1.0);
+            rows.push(vec![batch, width, flops, bytes, 7.0, rng.unit()]);
             y.push((2e-9 * flops.powf(0.9) + 0.05) * noise);
         }
         set(
@@ -855,8 +853,8 @@ mod tests {
         };
         let all: Vec<usize> = (0..data.len()).collect();
         let mut grower = Grower::new(&params, &data, &all);
-        let mut rng = StdRng::seed_from_u64(12);
-        let resid: Vec<f64> = (0..data.len()).map(|_| rng.random::<f64>() - 0.5).collect();
+        let mut rng = SplitMix64::new(12);
+        let resid: Vec<f64> = (0..data.len()).map(|_| rng.unit() - 0.5).collect();
         let mut rows: Vec<u32> = (0..data.len() as u32).collect();
         let (mut nodes, mut split_bins) = (Vec::new(), Vec::new());
         let features = grower.splittable_features();
@@ -1059,12 +1057,12 @@ mod tests {
         use std::time::Instant;
         let (n, cols) = (10_000, 30);
         let base = latency_like(n, 9);
-        let mut rng = StdRng::seed_from_u64(10);
+        let mut rng = SplitMix64::new(10);
         let mut x = Vec::with_capacity(n * cols);
         for r in base.x.iter_rows() {
             x.extend_from_slice(r);
             for j in r.len()..cols {
-                x.push(r[j % r.len()] * rng.random_range(0.5..2.0));
+                x.push(r[j % r.len()] * rng.uniform(0.5, 2.0));
             }
         }
         let names: Vec<String> = (0..cols).map(|j| format!("f{j}")).collect();

@@ -2,14 +2,13 @@
 //! `exp(sum w_i ln p_i)` with weights summing to one.
 //!
 //! Models of different families err differently on the same rows (a smooth ridge in log space
-//! misses steps a network fits, and the reverse), and in log space an average of two errors
-//! that do not move together is smaller than either. On one quickstart's conv2d rows the
-//! geometric mean of MEDN and ridge scored 12.7% held-out where the better of the two scored
-//! 14.4%. Which parts, and their weights, are chosen by auto-selection from the parts'
-//! out-of-fold predictions (perfcast-select), so a blend competes like any other candidate and
-//! wins only where it cross-validates better. The geometric mean is the natural mean of
-//! positive quantities: it is the arithmetic mean of the log latencies every model predicts
-//! in, and scaling every part by the same factor scales the blend by it.
+//! misses steps a network fits, and the reverse), and in log space an average of two errors that do
+//! not move together is smaller than either (docs/accuracy.md#blends). Which parts, and their
+//! weights, are chosen by auto-selection from the parts' out-of-fold predictions (perfcast-select),
+//! so a blend competes like any other candidate and wins only where it cross-validates better. The
+//! geometric mean is the natural mean of positive quantities: it is the arithmetic mean of the log
+//! latencies every model predicts in, and scaling every part by the same factor scales the blend by
+//! it.
 
 use perfcast_core::Phase;
 use serde::{Deserialize, Serialize};

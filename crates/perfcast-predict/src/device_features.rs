@@ -22,13 +22,7 @@ use crate::gpu_util::UtilCols;
 use crate::regressor::{Regressor, SavedModel, check_width};
 use crate::residual::{FromFn, StackWith};
 
-/// Names of the device block appended to a row inside a cross-device model.
-pub const DEVICE_BLOCK: &[&str] = &[
-    "xd_compute_ms",
-    "xd_memory_ms",
-    "xd_ridge_flop_per_byte",
-    "xd_compute_share",
-];
+pub use crate::features::DEVICE_BLOCK;
 
 /// Spec fields a cross-device model may read besides peak and bandwidth (`--device-fields`),
 /// each appended as one feature after [`DEVICE_BLOCK`]. `waves` adds how many waves of
@@ -198,17 +192,12 @@ impl Cols {
 
     /// The device block of a row, [`DEVICE_BLOCK`] order.
     pub fn block(&self, x: &[f64]) -> [f64; 4] {
-        let peak = x[self.peak].max(f64::MIN_POSITIVE);
-        let bandwidth = x[self.bandwidth].max(f64::MIN_POSITIVE);
-        let compute_ms = x[self.work_flops] / (peak * 1e6);
-        let memory_ms = x[self.work_bytes] / (bandwidth * 1e6);
-        let total = compute_ms + memory_ms;
-        [
-            compute_ms,
-            memory_ms,
-            peak / bandwidth,
-            if total > 0.0 { compute_ms / total } else { 0.0 },
-        ]
+        crate::features::block_values(
+            x[self.work_flops],
+            x[self.work_bytes],
+            x[self.peak],
+            x[self.bandwidth],
+        )
     }
 
     /// The time a row's latency is normalised by, ms (never zero): the roofline time (or its

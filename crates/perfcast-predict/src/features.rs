@@ -322,6 +322,79 @@ pub fn inference_row_from_training(kind: ModuleKind, training: &[f64], out: &mut
     }
 }
 
+/// Names of the device block a cross-device model appends to a single-device row: roofline
+/// compute and memory time on the row's device, its ridge point and the compute share. The
+/// block is part of the row format, so rows are rebuilt here without knowing the model.
+pub const DEVICE_BLOCK: &[&str] = &[
+    "xd_compute_ms",
+    "xd_memory_ms",
+    "xd_ridge_flop_per_byte",
+    "xd_compute_share",
+];
+
+/// The device block ([`DEVICE_BLOCK`] order) of a row's work and device columns.
+pub fn block_values(
+    work_flops: f64,
+    work_bytes: f64,
+    peak_gflops: f64,
+    bandwidth_gbs: f64,
+) -> [f64; 4] {
+    let peak = peak_gflops.max(f64::MIN_POSITIVE);
+    let bandwidth = bandwidth_gbs.max(f64::MIN_POSITIVE);
+    let compute_ms = work_flops / (peak * 1e6);
+    let memory_ms = work_bytes / (bandwidth * 1e6);
+    let total = compute_ms + memory_ms;
+    [
+        compute_ms,
+        memory_ms,
+        peak / bandwidth,
+        if total > 0.0 { compute_ms / total } else { 0.0 },
+    ]
+}
+
+/// The device block of a single-device row `x` of `base`.
+pub fn device_block(base: &FeatureSchema, x: &[f64]) -> Result<[f64; 4]> {
+    check_width(base, x.len())?;
+    let at = |name: &str| {
+        base.index(name).ok_or_else(|| {
+            Error::InvalidData(format!(
+                "cross-device models need feature `{name}`, the `{}` schema has none",
+                base.kind
+            ))
+        })
+    };
+    Ok(block_values(
+        x[at("work_flops")?],
+        x[at("work_bytes")?],
+        x[at("dev_peak_gflops")?],
+        x[at("dev_bandwidth_gbs")?],
+    ))
+}
+
+/// Whether `schema` is a single-device schema followed by the [`DEVICE_BLOCK`] (and spec
+/// fields).
+fn has_device_block(schema: &FeatureSchema) -> bool {
+    let base = FeatureSchema::for_kind(schema.kind);
+    let n = base.len();
+    schema.len() >= n + DEVICE_BLOCK.len()
+        && schema.names[..n] == base.names[..]
+        && schema.names[n..n + DEVICE_BLOCK.len()]
+            .iter()
+            .zip(DEVICE_BLOCK)
+            .all(|(a, b)| a == b)
+}
+
+/// A row of the wrong width is an error naming both widths, not a panic.
+pub fn check_width(schema: &FeatureSchema, width: usize) -> Result<()> {
+    if width != schema.len() {
+        return Err(Error::FeatureWidth {
+            expected: schema.len(),
+            got: width,
+        });
+    }
+    Ok(())
+}
+
 /// The feature row of the same module and context in `phase`, recomputed from the row's own
 /// configuration, context and device columns (a row carries everything [`row`] reads).
 ///
@@ -329,14 +402,14 @@ pub fn inference_row_from_training(kind: ModuleKind, training: &[f64], out: &mut
 /// they canonicalise each row to its training-phase form, which holds both the forward work
 /// and the backward shapes.
 pub fn row_in_phase(schema: &FeatureSchema, x: &[f64], phase: Phase) -> Result<Vec<f64>> {
-    crate::regressor::check_width(schema, x.len())?;
-    if crate::device_features::is_extended(schema) {
+    check_width(schema, x.len())?;
+    if has_device_block(schema) {
         // A cross-device model's inner row: the single-device row, then its device block.
         let base = FeatureSchema::for_kind(schema.kind);
         // Spec fields after the block do not depend on the phase.
         let mut out = row_in_phase(&base, &x[..base.len()], phase)?;
-        let head = out.clone();
-        crate::device_features::extend_row(&base, &head, &mut out)?;
+        let block = device_block(&base, &out)?;
+        out.extend_from_slice(&block);
         out.extend_from_slice(&x[out.len()..]);
         return Ok(out);
     }

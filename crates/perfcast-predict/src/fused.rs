@@ -20,9 +20,10 @@ use std::borrow::Cow;
 use perfcast_core::features::{self, F32_BYTES};
 use perfcast_core::fusion::{Fusion, Region, RegionKind, fuse};
 use perfcast_core::{Context, Elementwise, ModuleKind, ModuleSpec, Network, Phase};
-use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
+// The report is its own file because the predictor's network answer carries it.
+pub use crate::fusion_report::FusionReport;
 use crate::predictor::{LayerPrediction, ModulePrediction, NetworkPrediction, Predictor};
 
 /// Elements (read plus written) a half-precision memory-bound kernel of an inference engine
@@ -36,23 +37,6 @@ pub const ENGINE_ELEMS_PER_SM_CYCLE: f64 = 3.0;
 pub const RAISED_TO_REGION: &str = "raised to the fused region's roofline";
 /// The warning on a fused kernel whose rule answered more than its layers' sum.
 pub const CAPPED_AT_PARTS: &str = "capped at the sum of its layers' predictions";
-
-/// What a fused prediction was grouped by, and the eager prediction it replaces.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct FusionReport {
-    /// The policy.
-    pub policy: Fusion,
-    /// The graph style it stands for, in words.
-    pub graph: String,
-    /// Layers of the network as given.
-    pub eager_layers: usize,
-    /// Kernels (regions) after fusion, zero-cost views included.
-    pub kernels: usize,
-    /// The eager prediction's total, ms.
-    pub eager_total_ms: f64,
-    /// The eager graph's roofline, ms.
-    pub eager_roofline_ms: f64,
-}
 
 /// One fused region's prediction before it is bounded: ms, the model that answered, and the
 /// module in words.

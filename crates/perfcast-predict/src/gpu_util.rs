@@ -10,13 +10,10 @@
 //! intensity against the device's ridge point. Absolute peaks and bandwidths are left out: with
 //! five training GPUs they tell the GPUs apart rather than generalise. So is the L2 cache: the
 //! training GPUs have 2-6 MB and every newer one 40-50 MB, a range trees cannot extrapolate
-//! into; with the working set over L2 among the features, leaving out one of the five NVIDIA
-//! GPUs scored linear 29.6% and bmm 26.9% (A100: 12.8% and 28.1%), without them 26.0% and 25.4%
-//! (A100: 11.2% and 23.0%).
+//! into, and leaving it out scored better with one GPU held out.
 //!
-//! The design was chosen on NeuSight's data by the study in `bench/gpu_util` (train on P4,
-//! P100, T4, V100, predict A100: linear 11.5%, element-wise 5-15%, against 21-28% for trees on the
-//! roofline-normalised row).
+//! The design was chosen on NeuSight's data by the study in `bench/gpu_util`; its figures are
+//! in docs/accuracy.md#the-gpu-utilisation-model-util.
 
 use perfcast_core::{DeviceSpec, ModuleKind};
 

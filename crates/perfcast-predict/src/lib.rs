@@ -41,6 +41,7 @@ pub mod device_features;
 mod error;
 pub mod features;
 pub mod fused;
+mod fusion_report;
 pub mod gpu_util;
 pub mod knn;
 pub mod matrix;

@@ -40,8 +40,8 @@ pub struct FittedRidge {
 }
 
 /// [`FittedRidge`] as read from a file, checked before it becomes a model: the prediction
-/// path indexes rows by `active` and the scaler, and a saved file is outside input (issue 21:
-/// a corrupt `active` index panicked on the first prediction).
+/// path indexes rows by `active` and the scaler, and a saved file is outside input (a corrupt
+/// `active` index panicked on the first prediction).
 #[derive(Deserialize)]
 struct SavedRidge {
     schema: FeatureSchema,

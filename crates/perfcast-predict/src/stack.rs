@@ -4,8 +4,8 @@
 //! Ridge in log space captures the smooth power-law scaling of latency with the work and the
 //! shapes; the trees then fit the steps a smooth model cannot (dispatch thresholds, padding of
 //! SIMD tiles). `trees` alone boosts from a degree-1 ridge, which leaves the curvature to the
-//! trees; on the 2,990 conv2d rows of a 1-thread CPU sweep the degree-2 base and the call
-//! features take the held-out MAPE from 13.5% (`trees`) and 12.9% (`ridge`) to 10.0%.
+//! trees; the degree-2 base and the call features are what make it beat both on CPU conv2d
+//! (docs/accuracy.md#cpu-conv2d-ridge-trees).
 //!
 //! The conv2d features describe the GEMM burn-flex actually calls, which the row's whole-layer
 //! GEMM (`gemm_m` = batch x positions x groups) hides: a 1x1 conv is one GEMM per image and

@@ -437,7 +437,7 @@ impl TryFrom<UncheckedTrees> for FittedTrees {
         }
         // Every node hangs off one parent (or is one root): the trees are a forest, so a walk
         // visits each node once (a node shared by two parents made the leaf numbering of
-        // `Masks` underflow, issue 21).
+        // `Masks` underflow).
         let mut owned = vec![false; n];
         for &r in &t.roots {
             if std::mem::replace(&mut owned[r as usize], true) {

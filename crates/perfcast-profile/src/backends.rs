@@ -14,7 +14,7 @@ use crate::{Backend, Sweep};
 /// The progress stage of [`compare_backends`].
 pub const STAGE: &str = "compare";
 
-/// The ops compared: (batch, spec JSON), from FINDINGS.md's table plus ResNet-like layers.
+/// The ops compared: (batch, spec JSON), small and large layers of each kind plus ResNet-like ones.
 pub const OPS: &[(usize, &str)] = &[
     (
         1,

@@ -1,12 +1,13 @@
 //! Interference detection: a fixed canary op re-timed every few seconds of a run.
 //!
-//! On a shared machine whole stretches of a run come out 8-40% slow (another tenant, a busy
-//! core, memory placement). Interference only ever adds time, so a stretch whose canary came out
-//! slower than the fastest canary of the run was disturbed: its rows are measured again later,
-//! each visit bracketed by canaries again, and every row keeps its fastest clean visit. A row
-//! with no clean visit keeps its fastest visit divided by how much slower its stretch's canary
-//! read, to the power this run fitted on the rows that had both kinds of visit (the exponent is
-//! 0, no correction, when those rows show no such relation or are too few).
+//! On a shared machine whole stretches of a run come out slow (another tenant, a busy core, memory
+//! placement; docs/accuracy.md#repeatability-and-measuring-sessions). Interference only ever adds
+//! time, so a stretch whose canary came out slower than the fastest canary of the run was
+//! disturbed: its rows are measured again later, each visit bracketed by canaries again, and every
+//! row keeps its fastest clean visit. A row with no clean visit keeps its fastest visit divided by
+//! how much slower its stretch's canary read, to the power this run fitted on the rows that had
+//! both kinds of visit (the exponent is 0, no correction, when those rows show no such relation or
+//! are too few).
 
 use perfcast_core::{Context, ModuleSpec, Phase};
 use perfcast_data::Timing;
@@ -24,7 +25,7 @@ pub struct CanaryConfig {
     /// Seconds of measuring between two canary readings.
     pub every_s: f64,
     /// A stretch is slow when a canary bracketing it reads above `best * (1 + tolerance)`.
-    /// The canary itself repeats within 1-3% here; slow phases are 8-40%.
+    /// Above the canary's own repeatability and below a slow phase's slowdown.
     pub tolerance: f64,
     /// Extra visits a disturbed row gets at most.
     pub retries: u32,

@@ -3,9 +3,8 @@
 //! With glibc's defaults, a large tensor freed between two layers goes back to the operating
 //! system (its own `mmap`, or a trimmed heap top), and the next layer's output faults its pages
 //! in again. How often that happens depends on the order and sizes of earlier allocations, not on
-//! the layer: on this project's EPYC the transformer block measured 242 ms at batch 8 as the
-//! first network of a process and 205 ms after six others, while its layers timed alone summed to
-//! 198 ms; MobileNetV2 at batch 8 took 241 ms where its layers summed to 212 ms. Runtimes keep an
+//! the layer, so one network measures slower as the first of a process than after others
+//! (docs/accuracy.md#figures-behind-code-choices). Runtimes keep an
 //! arena for exactly this reason (ONNX Runtime, PyTorch's caching allocators), so measuring runs
 //! do too: allocations come from the heap and the heap is never trimmed. Resident memory then
 //! stays at the run's peak. One exception is glibc's: a worker thread's allocation above its

@@ -556,7 +556,7 @@ mod tests {
 
     #[test]
     fn the_kinds_real_models_add_run_in_a_network() {
-        // Issue 23: embedding, rmsnorm, silu, views, concat, slice, pad and a detached layer
+        // Embedding, rmsnorm, silu, views, concat, slice, pad and a detached layer
         // (a tensor the network does not model) run forward and train, wired as imports wire
         // them (parts of a tensor get operands of their own).
         use perfcast_core::{Elementwise, Embedding, Layer, LayerNorm, ModuleSpec, Network};

@@ -278,9 +278,8 @@ pub fn profile_layers(
     if let Some(warning) = crate::probe::busy_warning() {
         observer.note(&warning);
     }
-    // Shorter than `profile`'s rules (0.6 s cap, 7 samples): a network's layers are many and
-    // mostly large, where a median of 3 samples already agrees within 1-3% (the spread of big
-    // ops here); this keeps the quickstart within its 10 minutes.
+    // Shorter than `profile`'s rules, because a network's layers are many and mostly large,
+    // where a median of 3 samples is already as repeatable as big ops get.
     let timing = TimingConfig {
         min_samples: 3,
         max_time_s: 0.2,

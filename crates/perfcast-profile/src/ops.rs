@@ -381,8 +381,8 @@ type Forward = Box<dyn Fn() -> Tensor<4>>;
 /// The values a layer's operands are drawn from, alone and inside a network.
 ///
 /// Unit normal, as a normalised network's activations roughly are: some kernels' time depends on
-/// the values (burn-flex's gelu takes 1.55 ms on 128x3072 values drawn from U(-1, 1), 3.45 ms
-/// from N(0, 1) and 6.4 ms from N(0, 1.7) on this project's EPYC), so a layer measured alone on
+/// the values (burn-flex's gelu is several times slower on wider values;
+/// docs/accuracy.md#figures-behind-code-choices), so a layer measured alone on
 /// narrower values than a network feeds it is predicted too fast there. Embedding indices come
 /// from a uniform operand so lookups spread over the whole table.
 pub fn operand_values(spec: &ModuleSpec) -> Distribution {

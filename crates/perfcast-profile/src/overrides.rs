@@ -108,8 +108,8 @@ pub struct QuickstartGroup {
 ///
 /// Convolutions get the most samples (ten shape parameters, most of a CNN's time), GEMMs come
 /// next; elementwise kinds are nearly linear in their size. Small ops are noisy and run to the
-/// timing cap: 0.15-0.25 s is still hundreds of calls, and keeps the whole quickstart under 10
-/// minutes (the default 0.6 s alone took 7.5 of them). The last group is what imported models
+/// timing cap, whose quickstart value is still hundreds of calls and keeps the quickstart within
+/// its budget. The last group is what imported models
 /// add (ONNX CNNs, transformer and Llama-style configs): a quarter of the samples each, enough
 /// for kinds whose time follows their size, so a CPU bundle predicts them from measurements
 /// rather than the spec roofline. GEMMs reach 8 GFLOP where the rest stop at 1: a transformer's
@@ -251,10 +251,8 @@ w = { min = 4, max = 64, scale = "log" }
 ];
 
 /// Untimed warm-up of each quickstart configuration, seconds (the network layers' too), where
-/// `profile` defaults to 0.05. Six passes over the same 80 conv2d rows, warm-up 0.05 and 0.02
-/// in turn: 14.2-15.1 s against 11.7-12.9 s a pass, and each pass's rows as close to the six
-/// passes' median either way (mean |ln| 0.017-0.021 against 0.012-0.028). The 30 ms saved a
-/// row are about 50 s of the quickstart's sweep, spent on active rounds.
+/// `profile` defaults to 0.05: the shorter warm-up repeats as well and leaves the time saved
+/// to active rounds (docs/accuracy.md#figures-behind-code-choices).
 pub const QUICKSTART_WARMUP_S: f64 = 0.02;
 
 /// Configurations per kind of a [`QUICKSTART_KINDS`] group at `samples` (at least 5).

@@ -15,8 +15,8 @@ use crate::error::Result;
 use crate::pool::with_threads;
 use crate::timer::{TimingConfig, measure};
 
-/// The file whose lock [`measure_peaks`] holds: two processes probing at once each measured
-/// half the machine (95 GFLOP/s where the idle machine gives 194), and `device.json` kept it.
+/// The file whose lock [`measure_peaks`] holds, because two processes probing at once each
+/// measure half the machine and `device.json` would keep it.
 fn peaks_lock_path() -> std::path::PathBuf {
     std::env::temp_dir().join("perfcast-peaks.lock")
 }
@@ -180,8 +180,8 @@ fn parse_self_stat(text: &str) -> Option<u64> {
 }
 
 /// How many cores other processes kept busy over `window`, measured now (Linux; `None`
-/// elsewhere). Timings taken while other work runs come out inflated (30-70% for large
-/// layers on this project's 2-core machine), so `profile` and `quickstart` warn on it.
+/// elsewhere). Timings taken while other work runs come out inflated, so `profile` and
+/// `quickstart` warn on it.
 pub fn busy_cores_elsewhere(window: std::time::Duration) -> Option<f64> {
     let read = || -> Option<(u64, u64, u64)> {
         let (busy, total) = parse_proc_stat(&std::fs::read_to_string("/proc/stat").ok()?)?;

@@ -216,7 +216,8 @@ pub fn measure_job(job: &Job, backend: Backend, sweep: &Sweep, max_bytes: f64) -
 }
 
 /// Jobs per block when `timing.rounds` > 1: about half a minute to a minute of conv2d per round,
-/// long enough for the VM's slow phases (seconds to tens of seconds) to pass between visits.
+/// long enough for a shared machine's slow phases (seconds to tens of seconds) to pass between
+/// visits.
 pub const ROUND_BLOCK: usize = 48;
 
 /// Measures `jobs` in `sweep.timing.rounds` passes over the block, every visit preparing fresh

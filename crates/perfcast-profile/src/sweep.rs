@@ -1018,7 +1018,7 @@ mod tests {
                 "`linear.in_features` must not be negative, got -4",
             ),
             ("colour = 3", "unknown key `colour`"),
-            // Issue 21: these ran as 1, or allocated the draws up front.
+            // These ran as 1, or allocated the draws up front.
             (
                 "[conv2d]\nkernel = [0]",
                 "`conv2d.kernel` values must be in [1, 16777216], got 0",

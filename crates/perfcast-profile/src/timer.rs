@@ -1,7 +1,7 @@
 //! The timing harness: warm-up, adaptive repetitions until the median is stable, robust stats.
 //!
 //! Calls shorter than [`TimingConfig::min_sample`] are grouped so one sample lasts at least that
-//! long (timer resolution and loop overhead then stay below 0.1%); a sample's value is the mean
+//! long (timer resolution and loop overhead then stay negligible); a sample's value is the mean
 //! call time of its group. Repetitions stop when the median's relative standard error falls
 //! below the target, or at the time or repetition cap.
 
@@ -28,8 +28,8 @@ pub struct TimingConfig {
     /// Shortest sample, seconds: shorter calls are grouped; default 0.0005.
     pub min_sample_s: f64,
     /// Separate visits per configuration, each timed as above; the row keeps the median of the
-    /// visits' medians. Default 1. Repetitions within one visit agree to well under 1%, but on a
-    /// shared VM whole visits come out 30-120% slow now and then (slow phases, memory placement);
+    /// visits' medians. Default 1. Repetitions within one visit agree closely, but on a shared
+    /// machine whole visits come out slow now and then (slow phases, memory placement), and
     /// separated visits with fresh tensors outvote a single slow one. Phases that last longer
     /// than the gap between visits (a block, see `run::ROUND_BLOCK`) still show.
     pub rounds: u32,

@@ -29,6 +29,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::link::Link;
 use crate::measured::Collectives;
+// The ring formula lives with the link so measured fits can fall back to it without a circle.
+pub use crate::link::ring_allreduce_s;
 
 /// Smallest chunk a pipelined tree splits a message into: below it per-chunk overheads
 /// dominate (NCCL's chunks are hundreds of KiB).
@@ -180,15 +182,6 @@ impl Strategy {
             }
         })
     }
-}
-
-/// Ring all-reduce: `2 (P-1)/P * S/B + 2 (P-1) alpha`.
-pub fn ring_allreduce_s(devices: usize, bytes: f64, link: &Link) -> f64 {
-    if devices <= 1 {
-        return 0.0;
-    }
-    let p = devices as f64;
-    2.0 * (p - 1.0) / p * bytes / link.bytes_per_s() + 2.0 * (p - 1.0) * link.latency_s()
 }
 
 /// Pipelined binary-tree all-reduce (reduce up, broadcast down) with the best chunk count.

@@ -10,8 +10,7 @@
 //! It needs no gradient and no starting point, only bounds: the fitted expression's cost is
 //! a smooth but badly scaled function of constants spanning orders of magnitude.
 
-use rand::rngs::StdRng;
-use rand::{RngExt, SeedableRng};
+use perfcast_core::rng::SplitMix64;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -121,7 +120,7 @@ pub fn minimise(
     } else {
         config.population
     };
-    let mut rng = StdRng::seed_from_u64(config.seed);
+    let mut rng = SplitMix64::new(config.seed);
     let mut eval = |x: &[f64]| {
         let c = cost(x);
         if c.is_nan() { f64::INFINITY } else { c }
@@ -130,7 +129,7 @@ pub fn minimise(
         .map(|_| {
             bounds
                 .iter()
-                .map(|&(lo, hi)| lo + (hi - lo) * rng.random::<f64>())
+                .map(|&(lo, hi)| lo + (hi - lo) * rng.unit())
                 .collect()
         })
         .collect();
@@ -155,8 +154,8 @@ pub fn minimise(
         let mut next = pop.clone();
         let mut next_costs = costs.clone();
         for i in 0..np {
-            let pick = |rng: &mut StdRng, not: &[usize]| loop {
-                let r = rng.random_range(0..np);
+            let pick = |rng: &mut SplitMix64, not: &[usize]| loop {
+                let r = rng.below(np);
                 if !not.contains(&r) {
                     break r;
                 }
@@ -164,10 +163,10 @@ pub fn minimise(
             let r1 = pick(&mut rng, &[i]);
             let r2 = pick(&mut rng, &[i, r1]);
             let r3 = pick(&mut rng, &[i, r1, r2]);
-            let forced = rng.random_range(0..dim);
+            let forced = rng.below(dim);
             for j in 0..dim {
                 let target = pop[i][j];
-                trial[j] = if j == forced || rng.random::<f64>() < config.cr {
+                trial[j] = if j == forced || rng.unit() < config.cr {
                     let (lo, hi) = bounds[j];
                     let v = pop[r1][j] + config.f * (pop[r2][j] - pop[r3][j]);
                     if v < lo {

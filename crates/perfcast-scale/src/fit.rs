@@ -31,9 +31,7 @@
 //! one that they cannot (runs at one `n` cannot split `startup` from the per-sample terms;
 //! runs at two values of `p` cannot split `compute`, `serial` and `contention`).
 
-use rand::SeedableRng;
-use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
+use perfcast_core::rng::SplitMix64;
 use serde::{Deserialize, Serialize};
 
 use crate::de::{DeConfig, minimise};
@@ -497,7 +495,7 @@ pub fn split(runs: &[Run], holdout: &Holdout) -> Result<(Vec<Run>, Vec<Run>)> {
                 ));
             }
             let mut order: Vec<usize> = (0..runs.len()).collect();
-            order.shuffle(&mut StdRng::seed_from_u64(*seed));
+            SplitMix64::new(*seed).shuffle(&mut order);
             let count = ((runs.len() as f64 * share).round() as usize).max(1);
             let mut held = vec![false; runs.len()];
             for &i in order.iter().take(count) {
@@ -560,7 +558,6 @@ pub fn fit_with_holdout(
 
 #[cfg(test)]
 mod tests {
-    use rand::RngExt;
 
     use super::*;
 
@@ -572,13 +569,13 @@ mod tests {
         noise: f64,
         seed: u64,
     ) -> Vec<Run> {
-        let mut rng = StdRng::seed_from_u64(seed);
+        let mut rng = SplitMix64::new(seed);
         let mut runs = Vec::new();
         for &p in grid.0 {
             for &b in grid.1 {
                 for &n in grid.2 {
                     // Box-Muller.
-                    let (u1, u2): (f64, f64) = (rng.random(), rng.random());
+                    let (u1, u2): (f64, f64) = (rng.unit(), rng.unit());
                     let z = (-2.0 * (1.0 - u1).ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
                     let point = Point { p, b, n };
                     runs.push(Run {
@@ -628,7 +625,7 @@ mod tests {
                 // four of them.
                 assert!(err < 4.0 * c.rel_se, "seed {seed}: {c:?}");
             }
-            // 2% Gaussian noise: the mean absolute error is about 2% * sqrt(2/pi) = 1.6%.
+            // Gaussian noise of relative sd `s` gives a mean absolute error of `s * sqrt(2/pi)`.
             assert!(
                 fitted.fit_mape > 1.2 && fitted.fit_mape < 2.0,
                 "{}",

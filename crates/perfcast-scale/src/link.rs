@@ -4,7 +4,7 @@
 //! Bandwidths are per direction (links are full duplex) in GB/s (10^9 bytes per second).
 //!
 //! The presets' bandwidths are the published peaks per direction; collectives measured with
-//! NCCL typically reach 70-90% of them. Their latencies are the per-step latencies NCCL's own
+//! NCCL reach most, not all, of them. Their latencies are the per-step latencies NCCL's own
 //! cost model assumes for its ring algorithm with the Simple protocol (`hwLat` in NCCL's
 //! `src/graph/tuning.cc`), except Ethernet, which that table does not cover. For a measured
 //! link, pass `GBPS:US` (e.g. `11.2:6`) wherever a preset name is accepted.
@@ -175,6 +175,15 @@ impl std::fmt::Display for Link {
             self.name, self.bandwidth_gbs, self.latency_us
         )
     }
+}
+
+/// Ring all-reduce over `link`: `2 (P-1)/P * S/B + 2 (P-1) alpha`.
+pub fn ring_allreduce_s(devices: usize, bytes: f64, link: &Link) -> f64 {
+    if devices <= 1 {
+        return 0.0;
+    }
+    let p = devices as f64;
+    2.0 * (p - 1.0) / p * bytes / link.bytes_per_s() + 2.0 * (p - 1.0) * link.latency_s()
 }
 
 #[cfg(test)]

@@ -20,8 +20,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::collective::ring_allreduce_s;
 use crate::error::{Error, Result};
+use crate::link::ring_allreduce_s;
 use crate::link::{Link, MAX_LINK_GBS};
 
 /// A collective operation the measurements cover.

@@ -79,9 +79,8 @@ pub fn write_runs(path: &Path, report: &RunsReport) -> Result<()> {
     })
 }
 
-/// Writes `path` atomically: `fill` writes a temp file beside it (readable like any data file,
-/// not the temp file's private mode), which is synced and renamed over `path`; a failure
-/// leaves `path` as it was.
+/// Writes `path` atomically through [`perfcast_core::atomic`]; a failure leaves `path` as it
+/// was.
 pub(crate) fn write_atomically(
     path: &Path,
     fill: impl FnOnce(&std::fs::File) -> std::io::Result<()>,
@@ -90,19 +89,7 @@ pub(crate) fn write_atomically(
         path: path.to_path_buf(),
         source,
     };
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let mut builder = tempfile::Builder::new();
-    builder.prefix(".perfcast-").suffix(".tmp");
-    #[cfg(unix)]
-    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644));
-    let tmp = builder.tempfile_in(dir).map_err(err)?;
-    fill(tmp.as_file()).map_err(err)?;
-    tmp.as_file().sync_all().map_err(err)?;
-    tmp.persist(path).map_err(|e| err(e.error))?;
-    Ok(())
+    perfcast_core::atomic::write_atomic_with(path, |file| fill(file).map_err(err), |_, _, e| err(e))
 }
 
 /// The `#` line saying how the runs were measured.

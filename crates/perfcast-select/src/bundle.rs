@@ -48,7 +48,7 @@ pub fn write_bundle(
     manifest: &Manifest,
     models: &[(String, SavedModel)],
 ) -> Result<()> {
-    // Only an earlier bundle is replaced, never another folder (issue 21).
+    // Only an earlier bundle is replaced, never another folder.
     outdir::check_destination(dir, OutputKind::Bundle, true, &[])?;
     let staging = outdir::stage_beside(dir, "bundle")?;
     for entry in manifest.kinds.values() {

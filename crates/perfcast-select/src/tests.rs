@@ -85,7 +85,7 @@ fn corrupt_truncated_or_mismatched_bundles_are_refused() {
     assert!(err.contains("no such bundle"), "{err}");
 }
 
-/// Issue 21: a manifest could name a model file outside the bundle (`../x`, an absolute
+/// A manifest could name a model file outside the bundle (`../x`, an absolute
 /// path, a symlink out, `/dev/zero`, read without bound).
 #[test]
 fn model_files_are_read_from_inside_the_bundle_only() {
@@ -199,7 +199,7 @@ impl Draws {
     }
 }
 
-/// Issue 20: the same GEMM written as batch x tokens or batch x heads gets one prediction on a
+/// The same GEMM written as batch x tokens or batch x heads gets one prediction on a
 /// GPU bundle, whatever the split.
 #[test]
 fn gpu_predictions_do_not_depend_on_how_the_work_is_split() {
@@ -255,7 +255,7 @@ fn gpu_predictions_do_not_depend_on_how_the_work_is_split() {
     }
 }
 
-/// Issue 20: no GPU prediction is below the roofline of the device's own spec, for random
+/// No GPU prediction is below the roofline of the device's own spec, for random
 /// specs and every kind, both phases.
 #[test]
 fn gpu_predictions_never_beat_the_spec_roofline() {
@@ -284,7 +284,7 @@ fn gpu_predictions_never_beat_the_spec_roofline() {
     }
 }
 
-/// Issue 20: a GPU kind without training rows (NeuSight's matmul) answers a training step
+/// A GPU kind without training rows (NeuSight's matmul) answers a training step
 /// composed from forward kernels, says so, and costs about three forward GEMMs.
 #[test]
 fn gpu_training_steps_of_forward_only_kinds_are_composed_and_marked() {

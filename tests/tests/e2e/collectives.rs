@@ -1,4 +1,4 @@
-//! `perfcast collectives fit | eval` end to end (issue 38): the fits file, the held-out table,
+//! `perfcast collectives fit | eval` end to end: the fits file, the held-out table,
 //! bad input.
 
 use crate::{run, stderr};

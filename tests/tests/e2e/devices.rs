@@ -1,4 +1,4 @@
-//! Cross-device prediction (issue 7): training across devices, leave-one-device-out and anchor
+//! Cross-device prediction: training across devices, leave-one-device-out and anchor
 //! evaluation, and predicting devices never measured from their specs.
 
 use std::path::{Path, PathBuf};

@@ -1,4 +1,4 @@
-//! Real models end to end (issue 23): `predict --transformer` and `predict --onnx` on the
+//! Real models end to end: `predict --transformer` and `predict --onnx` on the
 //! shipped GPU bundle, and their bad inputs (one line naming the file and the field or node,
 //! exit 2).
 

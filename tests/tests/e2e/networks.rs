@@ -1,4 +1,4 @@
-//! `measure`, `calibrate` and `eval networks` end to end (issue 6).
+//! `measure`, `calibrate` and `eval networks` end to end.
 
 use crate::train::{small_dataset, train_bundle};
 use crate::{run, stderr};
@@ -139,7 +139,7 @@ fn measure_calibrate_and_eval_networks_from_saved_runs() {
     );
 
     // One answer for a calibrated bundle: the CLI's JSON, the server's `/v1/predict/network`
-    // and the library's `Predictor` give the same composed total, bit for bit (issue 22),
+    // and the library's `Predictor` give the same composed total, bit for bit,
     // never the plain sum.
     let (_server, addr) = crate::serve::start(&bundle);
     let library = perfcast_predict::Predictor::new(

@@ -1,4 +1,4 @@
-//! `perfcast plan` end to end (issue 26): JSON shape, sort order, a plan that fits nowhere,
+//! `perfcast plan` end to end: JSON shape, sort order, a plan that fits nowhere,
 //! bad input.
 
 use crate::{run, stderr};

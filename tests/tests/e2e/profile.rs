@@ -69,7 +69,7 @@ fn profile_writes_a_dataset_that_show_reads() {
     assert!(stderr(&o).contains("--resume"), "{}", stderr(&o));
 }
 
-/// Issue #2: a killed run resumed with `--resume` loses no finished row and duplicates none.
+/// A killed run resumed with `--resume` loses no finished row and duplicates none.
 #[test]
 fn killed_run_resumes_without_loss_or_duplicates() {
     let tmp = tempfile::tempdir().unwrap();

@@ -1,4 +1,4 @@
-//! Issue 21, "Nothing lost, nothing panics": destructive paths, concurrent writers, overflow,
+//! "Nothing lost, nothing panics": destructive paths, concurrent writers, overflow,
 //! bundle containment and nonsense inputs, each through the real binary.
 
 use std::collections::HashSet;
@@ -480,7 +480,7 @@ fn merge_and_remeasure_tolerate_duplicate_rows() {
     assert_eq!(merged.len(), rows.len() - 1);
 }
 
-/// Issue 40: counts sized by the user are bounded before anything is allocated or started.
+/// Counts sized by the user are bounded before anything is allocated or started.
 #[test]
 fn counts_that_would_take_the_machine_are_refused_before_any_work() {
     refused(

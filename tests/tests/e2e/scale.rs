@@ -1,4 +1,4 @@
-//! `scale fit` and `scale predict` end to end (issue 9).
+//! `scale fit` and `scale predict` end to end.
 
 use std::path::{Path, PathBuf};
 
@@ -405,7 +405,7 @@ fn scale_predict_reads_the_device_specs_predict_reads() {
     );
 }
 
-/// `scale predict` on real models (issue 23) and on a device the bundle never measured: a
+/// `scale predict` on real models and on a device the bundle never measured: a
 /// transformer config and an ONNX graph load as in `predict`, a cross-device bundle predicts
 /// compute for the named device, a one-device bundle refuses another device.
 #[test]

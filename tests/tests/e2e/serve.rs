@@ -392,7 +392,7 @@ fn serve_answers_valid_and_invalid_requests_and_stops_on_sigterm() {
     assert!(!log.contains("panicked"), "{log}");
 }
 
-/// `POST /v1/predict/onnx` (issue 23): the file as the body, the rest in the query string;
+/// `POST /v1/predict/onnx`: the file as the body, the rest in the query string;
 /// the same total as `perfcast predict --onnx`, bit for bit, with the import report; a
 /// transformer config gives the CLI's total in the training phase too (dropout built); bad
 /// files and parameters are 422s naming what is wrong.

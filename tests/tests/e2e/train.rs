@@ -317,7 +317,7 @@ fn train_fits_medn_and_the_mlp_saves_checkpoints_and_compares_a_shared_network()
 }
 
 /// A kind with fewer training rows than MEDN needs (`registry::NETWORK_MIN_ROWS`) is trained
-/// with the other families and a note, not with a network that cannot win (issue 24).
+/// with the other families and a note, not with a network that cannot win.
 #[test]
 fn medn_is_skipped_on_a_kind_too_small_for_it() {
     let tmp = tempfile::tempdir().unwrap();

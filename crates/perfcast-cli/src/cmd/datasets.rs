@@ -26,7 +26,7 @@ pub enum DatasetsCommand {
     /// Merge measuring sessions of the same rows: each row keeps the median of its sessions
     ///
     /// On a shared machine a session's labels drift together (a slow hour makes many rows
-    /// 5-30% slow at once); sessions taken hours apart (`remeasure --all --write`) and merged
+    /// slow at once); sessions taken hours apart (`remeasure --all --write`) and merged
     /// outvote one slow session. Rows are matched by configuration, context and backend; a row
     /// keeps the median of the sessions that measured it (the faster one of two), and rows only
     /// one input has are kept as they are.

@@ -2,8 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
 use anyhow::Context as _;
 use clap::Args;
@@ -117,24 +116,22 @@ pub fn run(args: ProfileArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     profile(&sweep, &options, active.as_ref(), args.format, ui)
 }
 
-/// The process's Ctrl-C flag, its handler installed once: `ctrlc` keeps the first handler
-/// and refuses a second, so a flag made per sweep left every sweep after the first deaf to
-/// Ctrl-C (the quickstart's second sweep ran on). Once set it stays set: the process is
-/// stopping. A second Ctrl-C exits at once.
-pub fn interrupt_flag() -> Arc<AtomicBool> {
-    static FLAG: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
-    Arc::clone(FLAG.get_or_init(|| {
-        let flag = Arc::new(AtomicBool::new(false));
-        let seen = Arc::clone(&flag);
-        let _ = ctrlc::set_handler(move || {
-            perfcast_core::interrupt::request();
-            if seen.swap(true, Ordering::SeqCst) {
+/// The process's one interrupt token ([`perfcast_core::interrupt`]), with the Ctrl-C handler
+/// installed once: `ctrlc` keeps the first handler and refuses a second, so a handler per
+/// sweep would leave every sweep after the first deaf to Ctrl-C. Once set the token stays set:
+/// the process is stopping. A second Ctrl-C exits at once.
+pub fn interrupt_flag() -> &'static AtomicBool {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let _ = ctrlc::set_handler(|| {
+            if perfcast_core::interrupt::requested() {
                 eprintln!("interrupted twice: stopped at once");
                 std::process::exit(130);
             }
+            perfcast_core::interrupt::request();
         });
-        flag
-    }))
+    });
+    perfcast_core::interrupt::token()
 }
 
 /// Measures `sweep` as `options` say, or the configurations `active` selection chooses from
@@ -159,7 +156,7 @@ pub fn profile(
     };
     let bar = progress(ui, 0, "profile");
     let mut on_event = crate::progress::profile_events(&bar, ui);
-    let summary = run_jobs(sweep, jobs, options, &mut on_event, &interrupted);
+    let summary = run_jobs(sweep, jobs, options, &mut on_event, interrupted);
     bar.finish_and_clear();
     let summary = summary.with_context(|| format!("profiling into `{}`", out.display()))?;
     match format {

@@ -78,8 +78,8 @@ pub struct TrainArgs {
     phase: crate::cmd::devices_eval::PhaseChoice,
     /// Leave out the tables `perfcast datasets check` flags (a device whose linear and bmm
     /// GEMM efficiencies disagree beyond what the other devices show); by default they are
-    /// reported and kept: leaving out the Tesla P4's linear table made the util model worse on
-    /// every other NVIDIA GPU left out (T4 24.9 -> 36.1%)
+    /// reported and kept, since leaving a flagged table out can make other devices' models
+    /// worse (docs/accuracy.md#data-faults-found-by-datasets-check)
     #[arg(long)]
     exclude_flagged: bool,
     /// With `--bundle`: refit each kind's chosen model on all its rows (the held-out ones

@@ -12,10 +12,15 @@ use crate::plot::{self, Chart, Series};
 
 /// Writes a chart as SVG or PNG by the path's extension, atomically.
 pub fn write(path: &Path, chart: &Chart<'_>) -> anyhow::Result<()> {
+    write_with_lines(path, chart, &[])
+}
+
+/// [`write`] with `lines` drawn over the chart.
+fn write_with_lines(path: &Path, chart: &Chart<'_>, lines: &[Series]) -> anyhow::Result<()> {
     let bytes = if plot::is_svg(path)? {
-        chart.svg().into_bytes()
+        chart.svg_with_lines(lines).into_bytes()
     } else {
-        chart.png()?
+        chart.png_with_lines(lines)?
     };
     perfcast_data::write_atomic(path, &bytes)
         .with_context(|| format!("writing the plot `{}`", path.display()))
@@ -29,22 +34,25 @@ pub fn train(held: &HeldOut<'_>, device: &str) -> anyhow::Result<Vec<(PathBuf, V
     let scatter: Vec<Series> = held
         .models
         .iter()
-        .map(|(name, pred, _)| Series {
-            name: name.to_string(),
-            points: held
-                .measured
-                .iter()
-                .copied()
-                .zip(pred.iter().copied())
-                .collect(),
+        .map(|(name, pred, _)| {
+            Series::new(
+                name.to_string(),
+                held.measured
+                    .iter()
+                    .copied()
+                    .zip(pred.iter().copied())
+                    .collect(),
+            )
         })
         .collect();
     let cdfs: Vec<Series> = held
         .models
         .iter()
-        .map(|(name, pred, mape)| Series {
-            name: format!("{name} (MAPE {}%)", sig3(*mape)),
-            points: plot::error_cdf(pred, held.measured),
+        .map(|(name, pred, mape)| {
+            Series::new(
+                format!("{name} (MAPE {}%)", sig3(*mape)),
+                plot::error_cdf(pred, held.measured),
+            )
         })
         .collect();
     let title = format!("{kind} on {device}: held-out rows");
@@ -100,41 +108,30 @@ pub fn networks(
         if rows.is_empty() {
             continue;
         }
-        series.push(Series {
-            name: format!("{} plain sum", phase.name()),
-            points: rows.iter().map(|c| (c.measured_ms, c.plain_ms)).collect(),
-        });
+        series.push(Series::new(
+            format!("{} plain sum", phase.name()),
+            rows.iter().map(|c| (c.measured_ms, c.plain_ms)).collect(),
+        ));
         if rows.iter().all(|c| c.composed.is_some()) {
-            series.push(Series {
-                name: format!("{} composed", phase.name()),
-                points: rows
-                    .iter()
+            series.push(Series::new(
+                format!("{} composed", phase.name()),
+                rows.iter()
                     .filter_map(|c| c.composed.as_ref().map(|x| (c.measured_ms, x.total_ms)))
                     .collect(),
-            });
+            ));
         }
     }
-    let title = format!("{device}: networks");
+    let title = format!("{device}: whole networks, predicted against measured");
     let chart = Chart {
         title: &title,
-        x_label: "measured (ms)",
-        y_label: "predicted (ms)",
+        x_label: "measured latency (ms)",
+        y_label: "predicted latency (ms)",
         series: &series,
         log: (true, true),
         scatter: true,
         diagonal: true,
     };
-    let bytes = match path.extension().and_then(|e| e.to_str()) {
-        Some("png") => chart.png()?,
-        Some("svg") => chart.svg().into_bytes(),
-        _ => anyhow::bail!(
-            "`--plot {}`: the file name must end in `.svg` or `.png`",
-            path.display()
-        ),
-    };
-    perfcast_data::write_atomic(path, &bytes)
-        .with_context(|| format!("writing `{}`", path.display()))?;
-    Ok(())
+    write(path, &chart)
 }
 
 /// `scale predict --plot`: throughput against devices beside linear scaling from one device.
@@ -150,27 +147,25 @@ pub fn scaling(
         .map(|r| r.throughput)
         .unwrap_or(rows[0].throughput / rows[0].speedup);
     let series = [
-        Series {
-            name: name.to_string(),
-            points: rows
-                .iter()
+        Series::new(
+            name,
+            rows.iter()
                 .map(|r| (r.devices as f64, r.throughput))
                 .collect(),
-        },
-        Series {
-            name: "linear scaling".into(),
-            points: rows
-                .iter()
+        ),
+        Series::new(
+            "linear scaling",
+            rows.iter()
                 .map(|r| (r.devices as f64, base * r.devices as f64))
                 .collect(),
-        },
+        ),
     ];
     write(
         path,
         &Chart {
             title,
-            x_label: "devices",
-            y_label: "samples per second",
+            x_label: "devices (count)",
+            y_label: "throughput (samples/s)",
             series: &series,
             log: (true, true),
             scatter: false,
@@ -205,41 +200,41 @@ pub fn scale_fit(
         .collect();
     let curves: Vec<Series> = shown
         .iter()
-        .map(|&(b, n)| Series {
-            name: format!("b={b} n={n}"),
-            points: ps
-                .iter()
-                .map(|&p| (p, fitted.predict(perfcast_scale::Point { p, b, n })))
-                .collect(),
+        .map(|&(b, n)| {
+            Series::new(
+                format!("b={b} n={n}"),
+                ps.iter()
+                    .map(|&p| (p, fitted.predict(perfcast_scale::Point { p, b, n })))
+                    .collect(),
+            )
         })
         .collect();
     write(
         path,
         &Chart {
             title: "predicted scaling: T(p, b, n)",
-            x_label: "processors p",
-            y_label: "seconds",
+            x_label: "processors p (count)",
+            y_label: "predicted time T (s)",
             series: &curves,
             log: (false, true),
             scatter: false,
             diagonal: false,
         },
     )?;
-    let scatter = [Series {
-        name: format!("{} runs (MAPE {}%)", runs.len(), sig3(fitted.mape(runs))),
-        points: runs
-            .iter()
+    let scatter = [Series::new(
+        format!("{} runs (MAPE {}%)", runs.len(), sig3(fitted.mape(runs))),
+        runs.iter()
             .map(|r| (r.time_s, fitted.predict(r.point)))
             .collect(),
-    }];
+    )];
     let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("plot");
     let ext = path.extension().and_then(|s| s.to_str()).unwrap_or("svg");
     write(
         &path.with_file_name(format!("{stem}-fit.{ext}")),
         &Chart {
             title: "fitted expression: every run",
-            x_label: "measured (s)",
-            y_label: "predicted (s)",
+            x_label: "measured time (s)",
+            y_label: "predicted time (s)",
             series: &scatter,
             log: (true, true),
             scatter: true,
@@ -249,7 +244,8 @@ pub fn scale_fit(
 }
 
 /// `plan --plot`: seconds per step against dollars per 1,000 steps for every plan that fits
-/// and has a price, the time-cost Pareto front drawn as a line.
+/// and has a price, one colour per device, the time-cost Pareto front drawn as a line with
+/// each of its plans labelled (device, GPUs, layout) so the chart reads without the table.
 pub fn plan(path: &Path, r: &perfcast_scale::plan::PlanReport) -> anyhow::Result<()> {
     let mut series: Vec<Series> = Vec::new();
     for row in r.rows.iter().filter(|r| r.fits) {
@@ -259,19 +255,19 @@ pub fn plan(path: &Path, r: &perfcast_scale::plan::PlanReport) -> anyhow::Result
         let name = format!("{} (fits)", row.device);
         match series.iter_mut().find(|s| s.name == name) {
             Some(s) => s.points.push((row.step_s, cost)),
-            None => series.push(Series {
-                name,
-                points: vec![(row.step_s, cost)],
-            }),
+            None => series.push(Series::new(name, vec![(row.step_s, cost)])),
         }
     }
-    let mut front: Vec<(f64, f64)> = r
+    let mut front: Vec<((f64, f64), String)> = r
         .rows
         .iter()
         .filter(|r| r.pareto)
-        .filter_map(|r| r.cost_per_1000_steps.map(|c| (r.step_s, c)))
+        .filter_map(|r| {
+            let label = format!("{} x{} {}", r.device, r.gpus, r.layout_name);
+            r.cost_per_1000_steps.map(|c| ((r.step_s, c), label))
+        })
         .collect();
-    front.sort_by(|a, b| a.0.total_cmp(&b.0));
+    front.sort_by(|a, b| a.0.0.total_cmp(&b.0.0));
     anyhow::ensure!(
         !series.is_empty(),
         "`--plot {}`: no plan both fits and has a price to plot",
@@ -283,22 +279,18 @@ pub fn plan(path: &Path, r: &perfcast_scale::plan::PlanReport) -> anyhow::Result
     );
     let chart = Chart {
         title: &title,
-        x_label: "seconds per step",
-        y_label: "dollars per 1,000 steps",
+        x_label: "time per step (s)",
+        y_label: "cost per 1,000 steps (USD)",
         series: &series,
         log: (true, true),
         scatter: true,
         diagonal: false,
     };
+    let (points, labels) = front.into_iter().unzip();
     let lines = [Series {
-        name: "Pareto front".into(),
-        points: front,
+        name: "Pareto front (device xGPUs layout)".into(),
+        points,
+        labels,
     }];
-    let bytes = if plot::is_svg(path)? {
-        chart.svg_with_lines(&lines).into_bytes()
-    } else {
-        chart.png_with_lines(&lines)?
-    };
-    perfcast_data::write_atomic(path, &bytes)
-        .with_context(|| format!("writing the plot `{}`", path.display()))
+    write_with_lines(path, &chart, &lines)
 }

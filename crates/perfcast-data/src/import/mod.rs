@@ -110,12 +110,12 @@ use std::path::{Path, PathBuf};
 use perfcast_core::{Context, DeviceSpec, ModuleKind, ModuleSpec, Phase};
 use serde::Serialize;
 
-use crate::dataset::{DatasetDir, write_atomic};
+use crate::atomic::write_atomic;
+use crate::dataset::DatasetDir;
 use crate::error::{Error, Result};
 use crate::record::{Outcome, Record, Timing};
 
-/// File written at the root of an import's output, describing what was imported.
-pub const IMPORT_FILE: &str = "import.json";
+pub use crate::outdir::IMPORT_FILE;
 
 /// Rows read from one source, grouped per device, ready to be written as datasets.
 #[derive(Clone, Debug, Default)]

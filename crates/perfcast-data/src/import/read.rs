@@ -207,8 +207,8 @@ impl<'a> Col<'a> {
     }
 }
 
-/// Longest message about one cell: a cell's value is echoed, and a 5 MB cell made a 5 MB
-/// error line (issue 21).
+/// Longest message about one cell: a cell's value is echoed, so a huge cell would make a huge
+/// error line.
 const MAX_MESSAGE: usize = 200;
 
 /// `message` cut to [`MAX_MESSAGE`] bytes ([`crate::clip_text`]), its line breaks written
@@ -377,7 +377,7 @@ mod tests {
         );
     }
 
-    /// Issue 21: a duplicate header was taken silently; a 5 MB cell was echoed whole.
+    /// A duplicate header was taken silently; a 5 MB cell was echoed whole.
     #[test]
     fn duplicate_headers_and_huge_cells_are_reported_in_one_short_line() {
         let tmp = tempfile::tempdir().unwrap();

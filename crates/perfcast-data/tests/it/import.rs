@@ -125,7 +125,7 @@ fn neusight_sample_maps_every_kind() {
     assert_eq!(r.context.batch, 38);
     assert_eq!(r.timing().unwrap().median_ms, 0.8809813261032104);
 
-    // Element-wise, LayerNorm and softmax (issue 20): a B x H tensor is [1, 1, H] at batch B.
+    // Element-wise, LayerNorm and softmax: a B x H tensor is [1, 1, H] at batch B.
     for kind in [
         ModuleKind::Add,
         ModuleKind::AddScalar,
@@ -428,7 +428,7 @@ fn deepbench_keeps_fp32_rows_only() {
     assert_eq!(gemm[0].context.batch, 1);
     assert_eq!(gemm[0].context.phase, Phase::Inference);
     assert_eq!(gemm[0].timing(), Some(&Timing::median_only(0.038)));
-    // Issue 7: `A_T` T is `trans_a`, so the T,N row of the same shape is its own configuration
+    // `A_T` T is `trans_a`, so the T,N row of the same shape is its own configuration
     // (and no row repeats another).
     let tn = ModuleSpec::Matmul(Matmul {
         heads: 1,
@@ -488,7 +488,7 @@ fn deepbench_keeps_fp32_rows_only() {
     );
 }
 
-/// Issue 7: the library versions of the results file a device's fp32 rows come from become
+/// The library versions of the results file a device's fp32 rows come from become
 /// its spec's `software`; without `specs.csv`, or when its files disagree, there is none.
 #[test]
 fn deepbench_software_stack_comes_from_specs_csv() {

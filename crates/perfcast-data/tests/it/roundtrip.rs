@@ -90,7 +90,7 @@ fn append_keeps_old_rows_and_leaves_no_temp_files() {
     let rows = dir.read(ModuleKind::Conv2d).unwrap();
     assert_eq!(rows.len(), 2);
     assert_eq!(dir.measured_keys(ModuleKind::Conv2d).unwrap().len(), 2);
-    // Issue 21: a row the table holds (or that repeats within the call) is not stored again.
+    // A row the table holds (or that repeats within the call) is not stored again.
     let stored = dir
         .append(
             ModuleKind::Conv2d,
@@ -123,7 +123,7 @@ fn append_keeps_old_rows_and_leaves_no_temp_files() {
     );
 }
 
-/// Issue 21: threads appending to one dataset at once lose no row and store none twice.
+/// Threads appending to one dataset at once lose no row and store none twice.
 #[test]
 fn concurrent_appends_store_every_row_once() {
     let tmp = tempfile::tempdir().unwrap();
@@ -195,7 +195,7 @@ fn missing_column_is_named() {
     assert!(err.contains("missing column `in_features`"), "{err}");
 }
 
-/// Issue 7: a matmul's operand transposes survive a dataset, a table written before they
+/// A matmul's operand transposes survive a dataset, a table written before they
 /// existed reads as untransposed, and a bad flag is named with its row.
 #[test]
 fn matmul_layout_columns_round_trip_and_default_to_untransposed() {

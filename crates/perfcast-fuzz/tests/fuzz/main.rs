@@ -1,4 +1,4 @@
-//! The fuzz harness of issue 21: every reader of outside input, on mutated valid inputs and on
+//! The fuzz harness: every reader of outside input, on mutated valid inputs and on
 //! extreme values. A panic, a non-finite derived number or a row lost between an import and a
 //! read fails the target, with the shrunk input.
 //!

@@ -1,4 +1,4 @@
-//! Round trip of issue 22: a bundle saved by perfcast-select's writer and loaded by
+//! Round trip: a bundle saved by perfcast-select's writer and loaded by
 //! perfcast-predict's `Bundle::load` predicts bit-identically to the models it was written from.
 //!
 //! Random small training sets of one to three kinds, each fitted by a cheap family (ridge,

@@ -1,5 +1,5 @@
-//! The ONNX importer on hostile and on fixed-batch files (issues 39 and 40: nothing panics on
-//! a model file; a fixed batch is the file's batch).
+//! The ONNX importer on hostile and on fixed-batch files: nothing panics on a model file, and a
+//! fixed batch is the file's batch.
 
 use std::path::Path;
 

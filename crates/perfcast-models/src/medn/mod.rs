@@ -26,8 +26,6 @@ use burn::module::Module;
 use burn::store::ModuleRecord;
 use burn::tensor::{Device, Tensor, TensorData};
 use perfcast_core::Phase;
-use rand::SeedableRng;
-use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -79,9 +77,8 @@ pub struct MednParams {
     /// Loss: `l1` (relative error in log space, the default), `mse` or `ape` (the MAPE
     /// metric itself).
     pub loss: Loss,
-    /// Weight of each task's loss, `[forward, training]`; default `[1, 1]`: `[1, 1.5]`
-    /// (tried against a training-step head falling behind) cost batchnorm2d's training head
-    /// 9.44% against 6.43% test MAPE on cpu-big (mean of split seeds 0..=2).
+    /// Weight of each task's loss, `[forward, training]`; default `[1, 1]`, since weighting the
+    /// training head up cost it accuracy (docs/accuracy.md#figures-behind-code-choices).
     pub task_weights: Vec<f64>,
     /// Peak learning rate of Adam; default 3e-3.
     pub lr: f64,
@@ -319,7 +316,7 @@ fn to_samples(
     s
 }
 
-impl crate::registry::FamilyParams for MednParams {
+impl crate::params::FamilyParams for MednParams {
     fn name(&self) -> &'static str {
         self.family()
     }
@@ -557,7 +554,12 @@ impl MednParams {
             min_valid: ((20.0 * self.val_share).round() as usize).max(1),
             min_train: n - n / 2,
         };
-        split::validation(groups, n, &v, &mut StdRng::seed_from_u64(seed))
+        split::validation(
+            groups,
+            n,
+            &v,
+            &mut perfcast_core::rng::SplitMix64::new(seed),
+        )
     }
 
     /// One network shared by several module kinds: each kind's rows are placed in the union of

@@ -319,7 +319,7 @@ fn tile_inputs_widen_the_network_and_older_checkpoints_load_without_them() {
     );
 }
 
-/// Issue 22: early stopping validated on random samples of layers it also trained on (other
+/// Early stopping validated on random samples of layers it also trained on (other
 /// batches of one configuration); it holds out whole configurations now, as trees do.
 #[test]
 fn early_stopping_holds_out_whole_configurations() {

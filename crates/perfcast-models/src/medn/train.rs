@@ -6,9 +6,7 @@ use burn::module::Module;
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::{Device, Tensor, TensorData};
-use rand::SeedableRng;
-use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
+use perfcast_core::rng::SplitMix64;
 
 use super::config::{InitNet, MednConfig};
 use super::infer::{BurnWeights, Dense, FastNet, Norm};
@@ -111,7 +109,7 @@ pub(crate) fn train(
             (opts.weight_decay > 0.0).then(|| WeightDecayConfig::new(opts.weight_decay as f32)),
         )
         .init();
-    let mut rng = StdRng::seed_from_u64(opts.seed ^ 0x6d65_646e);
+    let mut rng = SplitMix64::new(opts.seed ^ 0x6d65_646e);
 
     let n = train.len();
     let batch = opts.batch_size.clamp(1, n);
@@ -155,7 +153,7 @@ pub(crate) fn train(
     // an ensemble of snapshots would, at one network's prediction cost).
     let mut average: Option<FastNet> = None;
     for epoch in 0..epochs {
-        order.shuffle(&mut rng);
+        rng.shuffle(&mut order);
         let mut epoch_loss = 0.0;
         for chunk in order.chunks(batch) {
             let b = train.select(chunk);

@@ -1,4 +1,4 @@
-//! Issue 22: every family in the registry behaves alike behind the one interface. Fitted,
+//! Every family in the registry behaves alike behind the one interface. Fitted,
 //! saved and loaded it predicts the same bits; a row of the wrong width is an error, not a
 //! panic; a bad hyper-parameter is refused naming the parameter. A family added to the
 //! registry without a case here fails [`every_registry_family_conforms`].

@@ -1,4 +1,4 @@
-//! What adding a model family takes (issue 22): this file is a whole family, a power law in
+//! What adding a model family takes: this file is a whole family, a power law in
 //! one feature column, added from outside perfcast-models through the registries' extension
 //! point; the built-in families take one row in each table instead of `register`. It is then
 //! named, configured with `--set`, fitted, cross-validated, wrapped across devices, saved and

@@ -479,8 +479,8 @@ impl pulp::WithSimd for Batch<'_> {
 }
 
 /// Rows left after the SIMD blocks that take the row kernels instead of a vector of mostly
-/// spare lanes: on AVX2 one or two rows pass in 1.5-2.9 us that way, a vector of 8 lanes
-/// takes 4.1 us whatever it holds.
+/// spare lanes, because a vector costs the same whatever it holds and one or two rows pass
+/// faster alone (docs/accuracy.md#figures-behind-code-choices).
 const ROW_KERNEL_ROWS: usize = 2;
 
 /// Scratch for passing `V` vectors of rows through a network: each buffer holds one `[S::f32s;

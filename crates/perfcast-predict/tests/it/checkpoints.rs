@@ -92,7 +92,7 @@ fn every_bundle_in_checkpoints_loads_and_predicts() {
 fn a_single_device_bundle_answers_for_its_machine_probed_again_and_refuses_others() {
     let dir = fixtures().join("bundles/cpu-ridge-trees");
     let own = Bundle::load(&dir).unwrap().manifest.device.clone();
-    // Another dataset of the same CPU: its peaks measured 5% and 8% apart.
+    // Another dataset of the same CPU, its peaks a little apart.
     let again = DeviceSpec {
         peak_gflops: own.peak_gflops * 1.05,
         mem_bandwidth_gbs: own.mem_bandwidth_gbs / 1.08,

@@ -1,4 +1,4 @@
-//! Issue 22: the predictor moved out of perfcast-select without changing an answer. The
+//! The predictor moved out of perfcast-select without changing an answer. The
 //! fixture bundles were written by the code before the move (perfcast at commit 83c616f), and
 //! `expected.json` holds what that code's `perfcast predict --format json` answered
 //! (`tests/fixtures/README.md`); every answer here must be the same `f64`, bit for bit.
@@ -124,7 +124,7 @@ fn every_fixture_bundle_answers_module_queries_bit_for_bit() {
             // 143 GFLOP/s CPU was impossible); every other answer is the old one, bit for bit.
             let raised_now = device.kind == perfcast_core::DeviceKind::Cpu
                 && got.warnings.iter().any(|w| is_raised(w));
-            // The second (issue 37): a GPU utilisation model outside its trained ranges is
+            // The second: a GPU utilisation model outside its trained ranges is
             // asked directly (it counts the extra work through the roofline) where the old
             // code scaled its answer at the nearest trained configuration by the work ratio.
             let direct_now = is_direct_util(&got.model, &got.warnings) && !same(got.ms, want.ms);
@@ -206,7 +206,7 @@ fn every_fixture_bundle_answers_networks_bit_for_bit() {
                 case.bundle, case.device, want.network, want.batch, want.phase
             );
             let got = p.predict_network(&net, &context).unwrap();
-            // The third change (issue 37): a GPU training step of a bundle never calibrated
+            // The third change: a GPU training step of a bundle never calibrated
             // pays its input copy and optimiser update from the device's spec.
             let gpu = p.bundle().manifest.device.kind == perfcast_core::DeviceKind::Gpu;
             let spec_terms = gpu && want.phase == Phase::Training && !want.composed;
