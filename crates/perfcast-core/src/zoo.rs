@@ -1402,7 +1402,7 @@ mod tests {
         assert!(err.contains("larger than the padded input"), "{err}");
         let err = build("vgg16", Some(0)).unwrap_err().to_string();
         assert!(err.contains("network `vgg16`"), "{err}");
-        // Issue 21: a huge resolution was multiplied out and overflowed.
+        // A huge resolution must be refused, not multiplied out into an overflow.
         for name in names() {
             let err = build(name, Some(4_294_967_296)).unwrap_err().to_string();
             assert!(err.contains("4294967296"), "{name}: {err}");

@@ -80,8 +80,8 @@ pub struct TrainPlan {
     pub exclude_flagged: bool,
     /// Refit each kind's chosen model on all its rows (training and held-out) before the
     /// bundle is written; default no. Selection and every reported figure still come from the
-    /// models fitted without the held-out rows; the bundle then answers with 25% more data
-    /// behind it (at the default test share), including the held-out share of the layers of
+    /// models fitted without the held-out rows; the bundle then answers with the held-out
+    /// share of the data behind it too, including the held-out share of the layers of
     /// the networks a user profiled.
     pub refit: bool,
 }
@@ -354,7 +354,7 @@ pub fn train_and_select(plan: &TrainPlan, observer: Arc<dyn Observer>) -> Result
         return Err(Error::Input("`--models` is empty".into()));
     }
     // Checked before any training: the output and the bundle replace only perfcast outputs of
-    // their kind, never a folder holding the input data or each other (issue 21).
+    // their kind, never a folder holding the input data or each other.
     let inputs: Vec<&Path> = plan.data.iter().map(PathBuf::as_path).collect();
     outdir::check_destination(&plan.out, OutputKind::Models, plan.force, &inputs)?;
     if let Some(name) = &plan.bundle {

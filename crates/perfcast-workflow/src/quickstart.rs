@@ -123,7 +123,11 @@ impl QuickstartPlan {
     /// Configurations and kinds the random sweeps measure (each configuration in every phase
     /// of its sweep).
     pub fn size(&self) -> (usize, usize) {
-        let configurations = self.sweeps.iter().map(|s| s.samples * s.modules.len()).sum();
+        let configurations = self
+            .sweeps
+            .iter()
+            .map(|s| s.samples * s.modules.len())
+            .sum();
         // A kind swept in several groups (dense and depthwise convs) counts once.
         let kinds: std::collections::BTreeSet<_> =
             self.sweeps.iter().flat_map(|s| s.modules.iter()).collect();

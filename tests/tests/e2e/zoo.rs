@@ -1,5 +1,5 @@
 //! The zoo families beyond torchvision's classics (SqueezeNet 1.1, DenseNet-121,
-//! EfficientNet-B0, ViT-B/16, a Llama block) predicted end to end (issue 39).
+//! EfficientNet-B0, ViT-B/16, a Llama block) predicted end to end.
 
 use crate::train::{small_dataset, train_bundle};
 use crate::{run, stderr};

@@ -29,7 +29,8 @@ pub struct QuickstartArgs {
     #[arg(long, default_value = "local")]
     bundle: String,
     /// Model families to train and choose from
-    // k-NN is left out: it never won a kind in a quickstart (38-79% held-out on every kind).
+    // k-NN is left out because it never won a kind in a quickstart
+    // (docs/accuracy.md#figures-behind-code-choices).
     #[arg(long, default_value = "ridge,trees,roofline,medn")]
     models: String,
     /// Zoo networks to predict at the end (`name@resolution` for another input size); their
