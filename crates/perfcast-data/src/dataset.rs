@@ -27,7 +27,14 @@ impl DatasetDir {
     pub fn open(root: impl Into<PathBuf>) -> Result<Self> {
         let root = root.into();
         if !root.join(DEVICE_FILE).is_file() {
-            return Err(Error::Missing(root));
+            let hint = format!(
+                "create one with `perfcast profile --out {}`",
+                root.display()
+            );
+            return Err(Error::Missing {
+                path: root,
+                hint: perfcast_core::Hint::new(hint),
+            });
         }
         Ok(DatasetDir { root })
     }

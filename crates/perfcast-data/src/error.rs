@@ -46,8 +46,23 @@ pub enum Error {
     #[error("{0}")]
     Input(String),
     /// No dataset where one was expected.
-    #[error("no dataset at `{path}`\n\nhint: create one with `perfcast profile --out {path}`", path = .0.display())]
-    Missing(PathBuf),
+    #[error("no dataset at `{path}`{hint}", path = path.display())]
+    Missing {
+        /// Where one was expected.
+        path: PathBuf,
+        /// How to make one there.
+        hint: perfcast_core::Hint,
+    },
+}
+
+impl Error {
+    /// What the user can do about this error, where perfcast knows.
+    pub fn hint(&self) -> Option<&str> {
+        match self {
+            Error::Missing { hint, .. } => hint.text(),
+            _ => None,
+        }
+    }
 }
 
 /// Result with perfcast-data's [`Error`].
@@ -93,6 +108,19 @@ mod tests {
         assert_eq!(
             chain,
             "failed to read `data/cpu/linear.parquet`: no such file"
+        );
+    }
+
+    #[test]
+    fn a_missing_dataset_names_the_path_and_hints_apart() {
+        let err = crate::DatasetDir::open("no/such/ds").unwrap_err();
+        assert_eq!(
+            err.hint(),
+            Some("create one with `perfcast profile --out no/such/ds`")
+        );
+        assert_eq!(
+            err.to_string(),
+            "no dataset at `no/such/ds`\n\nhint: create one with `perfcast profile --out no/such/ds`"
         );
     }
 }
