@@ -153,7 +153,7 @@ pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         ui: ui.clone(),
         bars: Bars::new(ui),
     });
-    let report = quickstart::run(&plan, view, &interrupt)?;
+    let report = quickstart::run(&plan, view, interrupt)?;
     emit(&render::networks::quickstart(
         &report.networks,
         report.calibrated,
