@@ -1,9 +1,10 @@
 //! A profiling driver for the prediction hot path: loads a bundle and repeats one query kind
-//! for a number of seconds, so `perf record` sees nothing else. `perfcast bundle bench` is the
+//! a number of times, so `perf record` sees nothing else and `perf stat` counts instructions
+//! per call, which other work on the machine does not change. `perfcast bundle bench` is the
 //! measurement; this is for looking inside it.
 //!
-//! `cargo run --release -p perfcast-predict --example speed -- checkpoints/gpu module 5`
-//! (`module`, `network`, `prepared` or `batch`; seconds).
+//! `cargo run --release -p perfcast-predict --example speed -- checkpoints/gpu module 100000`
+//! (`module`, `network`, `prepared` or `batch`; calls, in hundreds rounded up).
 
 use perfcast_core::{Context, ModuleSpec, Phase, zoo};
 use perfcast_predict::{Bundle, Predictor};
@@ -12,9 +13,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let dir = args
         .get(1)
-        .ok_or("usage: speed BUNDLE [module|network|prepared|batch] [SECONDS]")?;
+        .ok_or("usage: speed BUNDLE [module|network|prepared|batch] [CALLS]")?;
     let what = args.get(2).map_or("module", String::as_str);
-    let seconds: f64 = args.get(3).map_or(Ok(3.0), |s| s.parse())?;
+    let calls: u64 = args.get(3).map_or(Ok(100_000), |s| s.parse())?;
     let predictor = Predictor::new(Bundle::load(std::path::Path::new(dir))?);
     let conv = ModuleSpec::from_json(
         r#"{"kind": "conv2d", "in_channels": 64, "out_channels": 64, "input_hw": 56, "kernel": 3, "padding": 1}"#,
@@ -38,8 +39,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .collect();
     let start = std::time::Instant::now();
-    let mut calls = 0u64;
-    while start.elapsed().as_secs_f64() < seconds {
+    let mut done = 0u64;
+    while done < calls {
         for _ in 0..100 {
             match what {
                 "module" => {
@@ -57,9 +58,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 other => return Err(format!("unknown query `{other}`").into()),
             }
         }
-        calls += 100;
+        done += 100;
     }
-    let per = start.elapsed().as_secs_f64() * 1e6 / calls as f64;
-    println!("{what}: {per:.3} us per call ({calls} calls)");
+    let per = start.elapsed().as_secs_f64() * 1e6 / done as f64;
+    println!("{what}: {per:.3} us per call ({done} calls)");
     Ok(())
 }
