@@ -193,10 +193,13 @@ struct NetworkPlans {
 }
 
 /// Networks a predictor keeps prepared; past either bound the cache starts again empty.
-const NETWORK_PLANS: usize = 64;
-const NETWORK_PLAN_LAYERS: usize = 200_000;
+const NETWORK_PLANS: usize = 32;
+const NETWORK_PLAN_LAYERS: usize = 100_000;
 /// Contexts a prepared network keeps a plan of ([`ContextPlan`]); past it, they start again.
-const CONTEXT_PLANS: usize = 64;
+/// With [`PLAN_MAX_MODULES`] this bounds a network's plans to a few MiB of rows.
+const CONTEXT_PLANS: usize = 8;
+/// Distinct modules past which a network gets no plans (its rows are built per query).
+const PLAN_MAX_MODULES: usize = 512;
 
 /// The next [`Predictor`]'s `id`.
 static PREDICTORS: AtomicU64 = AtomicU64::new(0);
@@ -1444,6 +1447,9 @@ impl Predictor {
                 .find(|(k, _)| key(k))
                 .map(|(_, p)| Arc::clone(p))
         };
+        if network.unique.len() > PLAN_MAX_MODULES {
+            return Arc::new(None);
+        }
         if let Some(plan) = network.plans.lock().ok().and_then(|p| lookup(&p)) {
             return plan;
         }
