@@ -24,7 +24,16 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from . import _perfcast
-from ._perfcast import BundleError, Error, InputError, NetworkGraph, describe, devices, zoo_names
+from ._perfcast import (
+    BundleError,
+    Error,
+    InputError,
+    NetworkGraph,
+    config_columns,
+    describe,
+    devices,
+    zoo_names,
+)
 
 __version__: str = _perfcast.__version__
 
@@ -35,6 +44,7 @@ __all__ = [
     "InputError",
     "NetworkGraph",
     "NetworkPrediction",
+    "config_columns",
     "describe",
     "devices",
     "load_bundle",
@@ -194,6 +204,17 @@ class Bundle:
         """One module's latency, ms. ``module`` is a dict such as
         ``{"kind": "conv2d", "in_channels": 64, "out_channels": 64, "input_hw": [56, 56],
         "kernel": 3, "padding": "same"}`` (the JSON of ``perfcast predict --modules-file``)."""
+        # The common call (plain ints in range, a known phase, no device) skips the checks'
+        # Python calls, which cost as much as the prediction.
+        if (
+            type(batch) is int
+            and type(threads) is int
+            and 1 <= batch <= _MAX_COUNT
+            and 1 <= threads <= _MAX_COUNT
+            and device is None
+            and phase in _PHASES
+        ):
+            return self._native.predict(module, batch, phase, threads, utilisation, None)
         return self._native.predict(
             module, _count("batch", batch), _check_phase(phase), _count("threads", threads),
             utilisation, _device_arg(device)
@@ -265,6 +286,37 @@ class Bundle:
         out = self._native.predict_columns(
             kind, cols, scalar, batches, _check_phase(phase), _count("threads", threads), utilisation,
             _device_arg(device)
+        )
+        return np.frombuffer(out, dtype="<f8")
+
+    def predict_array(
+        self,
+        kind: str,
+        config: Any,
+        *,
+        batch: Union[int, np.ndarray] = 1,
+        phase: str = "inference",
+        threads: int = 1,
+        utilisation: float = 0.0,
+        device: Device = None,
+    ) -> np.ndarray:
+        """N modules of one kind given as one N x C array of their configurations, each row
+        the kind's :func:`config_columns` in order (whole numbers): the fastest batch entry,
+        with no per-row dict. ``batch`` is one number or N of them. Returns N latencies, ms."""
+        a = np.asarray(config)
+        if a.ndim == 1:
+            a = a.reshape(1, -1)
+        if a.ndim != 2:
+            raise InputError(f"`config`: expected an N x C array, got {a.ndim} dimensions")
+        if not np.issubdtype(a.dtype, np.number):
+            raise InputError(f"`config`: not a numeric array ({a.dtype})")
+        if np.ndim(batch) == 0:
+            scalar, batches = _count("batch", batch), None
+        else:
+            scalar, batches = 1, np.ascontiguousarray(np.asarray(batch), dtype="<f8").tobytes()
+        out = self._native.predict_array(
+            kind, a.shape[0], np.ascontiguousarray(a, dtype="<f8").tobytes(), scalar, batches,
+            _check_phase(phase), _count("threads", threads), utilisation, _device_arg(device)
         )
         return np.frombuffer(out, dtype="<f8")
 

@@ -100,6 +100,30 @@ def test_columns_answer_as_the_same_modules_one_by_one(gpu_bundle):
     assert relu.tolist() == [gpu_bundle.predict({"kind": "relu", "shape": s.tolist()}, batch=4) for s in shapes]
 
 
+def test_an_array_of_configurations_answers_as_the_same_modules_one_by_one(gpu_bundle):
+    assert perfcast.config_columns("linear") == ["tokens", "in_features", "out_features", "bias"]
+    rng = np.random.default_rng(5)
+    n = 400
+    config = np.stack(
+        [2 ** rng.integers(0, 9, n), 2 ** rng.integers(5, 13, n), 2 ** rng.integers(5, 13, n), rng.integers(0, 2, n)],
+        axis=1,
+    )
+    batch = rng.choice([1, 4, 16], n)
+    got = gpu_bundle.predict_array("linear", config, batch=batch, phase="training")
+    dicts = [
+        {"kind": "linear", "tokens": int(t), "in_features": int(a), "out_features": int(b), "bias": bool(c), "batch": int(k)}
+        for (t, a, b, c), k in zip(config, batch)
+    ]
+    assert got.tolist() == gpu_bundle.predict_many(dicts, phase="training").tolist()
+    # One batch for all; a bad row is named.
+    one = gpu_bundle.predict_array("linear", config[:3], batch=8)
+    assert one.tolist() == [gpu_bundle.predict({**d, "batch": 8}) for d in dicts[:3]]
+    with pytest.raises(perfcast.InputError, match="row 1: `in_features`"):
+        gpu_bundle.predict_array("linear", [[1, 64, 64, 0], [1, 2.5, 64, 0]])
+    with pytest.raises(perfcast.InputError, match="config"):
+        gpu_bundle.predict_array("linear", np.zeros((2, 3)))
+
+
 def test_devices_select_targets(gpu_bundle):
     names = {d["id"] for d in perfcast.devices()}
     assert {"nvidia-h100-80gb-hbm3", "tesla-t4"} <= names

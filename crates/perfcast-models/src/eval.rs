@@ -8,11 +8,11 @@
 
 use std::time::Instant;
 
-use perfcast_core::Metrics;
+use perfcast_core::{Metrics, Phase};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::features::TrainSet;
+use crate::features::{TrainSet, row_in_phase};
 pub use crate::params::ModelParams;
 use crate::regressor::Regressor;
 pub use crate::split::Split;
@@ -35,19 +35,55 @@ pub struct PredictionCost {
     pub size_bytes: usize,
 }
 
-/// Measures prediction time on rows of `data` (warm-up, then medians of repeated runs).
+/// Measures prediction time on rows of `data` (warm-up, then medians of repeated runs), through
+/// the entries the predictor calls: a multi-task model (MEDN) answers every query from its
+/// training-phase row with the phase asked for ([`Regressor::predict_tasks`], one row or a
+/// batch), any other model one row through [`Regressor::predict_row`] and a batch through
+/// [`Regressor::predict_rows`]. Rows are put in that form before the clock starts, as the
+/// predictor builds them.
 pub fn prediction_cost(model: &dyn Regressor, data: &TrainSet) -> Result<PredictionCost> {
     if data.is_empty() {
         return Err(Error::InvalidData("no rows to time predictions on".into()));
     }
     let rows = data.len();
+    let schema = model.schema();
+    let multi = model.multi_task();
+    let training = schema.index("training");
+    // Each distinct row once, in the form the model is handed, with the phase it asks for.
+    let distinct = rows.min(10_000);
+    let width = schema.len();
+    let mut forms = Vec::with_capacity(distinct * width);
+    let mut phases = Vec::with_capacity(distinct);
+    for i in 0..distinct {
+        let x = data.x.row(i);
+        let phase = match training {
+            Some(c) if x[c] > 0.5 => Phase::Training,
+            _ => Phase::Inference,
+        };
+        if multi {
+            forms.extend(row_in_phase(schema, x, Phase::Training)?);
+        } else {
+            forms.extend_from_slice(x);
+        }
+        phases.push(phase);
+    }
+    let one = |i: usize| -> Result<f64> {
+        let x = &forms[i * width..(i + 1) * width];
+        if multi {
+            let mut out = [0.0];
+            model.predict_tasks(x, &phases[i..=i], &mut out)?;
+            Ok(out[0])
+        } else {
+            Ok(model.predict_row(x)?)
+        }
+    };
     // One row: 31 samples of 200 predictions each, cycling through the rows.
     let mut samples = Vec::with_capacity(31);
     let mut sink = 0.0;
     for s in 0..33 {
         let t = Instant::now();
         for i in 0..200 {
-            sink += model.predict_row(data.x.row((s * 200 + i) % rows))?;
+            sink += one((s * 200 + i) % distinct)?;
         }
         if s >= 2 {
             samples.push(t.elapsed().as_secs_f64() / 200.0);
@@ -56,12 +92,22 @@ pub fn prediction_cost(model: &dyn Regressor, data: &TrainSet) -> Result<Predict
     samples.sort_by(f64::total_cmp);
     let one_row_us = samples[samples.len() / 2] * 1e6;
     // Batch: 10,000 rows tiled from the data, best of 3.
-    let idx: Vec<usize> = (0..10_000).map(|i| i % rows).collect();
-    let batch = data.x.select(&idx);
+    let mut batch = Vec::with_capacity(10_000 * width);
+    let mut batch_phases = Vec::with_capacity(10_000);
+    for i in 0..10_000 {
+        let j = i % distinct;
+        batch.extend_from_slice(&forms[j * width..(j + 1) * width]);
+        batch_phases.push(phases[j]);
+    }
+    let mut out = vec![0.0; 10_000];
     let mut best = f64::INFINITY;
     for _ in 0..3 {
         let t = Instant::now();
-        let out = model.predict(&batch)?;
+        if multi {
+            model.predict_tasks(&batch, &batch_phases, &mut out)?;
+        } else {
+            model.predict_rows(&batch, &mut out)?;
+        }
         best = best.min(t.elapsed().as_secs_f64());
         sink += out[0];
     }

@@ -64,7 +64,7 @@ impl Predictor {
         context: &Context,
         policy: Fusion,
     ) -> Result<NetworkPrediction> {
-        let prepared = self.prepare(network)?;
+        let prepared = self.prepared(network)?;
         let eager = self.predict_prepared(&prepared, context)?;
         if policy == Fusion::None {
             return Ok(eager);

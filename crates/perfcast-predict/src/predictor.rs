@@ -3,8 +3,11 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, RwLock};
 
 use perfcast_core::canonical::{canonical, least_cpu_compute_time_s, least_time_s};
 use perfcast_core::{Context, DeviceSpec, ModuleKind, ModuleSpec, Network, Phase, features};
@@ -172,6 +175,82 @@ pub struct Predictor {
     /// Kind indices in the order a batch predicts them: `ModuleKind::ALL`'s, with the kinds of
     /// a MEDN group together at the first one's place.
     order: Vec<usize>,
+    /// Per kind index: the name of its model (empty without one).
+    names: Vec<&'static str>,
+    /// Networks prepared by earlier queries ([`Predictor::prepared`]), so a repeated network
+    /// skips its shape check.
+    networks: RwLock<NetworkPlans>,
+    /// This predictor among all in the process: a prepared network keeps its context plans
+    /// per predictor, since rows depend on the bundle's device and models.
+    id: u64,
+}
+
+/// Prepared networks by value, and how many layers they hold together.
+#[derive(Debug, Default)]
+struct NetworkPlans {
+    by_network: HashMap<Network, Arc<PreparedNetwork>, BuildHasherDefault<FxHasher>>,
+    layers: usize,
+}
+
+/// Networks a predictor keeps prepared; past either bound the cache starts again empty.
+const NETWORK_PLANS: usize = 32;
+const NETWORK_PLAN_LAYERS: usize = 100_000;
+/// Contexts a prepared network keeps a plan of ([`ContextPlan`]); past it, they start again.
+/// With [`PLAN_MAX_MODULES`] this bounds a network's plans to a few MiB of rows.
+const CONTEXT_PLANS: usize = 8;
+/// Distinct modules past which a network gets no plans (its rows are built per query).
+const PLAN_MAX_MODULES: usize = 512;
+
+/// The next [`Predictor`]'s `id`.
+static PREDICTORS: AtomicU64 = AtomicU64::new(0);
+
+/// A multiply-rotate hash (rustc's FxHash): a network's layers hash several times faster
+/// than through SipHash, and the keys are compared in full on a hit.
+#[derive(Clone, Copy, Default)]
+struct FxHasher(u64);
+
+impl FxHasher {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(c);
+            self.add(u64::from_le_bytes(word));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u8(&mut self, v: u8) {
+        self.add(u64::from(v));
+    }
+
+    fn write_u32(&mut self, v: u32) {
+        self.add(u64::from(v));
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.add(v);
+    }
+
+    fn write_usize(&mut self, v: usize) {
+        self.add(v as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 /// The model of `kind` as a MEDN, when it is one or a blend holds one (the blend's other
@@ -209,6 +288,97 @@ struct Scratch {
 
 thread_local! {
     static SCRATCH: std::cell::Cell<Scratch> = std::cell::Cell::new(Scratch::default());
+}
+
+/// Per query, the index of its kind in `ModuleKind::ALL`, and per kind index its queries.
+fn by_kind(queries: &[(&ModuleSpec, &Context)]) -> (Vec<usize>, Vec<Vec<usize>>) {
+    let mut kind_of = Vec::with_capacity(queries.len());
+    let mut by_kind: Vec<Vec<usize>> = vec![Vec::new(); ModuleKind::ALL.len()];
+    for (i, (spec, _)) in queries.iter().enumerate() {
+        let k = kind_index(spec.kind());
+        by_kind[k].push(i);
+        kind_of.push(k);
+    }
+    (kind_of, by_kind)
+}
+
+/// The index of `kind` in `ModuleKind::ALL`.
+fn kind_index(kind: ModuleKind) -> usize {
+    ModuleKind::ALL.iter().position(|k| *k == kind).unwrap_or(0)
+}
+
+/// Rare per-query extras of a batch, sized to it the first time a query needs one: range
+/// warnings, the fallback's prediction, and for an extrapolated query the roofline of the
+/// query and of its stand-in.
+#[derive(Clone, Debug, Default)]
+struct Extras {
+    warnings: Vec<Vec<String>>,
+    fallback: Vec<Option<ModulePrediction>>,
+    scale: Vec<Option<(f64, f64)>>,
+}
+
+/// `v[i]`, with `v` sized to `n` (filled with `empty`) on first use.
+fn slot<T: Clone>(v: &mut Vec<T>, n: usize, i: usize, empty: T) -> &mut T {
+    if v.is_empty() {
+        v.resize(n, empty);
+    }
+    &mut v[i]
+}
+
+/// The models' answers to a batch as they come in ([`Predictor::eval_rows`]): rows of a
+/// MEDN group encoded and waiting for one pass of its network, and blends whose MEDN part
+/// runs there.
+struct Eval<'s, 'm> {
+    ms: Vec<f64>,
+    /// The group waiting and the model that runs it.
+    waiting: Option<(usize, &'m FittedMedn)>,
+    /// The queries of the encoded rows waiting.
+    pending: Vec<usize>,
+    /// Per query of a blend whose MEDN runs in its group's batch: the MEDN part's weight and
+    /// the other parts' weighted log predictions, combined once the batch has run.
+    blended: Vec<Option<(f64, f64)>>,
+    out: &'s mut Vec<f64>,
+    batch: &'s mut Encoded,
+}
+
+impl<'s, 'm> Eval<'s, 'm> {
+    fn new(n: usize, out: &'s mut Vec<f64>, batch: &'s mut Encoded) -> Self {
+        batch.clear();
+        Eval {
+            ms: vec![f64::NAN; n],
+            waiting: None,
+            pending: Vec::new(),
+            blended: Vec::new(),
+            out,
+            batch,
+        }
+    }
+
+    /// Runs the waiting rows through `medn`.
+    fn flush(&mut self, medn: &FittedMedn) {
+        self.out.clear();
+        self.out.resize(self.pending.len(), 0.0);
+        medn.predict_encoded(self.batch, self.out);
+        for (&i, v) in self.pending.iter().zip(self.out.iter()) {
+            self.ms[i] = *v;
+        }
+        self.pending.clear();
+        self.waiting = None;
+    }
+
+    /// Every answer, the waiting rows run and the blends combined.
+    fn finish(mut self) -> Vec<f64> {
+        if let Some((_, medn)) = self.waiting {
+            self.flush(medn);
+        }
+        for (v, b) in self.ms.iter_mut().zip(&self.blended) {
+            if let Some((w, rest)) = b {
+                // The sum in the order `Blend::predict_row` adds (of two parts, exactly).
+                *v = (w * v.ln() + rest).exp();
+            }
+        }
+        self.ms
+    }
 }
 
 /// The model of `kind` as a blend, when it is one.
@@ -349,6 +519,10 @@ impl Predictor {
                 order.extend((k + 1..ModuleKind::ALL.len()).filter(|&j| medn_group[j] == Some(g)));
             }
         }
+        let names = ModuleKind::ALL
+            .iter()
+            .map(|k| bundle.model(*k).map_or("", |m| m.name()))
+            .collect();
         Predictor {
             bundle,
             checks,
@@ -356,6 +530,9 @@ impl Predictor {
             forward_only,
             medn_group,
             order,
+            names,
+            networks: RwLock::new(NetworkPlans::default()),
+            id: PREDICTORS.fetch_add(1, Ordering::Relaxed),
         }
     }
 
@@ -461,37 +638,9 @@ impl Predictor {
         &self,
         queries: &[(&ModuleSpec, &Context)],
     ) -> Result<Vec<ModulePrediction>> {
-        let device = &self.bundle.manifest.device;
         let n = queries.len();
-        let mut ms = vec![f64::NAN; n];
-        // Per query, the index of its kind in `ModuleKind::ALL`.
-        let mut kind_of = Vec::with_capacity(n);
-        let mut by_kind: Vec<Vec<usize>> = vec![Vec::new(); ModuleKind::ALL.len()];
-        for (i, (spec, _)) in queries.iter().enumerate() {
-            let kind = spec.kind();
-            let k = ModuleKind::ALL.iter().position(|k| *k == kind).unwrap_or(0);
-            by_kind[k].push(i);
-            kind_of.push(k);
-        }
-        // Rare per-query extras, sized to the batch the first time a query needs one: range
-        // warnings, the fallback's prediction, and for an extrapolated query the roofline of
-        // the query and of its stand-in.
-        let mut warnings: Vec<Vec<String>> = Vec::new();
-        let mut fallback: Vec<Option<ModulePrediction>> = Vec::new();
-        let mut scale: Vec<Option<(f64, f64)>> = Vec::new();
-        // A blend whose MEDN runs in its group's batch: per query, the MEDN part's weight and
-        // the other parts' weighted log predictions, combined once the batch has run.
-        let mut blended: Vec<Option<(f64, f64)>> = Vec::new();
-        fn slot<T: Clone>(v: &mut Vec<T>, n: usize, i: usize, empty: T) -> &mut T {
-            if v.is_empty() {
-                v.resize(n, empty);
-            }
-            &mut v[i]
-        }
-        let names: Vec<&'static str> = ModuleKind::ALL
-            .iter()
-            .map(|k| self.bundle.model(*k).map_or("", |m| m.name()))
-            .collect();
+        let (kind_of, by_kind) = by_kind(queries);
+        let mut extras = Extras::default();
         // This thread's buffers of the last call, emptied: a batch's rows and encoded MEDN
         // inputs run to hundreds of KiB, which a fresh allocation maps and faults in on every
         // call (and two threads doing so wait on each other in the kernel).
@@ -503,157 +652,180 @@ impl Predictor {
             out,
             batch,
         } = &mut scratch;
-        batch.clear();
-        // Rows of a MEDN group encoded and waiting for one pass of its network: the group,
-        // the model that runs it, the rows and their queries.
-        let mut waiting: Option<(usize, &FittedMedn)> = None;
-        let mut pending: Vec<usize> = Vec::new();
-        fn flush(
-            medn: &FittedMedn,
-            batch: &mut Encoded,
-            pending: &mut Vec<usize>,
-            out: &mut Vec<f64>,
-            ms: &mut [f64],
-        ) {
-            out.clear();
-            out.resize(pending.len(), 0.0);
-            medn.predict_encoded(batch, out);
-            for (&i, v) in pending.iter().zip(out.iter()) {
-                ms[i] = *v;
-            }
-            pending.clear();
-        }
+        let mut eval = Eval::new(n, out, batch);
         for &k in &self.order {
-            let group = self.medn_group[k];
-            if let Some((g, medn)) = waiting
-                && Some(g) != group
-            {
-                flush(medn, batch, &mut pending, out, &mut ms);
-                waiting = None;
-            }
             let list = &by_kind[k];
             if list.is_empty() {
                 continue;
             }
-            let kind = ModuleKind::ALL[k];
-            // Zero-cost kinds (views) are answered as such whatever the bundle holds.
-            let Some(model) = self.bundle.model(kind).filter(|_| !kind.is_zero_cost()) else {
-                for &i in list {
-                    let (spec, context) = queries[i];
-                    *slot(&mut fallback, n, i, None) = Some(self.predict_valid(spec, context)?);
-                }
-                continue;
-            };
-            let multi = model.multi_task();
-            let medn = group.and_then(|g| Some((g, medn_of(&self.bundle, kind)?)));
-            let checks = self.checks.get(&kind).map_or(&[][..], Vec::as_slice);
             // A chunk's rows and scratch stay in cache between building and predicting.
-            // A blend whose MEDN part runs in its group's batch.
-            let blend = medn.and_then(|_| blend_of(model));
             for chunk in list.chunks(KIND_CHUNK) {
                 rows.clear();
                 phases.clear();
                 index.clear();
-                for &i in chunk {
-                    let (spec, context) = queries[i];
-                    let start = rows.len();
-                    Self::row_for(model, spec, context, device, rows);
-                    if outside_of(checks, &rows[start..]) {
-                        let warned = self.range_warnings(kind, &rows[start..]);
-                        *slot(&mut warnings, n, i, Vec::new()) = warned;
-                        let phase_row;
-                        let x: &[f64] = if multi && context.phase != Phase::Training {
-                            phase_row = row(spec, context, device);
-                            &phase_row
-                        } else {
-                            &rows[start..]
-                        };
-                        let e = if model.extrapolates() {
-                            None
-                        } else {
-                            self.extrapolation(spec, context, x)?
-                        };
-                        if let Some(e) = e {
-                            *slot(&mut scale, n, i, None) = Some((e.roofline, e.near_roofline));
-                            rows.truncate(start);
-                            if multi {
-                                Self::row_for(model, &e.spec, &e.context, device, rows);
-                            } else {
-                                rows.extend_from_slice(&e.row);
-                            }
-                            slot(&mut warnings, n, i, Vec::new()).push(EXTRAPOLATED.into());
-                        }
-                    }
-                    phases.push(context.phase);
-                    index.push(i);
-                }
-                if let Some((g, m)) = medn {
-                    if let Some(blend) = blend {
-                        let logs = blend_rest(blend, rows, phases)?;
-                        for (&i, rest) in index.iter().zip(logs) {
-                            *slot(&mut blended, n, i, None) = Some(rest);
-                        }
-                    }
-                    let width = crate::regressor::check_tasks(
-                        m.schema(),
-                        rows.len(),
-                        phases.len(),
-                        index.len(),
-                    )?;
-                    for ((x, phase), &i) in rows
-                        .chunks_exact(width)
-                        .zip(phases.iter())
-                        .zip(index.iter())
-                    {
-                        m.encode_row(x, *phase, batch)?;
-                        pending.push(i);
-                    }
-                    waiting = Some((g, m));
-                    if batch.len() >= KIND_CHUNK {
-                        flush(m, batch, &mut pending, out, &mut ms);
-                    }
-                } else if !index.is_empty() {
-                    out.clear();
-                    out.resize(index.len(), 0.0);
-                    if multi {
-                        model.predict_tasks(rows, phases, out)?;
-                    } else {
-                        model.predict_rows(rows, out)?;
-                    }
-                    for (&i, v) in index.iter().zip(out.iter()) {
-                        ms[i] = *v;
-                    }
+                let built = self.build_rows(k, chunk, queries, rows, phases, index, &mut extras)?;
+                if built {
+                    self.eval_rows(&mut eval, k, rows, phases, index)?;
                 }
             }
         }
-        if let Some((_, medn)) = waiting {
-            flush(medn, batch, &mut pending, out, &mut ms);
-        }
-        for (v, b) in ms.iter_mut().zip(&blended) {
-            if let Some((w, rest)) = b {
-                // The sum in the order `Blend::predict_row` adds (of two parts, exactly).
-                *v = (w * v.ln() + rest).exp();
-            }
-        }
+        let ms = eval.finish();
         SCRATCH.set(scratch);
-        let mut predictions = Vec::with_capacity(n);
-        for (i, ((spec, _), (ms, k))) in queries.iter().zip(ms.iter().zip(&kind_of)).enumerate() {
-            if let Some(p) = fallback.get_mut(i).and_then(Option::take) {
-                predictions.push(p);
+        Ok(self.assemble(queries.iter().map(|(s, _)| s.kind()), &kind_of, ms, &extras))
+    }
+
+    /// The rows of `chunk` (queries of kind index `k`) appended to `rows`, their phases to
+    /// `phases` and their query indices to `index`, each in the form the kind's model reads:
+    /// a query outside the trained ranges gets its warnings and, unless the model
+    /// extrapolates itself, the row of its nearest trained configuration (scale in `extras`).
+    /// Returns false when the kind has no model (or costs nothing): its answers are then in
+    /// `extras.fallback` and there is nothing to predict.
+    #[allow(clippy::too_many_arguments)]
+    fn build_rows(
+        &self,
+        k: usize,
+        chunk: &[usize],
+        queries: &[(&ModuleSpec, &Context)],
+        rows: &mut Vec<f64>,
+        phases: &mut Vec<Phase>,
+        index: &mut Vec<usize>,
+        extras: &mut Extras,
+    ) -> Result<bool> {
+        let n = queries.len();
+        let device = &self.bundle.manifest.device;
+        let kind = ModuleKind::ALL[k];
+        // Zero-cost kinds (views) are answered as such whatever the bundle holds.
+        let Some(model) = self.bundle.model(kind).filter(|_| !kind.is_zero_cost()) else {
+            for &i in chunk {
+                let (spec, context) = queries[i];
+                *slot(&mut extras.fallback, n, i, None) = Some(self.predict_valid(spec, context)?);
+            }
+            return Ok(false);
+        };
+        let multi = model.multi_task();
+        let checks = self.checks.get(&kind).map_or(&[][..], Vec::as_slice);
+        for &i in chunk {
+            let (spec, context) = queries[i];
+            let start = rows.len();
+            Self::row_for(model, spec, context, device, rows);
+            if outside_of(checks, &rows[start..]) {
+                let warned = self.range_warnings(kind, &rows[start..]);
+                *slot(&mut extras.warnings, n, i, Vec::new()) = warned;
+                let phase_row;
+                let x: &[f64] = if multi && context.phase != Phase::Training {
+                    phase_row = row(spec, context, device);
+                    &phase_row
+                } else {
+                    &rows[start..]
+                };
+                let e = if model.extrapolates() {
+                    None
+                } else {
+                    self.extrapolation(spec, context, x)?
+                };
+                if let Some(e) = e {
+                    *slot(&mut extras.scale, n, i, None) = Some((e.roofline, e.near_roofline));
+                    rows.truncate(start);
+                    if multi {
+                        Self::row_for(model, &e.spec, &e.context, device, rows);
+                    } else {
+                        rows.extend_from_slice(&e.row);
+                    }
+                    slot(&mut extras.warnings, n, i, Vec::new()).push(EXTRAPOLATED.into());
+                }
+            }
+            phases.push(context.phase);
+            index.push(i);
+        }
+        Ok(true)
+    }
+
+    /// Predicts rows [`Predictor::build_rows`] built for kind index `k` into `eval`: a kind
+    /// whose MEDN is shared encodes them into its group's batch (run when the group changes
+    /// or the batch is full), any other model predicts them at once.
+    fn eval_rows<'a>(
+        &'a self,
+        eval: &mut Eval<'_, 'a>,
+        k: usize,
+        rows: &[f64],
+        phases: &[Phase],
+        index: &[usize],
+    ) -> Result<()> {
+        let group = self.medn_group[k];
+        if let Some((g, medn)) = eval.waiting
+            && Some(g) != group
+        {
+            eval.flush(medn);
+        }
+        if index.is_empty() {
+            return Ok(());
+        }
+        let kind = ModuleKind::ALL[k];
+        let Some(model) = self.bundle.model(kind) else {
+            return Ok(());
+        };
+        let medn = group.and_then(|g| Some((g, medn_of(&self.bundle, kind)?)));
+        if let Some((g, m)) = medn {
+            // A blend whose MEDN part runs in its group's batch.
+            if let Some(blend) = blend_of(model) {
+                let logs = blend_rest(blend, rows, phases)?;
+                for (&i, rest) in index.iter().zip(logs) {
+                    *slot(&mut eval.blended, eval.ms.len(), i, None) = Some(rest);
+                }
+            }
+            let width =
+                crate::regressor::check_tasks(m.schema(), rows.len(), phases.len(), index.len())?;
+            for ((x, phase), &i) in rows.chunks_exact(width).zip(phases).zip(index) {
+                m.encode_row(x, *phase, eval.batch)?;
+                eval.pending.push(i);
+            }
+            eval.waiting = Some((g, m));
+            if eval.batch.len() >= KIND_CHUNK {
+                eval.flush(m);
+            }
+        } else {
+            let out = &mut *eval.out;
+            out.clear();
+            out.resize(index.len(), 0.0);
+            if model.multi_task() {
+                model.predict_tasks(rows, phases, out)?;
+            } else {
+                model.predict_rows(rows, out)?;
+            }
+            for (&i, v) in index.iter().zip(out.iter()) {
+                eval.ms[i] = *v;
+            }
+        }
+        Ok(())
+    }
+
+    /// The predictions of queries of `kinds` (`kind_of`: each one's index in
+    /// `ModuleKind::ALL`) from the models' answers `ms` and the rare extras, unbounded.
+    fn assemble(
+        &self,
+        kinds: impl Iterator<Item = ModuleKind>,
+        kind_of: &[usize],
+        ms: Vec<f64>,
+        extras: &Extras,
+    ) -> Vec<ModulePrediction> {
+        let mut predictions = Vec::with_capacity(ms.len());
+        for (i, (kind, (ms, k))) in kinds.zip(ms.iter().zip(kind_of)).enumerate() {
+            if let Some(p) = extras.fallback.get(i).and_then(Option::as_ref) {
+                predictions.push(p.clone());
                 continue;
             }
             predictions.push(ModulePrediction {
-                kind: spec.kind(),
-                ms: match scale.get(i).copied().flatten() {
+                kind,
+                ms: match extras.scale.get(i).copied().flatten() {
                     Some((roof, near_roof)) => ms * roof / near_roof,
                     None => *ms,
                 },
-                model: Cow::Borrowed(names[*k]),
+                model: Cow::Borrowed(self.names[*k]),
                 fallback: false,
-                warnings: warnings.get_mut(i).map(std::mem::take).unwrap_or_default(),
+                warnings: extras.warnings.get(i).cloned().unwrap_or_default(),
             });
         }
-        Ok(predictions)
+        predictions
     }
 
     /// Whether queries are rewritten into their canonical GPU form and bounded by the spec
@@ -679,11 +851,20 @@ impl Predictor {
     /// prediction that is not a finite time (a corrupt model), naming the model and the query.
     fn bounded(
         &self,
-        mut p: ModulePrediction,
+        p: ModulePrediction,
         spec: &ModuleSpec,
         context: &Context,
     ) -> Result<ModulePrediction> {
-        let floor = self.least_ms(spec, context);
+        self.bounded_at(p, self.least_ms(spec, context), spec)
+    }
+
+    /// [`Predictor::bounded`] with the query's least time already known (`floor`).
+    fn bounded_at(
+        &self,
+        mut p: ModulePrediction,
+        floor: f64,
+        spec: &ModuleSpec,
+    ) -> Result<ModulePrediction> {
         // A NaN from a model is raised too.
         if p.ms.is_nan() || p.ms < floor {
             p.ms = floor;
@@ -1150,6 +1331,7 @@ impl Predictor {
             trims,
             trimmed,
             shape: RunShape::of(network, 0.0),
+            plans: Arc::default(),
         })
     }
 
@@ -1160,10 +1342,17 @@ impl Predictor {
         context: &Context,
     ) -> Result<NetworkPrediction> {
         context.validate()?;
-        // `prepare` validated every spec.
-        let queries: Vec<(&ModuleSpec, &Context)> =
-            network.unique.iter().map(|s| (s, context)).collect();
-        let unique = match self.predict_many(&queries) {
+        let plan = self.context_plan(network, context);
+        let unique = match plan.as_ref() {
+            Some(plan) => self.predict_planned(network, plan),
+            None => {
+                // `prepare` validated every spec.
+                let queries: Vec<(&ModuleSpec, &Context)> =
+                    network.unique.iter().map(|s| (s, context)).collect();
+                self.predict_many(&queries)
+            }
+        };
+        let unique = match unique {
             Ok(p) => p,
             // Find the layer at fault, one distinct module at a time.
             Err(_) => network
@@ -1204,17 +1393,10 @@ impl Predictor {
             .collect();
         let layer_sum_ms: f64 = layers.iter().map(|l| l.prediction.ms).sum();
         let fallback_layers = layers.iter().filter(|l| l.prediction.fallback).count();
-        // A trimmed layer skips part of its backward: its forward's least time bounds it.
-        let forward = forward_of(context);
-        let roofline_ms = network
-            .layers
-            .iter()
-            .zip(&network.trims)
-            .map(|((_, _, i), trim)| {
-                let at = if trim.is_some() { &forward } else { context };
-                self.least_ms(&network.unique[*i], at)
-            })
-            .sum();
+        let roofline_ms = match plan.as_ref() {
+            Some(plan) => plan.roofline_ms,
+            None => self.roofline_of(network, context),
+        };
         let composed = self.composition(&network.shape, layer_sum_ms, context);
         Ok(NetworkPrediction {
             network: network.name.clone(),
@@ -1227,6 +1409,148 @@ impl Predictor {
             fallback_layers,
             fusion: None,
         })
+    }
+
+    /// The sum of the least times the device's spec allows for `network`'s layers in
+    /// `context`: a trimmed layer skips part of its backward, so its forward's bounds it.
+    fn roofline_of(&self, network: &PreparedNetwork, context: &Context) -> f64 {
+        let forward = forward_of(context);
+        network
+            .layers
+            .iter()
+            .zip(&network.trims)
+            .map(|((_, _, i), trim)| {
+                let at = if trim.is_some() { &forward } else { context };
+                self.least_ms(&network.unique[*i], at)
+            })
+            .sum()
+    }
+
+    /// `network`'s plan for `context` on this predictor, made on first use and kept in the
+    /// network; `None` inside when its distinct modules take the general path (a training
+    /// step composed or transferred on a GPU, a query the rows cannot be built for).
+    fn context_plan(
+        &self,
+        network: &PreparedNetwork,
+        context: &Context,
+    ) -> Arc<Option<ContextPlan>> {
+        let key = |(id, c): &(u64, Context)| {
+            *id == self.id
+                && c.batch == context.batch
+                && c.phase == context.phase
+                && c.threads == context.threads
+                && c.utilisation.to_bits() == context.utilisation.to_bits()
+        };
+        let lookup = |plans: &Vec<PlanEntry>| {
+            plans
+                .iter()
+                .find(|(k, _)| key(k))
+                .map(|(_, p)| Arc::clone(p))
+        };
+        if network.unique.len() > PLAN_MAX_MODULES {
+            return Arc::new(None);
+        }
+        if let Some(plan) = network.plans.lock().ok().and_then(|p| lookup(&p)) {
+            return plan;
+        }
+        let plan = Arc::new(self.build_plan(network, context));
+        if let Ok(mut plans) = network.plans.lock() {
+            if plans.len() >= CONTEXT_PLANS {
+                plans.clear();
+            }
+            if lookup(&plans).is_none() {
+                plans.push(((self.id, context.clone()), Arc::clone(&plan)));
+            }
+        }
+        plan
+    }
+
+    /// What [`Predictor::predict_many`] works out for `network`'s distinct modules in
+    /// `context` before any model runs: their canonical queries' feature rows (stand-ins for
+    /// those outside the trained ranges), warnings, fallbacks and bounds.
+    fn build_plan(&self, network: &PreparedNetwork, context: &Context) -> Option<ContextPlan> {
+        let given: Vec<(&ModuleSpec, &Context)> =
+            network.unique.iter().map(|s| (s, context)).collect();
+        let gpu = self.gpu();
+        if gpu
+            && given
+                .iter()
+                .any(|(s, c)| self.composed(s, c) || !self.phase_references(s, c).is_empty())
+        {
+            return None;
+        }
+        let canon: Vec<Option<(ModuleSpec, Context)>> = given
+            .iter()
+            .map(|(s, c)| if gpu { canonical(s, c) } else { None })
+            .collect();
+        let queries: Vec<(&ModuleSpec, &Context)> = given
+            .iter()
+            .zip(&canon)
+            .map(|(q, k)| k.as_ref().map_or(*q, |(s, c)| (s, c)))
+            .collect();
+        let (kind_of, by_kind) = by_kind(&queries);
+        let mut extras = Extras::default();
+        let (mut rows, mut phases, mut index, mut chunks) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for &k in &self.order {
+            for chunk in by_kind[k].chunks(KIND_CHUNK) {
+                let (r, i) = (rows.len(), index.len());
+                let built = self
+                    .build_rows(
+                        k,
+                        chunk,
+                        &queries,
+                        &mut rows,
+                        &mut phases,
+                        &mut index,
+                        &mut extras,
+                    )
+                    .ok()?;
+                if built {
+                    chunks.push((k, r..rows.len(), i..index.len()));
+                }
+            }
+        }
+        Some(ContextPlan {
+            kinds: queries.iter().map(|(s, _)| s.kind()).collect(),
+            floors: queries.iter().map(|(s, c)| self.least_ms(s, c)).collect(),
+            kind_of,
+            rows,
+            phases,
+            index,
+            chunks,
+            extras,
+            roofline_ms: self.roofline_of(network, context),
+        })
+    }
+
+    /// `network`'s distinct modules predicted from their plan: the models run on the rows
+    /// kept, answers bounded as [`Predictor::predict_many`] bounds them (the same results).
+    fn predict_planned(
+        &self,
+        network: &PreparedNetwork,
+        plan: &ContextPlan,
+    ) -> Result<Vec<ModulePrediction>> {
+        let mut scratch = SCRATCH.take();
+        let Scratch { out, batch, .. } = &mut scratch;
+        let mut eval = Eval::new(plan.kinds.len(), out, batch);
+        for (k, r, i) in &plan.chunks {
+            self.eval_rows(
+                &mut eval,
+                *k,
+                &plan.rows[r.clone()],
+                &plan.phases[i.clone()],
+                &plan.index[i.clone()],
+            )?;
+        }
+        let ms = eval.finish();
+        SCRATCH.set(scratch);
+        self.assemble(plan.kinds.iter().copied(), &plan.kind_of, ms, &plan.extras)
+            .into_iter()
+            .zip(&plan.floors)
+            .zip(&network.unique)
+            .map(|((p, floor), spec)| self.bounded_at(p, *floor, spec))
+            .collect()
     }
 
     /// The bundle's host-cost composition of a run of `shape` whose kernels sum to
@@ -1298,9 +1622,66 @@ impl Predictor {
         network: &Network,
         context: &Context,
     ) -> Result<NetworkPrediction> {
-        self.predict_prepared(&self.prepare(network)?, context)
+        self.predict_prepared(&*self.prepared(network)?, context)
+    }
+
+    /// [`Predictor::prepare`] through this predictor's cache of networks: a network asked
+    /// before (equal in every layer) is not checked again, and keeps its context plans.
+    pub fn prepared(&self, network: &Network) -> Result<Arc<PreparedNetwork>> {
+        let hit = self
+            .networks
+            .read()
+            .ok()
+            .and_then(|n| n.by_network.get(network).cloned());
+        if let Some(p) = hit {
+            return Ok(p);
+        }
+        let p = Arc::new(self.prepare(network)?);
+        if let Ok(mut n) = self.networks.write() {
+            if n.by_network.len() >= NETWORK_PLANS
+                || n.layers + network.layers.len() > NETWORK_PLAN_LAYERS
+            {
+                *n = NetworkPlans::default();
+            }
+            if network.layers.len() <= NETWORK_PLAN_LAYERS
+                && n.by_network
+                    .insert(network.clone(), Arc::clone(&p))
+                    .is_none()
+            {
+                n.layers += network.layers.len();
+            }
+        }
+        Ok(p)
     }
 }
+
+/// What predicting a prepared network's distinct modules in one context needs before any
+/// model runs ([`Predictor::build_plan`]): a repeated query only runs the models.
+#[derive(Debug)]
+struct ContextPlan {
+    /// Per distinct module: the kind of its (canonical) query and its index in
+    /// `ModuleKind::ALL`.
+    kinds: Vec<ModuleKind>,
+    kind_of: Vec<usize>,
+    /// Per distinct module: the least time the spec allows its (canonical) query.
+    floors: Vec<f64>,
+    /// The rows models read, their phases and distinct modules, one after another.
+    rows: Vec<f64>,
+    phases: Vec<Phase>,
+    index: Vec<usize>,
+    /// Per run of one kind: its index in `ModuleKind::ALL`, its values in `rows` and its
+    /// entries in `phases` and `index`, in the order the models take them.
+    chunks: Vec<(usize, Range<usize>, Range<usize>)>,
+    extras: Extras,
+    /// The network's bound ([`Predictor::roofline_of`]).
+    roofline_ms: f64,
+}
+
+/// A prepared network's plan for one predictor (its `id`) and context.
+type PlanEntry = ((u64, Context), Arc<Option<ContextPlan>>);
+
+/// Per predictor and context, a prepared network's plans.
+type ContextPlans = Mutex<Vec<PlanEntry>>;
 
 /// The query's canonical form ([`canonical`]), or the query as given where it has none.
 fn canonical_or_given<'a>(
@@ -1490,6 +1871,8 @@ pub struct PreparedNetwork {
     trimmed: Vec<Trimmed>,
     /// Layers and parameter tensors, for the host-cost composition.
     pub(crate) shape: RunShape,
+    /// Plans per predictor and context, shared by clones.
+    plans: Arc<ContextPlans>,
 }
 
 impl PreparedNetwork {

@@ -10,12 +10,13 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use perfcast_core::{Context, DeviceSpec, ModuleQuery, ModuleSpec, Network, Phase};
+use perfcast_core::{Context, DeviceSpec, ModuleKind, ModuleQuery, ModuleSpec, Network, Phase};
 use perfcast_predict::{Bundle as LoadedBundle, Predictor};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use serde::Deserialize;
 use serde_json::Value;
 
 create_exception!(_perfcast, Error, PyException, "Any perfcast error.");
@@ -192,6 +193,24 @@ fn module(value: Value, what: &str) -> PyResult<ModuleQuery> {
                 )));
             }
         }
+    }
+    // Without context fields the module is the whole object: read as a spec directly, which
+    // skips the buffering a flattened field costs; anything it refuses takes the general path
+    // below, whose error names the field.
+    if let Value::Object(map) = &value
+        && !["batch", "phase", "threads"]
+            .iter()
+            .any(|k| map.contains_key(*k))
+        && let Ok(spec) = ModuleSpec::deserialize(&value)
+    {
+        spec.validate()
+            .map_err(|e| input_err(format!("{what}: {e}")))?;
+        return Ok(ModuleQuery {
+            spec,
+            batch: None,
+            phase: None,
+            threads: None,
+        });
     }
     let q: ModuleQuery = serde_json::from_value(value).map_err(|e| {
         let e = e.to_string();
@@ -449,6 +468,89 @@ impl Bundle {
         Ok(f64_bytes(py, out.iter().map(|m| m.ms)))
     }
 
+    /// Modules of one kind given as one array of their configurations: `config` the
+    /// little-endian f64 bytes of a `rows` x `len(config_columns(kind))` array, each row the
+    /// kind's configuration columns in order (whole numbers); `batches` the bytes of one batch
+    /// per row, else `batch` for all. No dict is built or parsed per row: each row becomes a
+    /// module directly and is checked as any module is. Returns the latencies, ms, as
+    /// little-endian f64 bytes.
+    #[pyo3(signature = (kind, rows, config, batch=1, batches=None, phase="inference", threads=1, utilisation=0.0, device=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn predict_array<'py>(
+        &self,
+        py: Python<'py>,
+        kind: &str,
+        rows: usize,
+        config: Bound<'py, PyBytes>,
+        batch: usize,
+        batches: Option<Bound<'py, PyBytes>>,
+        phase: &str,
+        threads: usize,
+        utilisation: f64,
+        device: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let kind: ModuleKind = kind
+            .parse()
+            .map_err(|e| input_err(format!("`kind`: {e}")))?;
+        let columns = kind.config_columns();
+        let values = f64s(config.as_bytes(), "`config`")?;
+        if values.len() != rows * columns.len() {
+            return Err(input_err(format!(
+                "`config`: {} values for {rows} rows of the {} `{kind}` columns ({})",
+                values.len(),
+                columns.len(),
+                columns.join(", ")
+            )));
+        }
+        let batches = match &batches {
+            Some(b) => {
+                let v = f64s(b.as_bytes(), "`batch`")?;
+                if v.len() != rows {
+                    return Err(input_err(format!(
+                        "`batch` has {} rows, `config` {rows}",
+                        v.len()
+                    )));
+                }
+                Some(v)
+            }
+            None => None,
+        };
+        let defaults = context(batch, phase, threads, utilisation)?;
+        let whole = |v: f64| ((0.0..=9.0e15).contains(&v) && v.fract() == 0.0).then_some(v as i64);
+        let mut queries = Vec::with_capacity(rows);
+        let mut ints = vec![0i64; columns.len()];
+        for r in 0..rows.min(values.len() / columns.len().max(1)) {
+            let row = &values[r * columns.len()..(r + 1) * columns.len()];
+            for ((i, v), name) in ints.iter_mut().zip(row).zip(columns) {
+                *i = whole(*v).ok_or_else(|| {
+                    input_err(format!(
+                        "row {r}: `{name}` {v} is not a non-negative whole number"
+                    ))
+                })?;
+            }
+            let spec = ModuleSpec::from_config(kind, &ints)
+                .and_then(|s| s.validate().map(|()| s))
+                .map_err(|e| input_err(format!("row {r}: {e}")))?;
+            let mut c = defaults.clone();
+            if let Some(b) = &batches {
+                c.batch = whole(b[r]).filter(|v| *v > 0).ok_or_else(|| {
+                    input_err(format!(
+                        "row {r}: `batch` {} is not a positive whole number",
+                        b[r]
+                    ))
+                })? as usize;
+                c.validate()
+                    .map_err(|e| input_err(format!("row {r}: {e}")))?;
+            }
+            queries.push((spec, c));
+        }
+        let p = self.predictor(device)?;
+        let out = py
+            .detach(|| p.predict_modules(&queries))
+            .map_err(input_err)?;
+        Ok(f64_bytes(py, out.iter().map(|m| m.ms)))
+    }
+
     /// A whole network (from [`network`] or a dict in perfcast's network JSON): every layer and
     /// the composed total, as the CLI's `predict --network --format json` gives them;
     /// `fusion` (none, epilogue, compile, engine, megatron) predicts the fused kernels.
@@ -663,6 +765,15 @@ fn devices<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
     to_py(py, &Value::Array(rows))
 }
 
+/// The configuration columns of a module kind, in the order `Bundle.predict_array` reads them.
+#[pyfunction]
+fn config_columns(kind: &str) -> PyResult<Vec<&'static str>> {
+    let kind: ModuleKind = kind
+        .parse()
+        .map_err(|e| input_err(format!("`kind`: {e}")))?;
+    Ok(kind.config_columns().to_vec())
+}
+
 /// A module's derived quantities (FLOPs, bytes, parameters) for a batch.
 #[pyfunction]
 #[pyo3(signature = (module, batch=1))]
@@ -693,5 +804,6 @@ fn _perfcast(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(onnx, m)?)?;
     m.add_function(wrap_pyfunction!(devices, m)?)?;
     m.add_function(wrap_pyfunction!(describe, m)?)?;
+    m.add_function(wrap_pyfunction!(config_columns, m)?)?;
     Ok(())
 }

@@ -548,7 +548,7 @@ fn predict_network_query(
         NetworkQuery::Inline {
             network, context, ..
         } => (
-            Arc::new(predicted("network", state.predictor.prepare(&network))?),
+            predicted("network", state.predictor.prepared(&network))?,
             context,
         ),
     };

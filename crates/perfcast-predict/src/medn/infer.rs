@@ -82,7 +82,34 @@ impl Dense {
             self.block::<R, W, OB>(xt, w, j, out);
             j += OB;
         }
-        // Narrower blocks for the rest (a head's 1-wide output, a width not divisible by OB).
+        // Narrower blocks for the rest (a head's 1-wide output, a width not divisible by OB),
+        // widest first: a block walks every input once, and its outputs are independent add
+        // chains, so a 48-wide layer in one 32-block and four 4-blocks waits on the adds five
+        // times where a 32 and a 16 wait twice.
+        if OB > 48 {
+            while j + 48 <= d_out {
+                self.block::<R, W, 48>(xt, w, j, out);
+                j += 48;
+            }
+        }
+        if OB > 32 {
+            while j + 32 <= d_out {
+                self.block::<R, W, 32>(xt, w, j, out);
+                j += 32;
+            }
+        }
+        if OB > 16 {
+            while j + 16 <= d_out {
+                self.block::<R, W, 16>(xt, w, j, out);
+                j += 16;
+            }
+        }
+        if OB > 8 {
+            while j + 8 <= d_out {
+                self.block::<R, W, 8>(xt, w, j, out);
+                j += 8;
+            }
+        }
         while j + 4 <= d_out {
             self.block::<R, W, 4>(xt, w, j, out);
             j += 4;
@@ -331,7 +358,7 @@ impl FastNet {
         }
         for i in i..n {
             let mut o = [0.0f32; 1];
-            self.forward_block::<1, W, 32>([row(i)], [heads[i]], &mut o);
+            self.forward_block::<1, W, 64>([row(i)], [heads[i]], &mut o);
             out[i] = o[0];
         }
     }
@@ -375,7 +402,7 @@ impl FastNet {
         for (r, tr) in th.iter_mut().enumerate() {
             let hidden = &self.heads[tasks[r]].0;
             let mut one = [[0.0f32; W]; 1];
-            hidden.apply_block::<1, W, 32>([&u[r][..]], &mut one);
+            hidden.apply_block::<1, W, 64>([&u[r][..]], &mut one);
             for v in &mut one[0][..hidden.d_out] {
                 *v = v.max(0.0);
             }
@@ -395,7 +422,7 @@ impl FastNet {
         } else {
             for ((or, d), tr) in o.iter_mut().zip(&outs).zip(&th) {
                 let mut one = [[0.0f32; W]; 1];
-                d.apply_block::<1, W, 32>([&tr[..]], &mut one);
+                d.apply_block::<1, W, 64>([&tr[..]], &mut one);
                 *or = one[0][0];
             }
         }

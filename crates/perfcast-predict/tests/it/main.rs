@@ -9,6 +9,7 @@ mod corrupt;
 mod extrapolation;
 mod fusion;
 mod gradients;
+mod plans;
 mod training_steps;
 
 use std::path::{Path, PathBuf};
