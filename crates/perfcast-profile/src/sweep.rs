@@ -33,13 +33,11 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use perfcast_core::rng::SplitMix64;
 use perfcast_core::{
     BatchNorm2d, Context, Conv2d, Elementwise, Embedding, LayerNorm, Linear, Matmul, ModuleKind,
     ModuleSpec, Phase, Pool2d, features,
 };
-use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
-use rand::{RngExt, SeedableRng};
 
 use crate::canary::CanaryConfig;
 use crate::error::{Error, Result};
@@ -541,7 +539,7 @@ impl Sweep {
         ];
         dims.extend(params.iter().map(|(k, v)| (k.as_str(), v)));
         let mut rng =
-            StdRng::seed_from_u64(self.seed ^ (kind as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            SplitMix64::new(self.seed ^ (kind as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let mut out = Vec::with_capacity(self.samples);
         // Distinct configurations only: measuring one twice in a sweep wastes time and would
         // make a row's identity ambiguous.
@@ -552,7 +550,7 @@ impl Sweep {
             let points = match self.method {
                 Method::Lhs => latin_hypercube(&mut rng, n, dims.len()),
                 Method::Random => (0..n)
-                    .map(|_| (0..dims.len()).map(|_| rng.random::<f64>()).collect())
+                    .map(|_| (0..dims.len()).map(|_| rng.unit()).collect())
                     .collect(),
             };
             for point in points {
@@ -592,13 +590,13 @@ impl Sweep {
 }
 
 /// `n` points in `[0, 1)^d`, one per stratum of every dimension.
-pub fn latin_hypercube(rng: &mut StdRng, n: usize, d: usize) -> Vec<Vec<f64>> {
+pub fn latin_hypercube(rng: &mut SplitMix64, n: usize, d: usize) -> Vec<Vec<f64>> {
     let mut points = vec![vec![0.0; d]; n];
     for j in 0..d {
         let mut strata: Vec<usize> = (0..n).collect();
-        strata.shuffle(rng);
+        rng.shuffle(&mut strata);
         for (point, s) in points.iter_mut().zip(strata) {
-            point[j] = (s as f64 + rng.random::<f64>()) / n as f64;
+            point[j] = (s as f64 + rng.unit()) / n as f64;
         }
     }
     points
@@ -899,7 +897,7 @@ mod tests {
 
     #[test]
     fn lhs_covers_every_stratum_once() {
-        let mut rng = StdRng::seed_from_u64(1);
+        let mut rng = SplitMix64::new(1);
         let pts = latin_hypercube(&mut rng, 10, 3);
         for j in 0..3 {
             let mut strata: Vec<usize> = pts.iter().map(|p| (p[j] * 10.0) as usize).collect();

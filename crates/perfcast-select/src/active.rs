@@ -11,6 +11,7 @@
 
 use std::collections::HashSet;
 
+use perfcast_core::rng::SplitMix64;
 use perfcast_core::{DeviceSpec, ModuleKind, Phase};
 use perfcast_data::Record;
 use perfcast_models::features::{TrainSet, feature_row, log1p_pos};
@@ -18,8 +19,6 @@ use perfcast_models::regressor::{Fit, Regressor};
 use perfcast_models::trees::TreeParams;
 use perfcast_profile::Sweep;
 use perfcast_profile::sweep::Sample;
-use rand::rngs::StdRng;
-use rand::{RngExt, SeedableRng};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -171,11 +170,11 @@ fn ensemble(set: &TrainSet, plan: &ActivePlan) -> Result<Vec<Box<dyn Regressor>>
     let mut groups: Vec<u64> = set.groups.clone();
     groups.sort_unstable();
     groups.dedup();
-    let mut rng = StdRng::seed_from_u64(plan.seed ^ 0xAC71_5E1E_C7ED);
+    let mut rng = SplitMix64::new(plan.seed ^ 0xAC71_5E1E_C7ED);
     (0..plan.ensemble)
         .map(|b| {
             let drawn: Vec<u64> = (0..groups.len())
-                .map(|_| groups[rng.random_range(0..groups.len())])
+                .map(|_| groups[rng.below(groups.len())])
                 .collect();
             let mut counts = std::collections::HashMap::new();
             for g in drawn {
