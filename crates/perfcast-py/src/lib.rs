@@ -154,6 +154,26 @@ fn f64s(bytes: &[u8], what: &str) -> PyResult<Vec<f64>> {
         .collect())
 }
 
+/// A per-row `batch` column of `rows` values (f64 bytes), if one was given; `of` names what
+/// fixed the row count in the error.
+fn batch_column(
+    batches: Option<&Bound<'_, PyBytes>>,
+    rows: usize,
+    of: &str,
+) -> PyResult<Option<Vec<f64>>> {
+    let Some(b) = batches else {
+        return Ok(None);
+    };
+    let v = f64s(b.as_bytes(), "`batch`")?;
+    if v.len() != rows {
+        return Err(input_err(format!(
+            "`batch` has {} rows, {of} {rows}",
+            v.len()
+        )));
+    }
+    Ok(Some(v))
+}
+
 /// Numbers as little-endian f64 bytes (numpy reads them with `frombuffer`).
 fn f64_bytes<'py>(py: Python<'py>, values: impl Iterator<Item = f64>) -> Bound<'py, PyBytes> {
     let bytes: Vec<u8> = values.flat_map(f64::to_le_bytes).collect();
@@ -417,19 +437,7 @@ impl Bundle {
             fields.push((name.as_str(), *width, values));
         }
         let rows = rows.unwrap_or(0);
-        let batches = match &batches {
-            Some(b) => {
-                let v = f64s(b.as_bytes(), "`batch`")?;
-                if v.len() != rows {
-                    return Err(input_err(format!(
-                        "`batch` has {} rows, the columns {rows}",
-                        v.len()
-                    )));
-                }
-                Some(v)
-            }
-            None => None,
-        };
+        let batches = batch_column(batches.as_ref(), rows, "the columns")?;
         let defaults = context(batch, phase, threads, utilisation)?;
         let mut queries = Vec::with_capacity(rows);
         for r in 0..rows {
@@ -502,19 +510,7 @@ impl Bundle {
                 columns.join(", ")
             )));
         }
-        let batches = match &batches {
-            Some(b) => {
-                let v = f64s(b.as_bytes(), "`batch`")?;
-                if v.len() != rows {
-                    return Err(input_err(format!(
-                        "`batch` has {} rows, `config` {rows}",
-                        v.len()
-                    )));
-                }
-                Some(v)
-            }
-            None => None,
-        };
+        let batches = batch_column(batches.as_ref(), rows, "`config`")?;
         let defaults = context(batch, phase, threads, utilisation)?;
         let whole = |v: f64| ((0.0..=9.0e15).contains(&v) && v.fract() == 0.0).then_some(v as i64);
         let mut queries = Vec::with_capacity(rows);
