@@ -2,7 +2,7 @@
 //! query (shapes checked, and prepared once), and batched throughput, each the median and p99
 //! over many calls after a warm-up.
 
-use perfcast_core::{Context, ModuleSpec, Phase, zoo};
+use perfcast_predict::bench_queries::BenchQueries;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -47,16 +47,12 @@ pub fn bench(predictor: &Predictor, iterations: usize) -> Result<Vec<BenchLine>>
         )));
     }
     let a_iterations = iterations;
-    let conv: ModuleSpec = ModuleSpec::from_json(
-        r#"{"kind": "conv2d", "in_channels": 64, "out_channels": 64, "input_hw": 56, "kernel": 3, "padding": 1}"#,
-    )?;
-    let one = Context {
-        batch: 1,
-        phase: Phase::Inference,
-        threads: 1,
-        utilisation: 0.0,
-    };
-    let vgg = zoo::build("vgg16", None)?;
+    let BenchQueries {
+        conv,
+        one,
+        vgg,
+        batch: queries,
+    } = BenchQueries::new()?;
     let mut lines = Vec::new();
     let (p50, p99) = time_calls(a_iterations, || {
         std::hint::black_box(predictor.predict_module(&conv, &one)?);
@@ -96,18 +92,6 @@ pub fn bench(predictor: &Predictor, iterations: usize) -> Result<Vec<BenchLine>>
         per_second: 1e6 / p50,
     });
     // Batched: 10,000 module queries of every layer of VGG-16 at several batch sizes.
-    let queries: Vec<(ModuleSpec, Context)> = (0..10_000)
-        .map(|i| {
-            let (_, spec) = vgg.modules()[i % vgg.layers.len()];
-            (
-                spec.clone(),
-                Context {
-                    batch: 1 << (i % 6),
-                    ..one.clone()
-                },
-            )
-        })
-        .collect();
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     for threads in [1, cores] {
         let (p50, p99) = time_calls(20, || {

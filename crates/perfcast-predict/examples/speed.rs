@@ -6,7 +6,7 @@
 //! `cargo run --release -p perfcast-predict --example speed -- checkpoints/gpu module 100000`
 //! (`module`, `network`, `prepared` or `batch`; calls, in hundreds rounded up).
 
-use perfcast_core::{Context, ModuleSpec, Phase, zoo};
+use perfcast_predict::bench_queries::BenchQueries;
 use perfcast_predict::{Bundle, Predictor};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -17,27 +17,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let what = args.get(2).map_or("module", String::as_str);
     let calls: u64 = args.get(3).map_or(Ok(100_000), |s| s.parse())?;
     let predictor = Predictor::new(Bundle::load(std::path::Path::new(dir))?);
-    let conv = ModuleSpec::from_json(
-        r#"{"kind": "conv2d", "in_channels": 64, "out_channels": 64, "input_hw": 56, "kernel": 3, "padding": 1}"#,
-    )?;
-    let one = Context {
-        batch: 1,
-        phase: Phase::Inference,
-        threads: 1,
-        utilisation: 0.0,
-    };
-    let vgg = zoo::build("vgg16", None)?;
+    let BenchQueries {
+        conv,
+        one,
+        vgg,
+        batch: queries,
+    } = BenchQueries::new()?;
     let prepared = predictor.prepare(&vgg)?;
-    let queries: Vec<(ModuleSpec, Context)> = (0..10_000)
-        .map(|i| {
-            let (_, spec) = vgg.modules()[i % vgg.layers.len()];
-            let context = Context {
-                batch: 1 << (i % 6),
-                ..one.clone()
-            };
-            (spec.clone(), context)
-        })
-        .collect();
     let start = std::time::Instant::now();
     let mut done = 0u64;
     while done < calls {

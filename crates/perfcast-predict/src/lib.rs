@@ -34,6 +34,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod bench_queries;
 pub mod blend;
 pub mod bundle;
 pub mod compose;

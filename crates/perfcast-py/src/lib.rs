@@ -154,13 +154,13 @@ fn f64s(bytes: &[u8], what: &str) -> PyResult<Vec<f64>> {
         .collect())
 }
 
-/// A per-row `batch` column of `rows` values (f64 bytes), if one was given; `of` names what
-/// fixed the row count in the error.
+/// A per-row `batch` column of `rows` positive whole numbers (f64 bytes), if one was given;
+/// `of` names what fixed the row count in the error.
 fn batch_column(
     batches: Option<&Bound<'_, PyBytes>>,
     rows: usize,
     of: &str,
-) -> PyResult<Option<Vec<f64>>> {
+) -> PyResult<Option<Vec<usize>>> {
     let Some(b) = batches else {
         return Ok(None);
     };
@@ -171,7 +171,19 @@ fn batch_column(
             v.len()
         )));
     }
-    Ok(Some(v))
+    v.iter()
+        .enumerate()
+        .map(|(r, &b)| {
+            ((1.0..=9.0e15).contains(&b) && b.fract() == 0.0)
+                .then_some(b as usize)
+                .ok_or_else(|| {
+                    input_err(format!(
+                        "row {r}: `batch` {b} is not a positive whole number"
+                    ))
+                })
+        })
+        .collect::<PyResult<Vec<usize>>>()
+        .map(Some)
 }
 
 /// Numbers as little-endian f64 bytes (numpy reads them with `frombuffer`).
@@ -458,12 +470,7 @@ impl Bundle {
             let q = module(Value::Object(map), &format!("row {r}"))?;
             let mut c = q.context(&defaults);
             if let Some(b) = &batches {
-                c.batch = number(b[r])?.as_u64().filter(|v| *v > 0).ok_or_else(|| {
-                    input_err(format!(
-                        "row {r}: `batch` {} is not a positive whole number",
-                        b[r]
-                    ))
-                })? as usize;
+                c.batch = b[r];
             }
             c.validate()
                 .map_err(|e| input_err(format!("row {r}: {e}")))?;
@@ -529,12 +536,7 @@ impl Bundle {
                 .map_err(|e| input_err(format!("row {r}: {e}")))?;
             let mut c = defaults.clone();
             if let Some(b) = &batches {
-                c.batch = whole(b[r]).filter(|v| *v > 0).ok_or_else(|| {
-                    input_err(format!(
-                        "row {r}: `batch` {} is not a positive whole number",
-                        b[r]
-                    ))
-                })? as usize;
+                c.batch = b[r];
                 c.validate()
                     .map_err(|e| input_err(format!("row {r}: {e}")))?;
             }
