@@ -120,9 +120,12 @@ pub struct QuickstartGroup {
 /// The aimed groups after them: ViT-style patch embeddings (kernel = stride, 4 to 32, on 1-4
 /// input channels), depthwise convolutions at every width with EfficientNet's 5x5 kernels,
 /// squeeze-excitation's 1x1 convolutions on a 1x1 map and small single-token linears, and
-/// DenseNet-sized channel concatenations. They take their rows from the general convolution
+/// DenseNet-sized channel concatenations, bottleneck convolutions that narrow to a few channels
+/// on large maps (SqueezeNet's squeeze, DenseNet's growth: their backward passes run far below
+/// a wide conv's speed), and transformer FFN-sized GEMMs over a few hundred tokens, with and
+/// without bias. They take their rows from the general convolution
 /// group (5x instead of 6x): most are cheap, so the sweep's minutes stay about the same.
-pub const QUICKSTART_KINDS: [QuickstartGroup; 9] = [
+pub const QUICKSTART_KINDS: [QuickstartGroup; 11] = [
     QuickstartGroup {
         kinds: &[ModuleKind::Conv2d],
         multiple: 5.0,
@@ -246,6 +249,36 @@ out_features = { min = 8, max = 2048, scale = "log" }
 c = { min = 64, max = 2048, scale = "log" }
 h = { min = 4, max = 64, scale = "log" }
 w = { min = 4, max = 64, scale = "log" }
+"#,
+    },
+    QuickstartGroup {
+        kinds: &[ModuleKind::Conv2d],
+        multiple: 0.375,
+        max_time_s: 0.25,
+        max_gflop: 1.0,
+        sweep: r#"seed = 21
+[conv2d]
+kernel = [1, 1, 3]
+stride = [1]
+padding = ["same"]
+groups = [1]
+bias = [true, false]
+in_channels = { min = 16, max = 1024, scale = "log" }
+out_channels = { min = 8, max = 64, scale = "log" }
+input_hw = { min = 7, max = 112, scale = "log" }
+"#,
+    },
+    QuickstartGroup {
+        kinds: &[ModuleKind::Linear],
+        multiple: 0.25,
+        max_time_s: 0.25,
+        max_gflop: 8.0,
+        sweep: r#"seed = 22
+[linear]
+tokens = { min = 16, max = 256, scale = "log" }
+in_features = [768, 1024, 2048, 3072, 4096, 5632]
+out_features = [768, 1024, 2048, 3072, 4096, 5632]
+bias = [true, false]
 "#,
     },
 ];
@@ -419,7 +452,7 @@ mod tests {
     fn the_quickstart_covers_the_kinds_real_models_have_with_more_convolutions() {
         let sweeps = quickstart_sweeps(40).expect("sweeps");
         let kinds: Vec<ModuleKind> = sweeps.iter().flat_map(|s| s.modules.clone()).collect();
-        assert_eq!(kinds.len(), 24 + 5);
+        assert_eq!(kinds.len(), 24 + 7);
         // Every kind a transformer config or an ONNX CNN maps to, but the zero-cost views
         // and the rarer scalar and reduction kinds.
         for k in [
@@ -444,8 +477,26 @@ mod tests {
         assert_eq!(quickstart_sweeps(10).expect("sweeps")[3].samples, 5);
         assert_eq!(
             quickstart_size(40),
-            (200 + 2 * 80 + 9 * 40 + 12 * 10 + 20 + 30 + 3 * 10, 24)
+            (200 + 2 * 80 + 9 * 40 + 12 * 10 + 20 + 30 + 3 * 10 + 15 + 10, 24)
         );
+        // The bottleneck group narrows to at most 64 channels; the FFN group's GEMMs keep
+        // transformer widths over 16-256 tokens, some without bias.
+        let bottleneck = sweeps[9].sample(ModuleKind::Conv2d).expect("draws");
+        assert_eq!(bottleneck.len(), 15);
+        assert!(bottleneck.iter().all(|s| match &s.spec {
+            perfcast_core::ModuleSpec::Conv2d(c) => c.out_channels <= 64 && c.groups == 1,
+            _ => false,
+        }));
+        let ffn = sweeps[10].sample(ModuleKind::Linear).expect("draws");
+        assert_eq!(ffn.len(), 10);
+        let widths = [768, 1024, 2048, 3072, 4096, 5632];
+        assert!(ffn.iter().all(|s| match &s.spec {
+            perfcast_core::ModuleSpec::Linear(l) =>
+                (16..=256).contains(&l.tokens) && widths.contains(&l.in_features),
+            _ => false,
+        }));
+        assert!(ffn.iter().any(|s| matches!(&s.spec,
+            perfcast_core::ModuleSpec::Linear(l) if !l.bias)));
         // GEMMs are drawn up to a transformer FFN's work at batch 8, the rest to 1 GFLOP.
         let gemms = &sweeps[1];
         assert_eq!(gemms.modules, [ModuleKind::Linear, ModuleKind::Matmul]);
