@@ -360,6 +360,10 @@ impl<'a> Graph<'a> {
                         - mask_bytes(&layer.spec, &d);
                     ops.push((second, second_bytes.max(0.0)));
                 }
+                // A concat's named parts are operands too; the bytes it reads are counted once.
+                for name in &layer.parts_from {
+                    ops.push((tensor(&alias, Some(name)), 0.0));
+                }
             }
             for &(t, _) in &ops {
                 if t != INPUT && !readers[t].contains(&i) {

@@ -41,6 +41,10 @@
 //!   - `detached` (optional, default false): the layer reads tensors the network does not
 //!     model (constants, a second model input, an imported op with no kind); its operands are
 //!     its spec's own shapes and `input_from` / `second_from` are ignored.
+//!   - `parts_from` (optional, concat only): the layers (or `input`) whose outputs follow the
+//!     one `input_from` reads, in order along the first per-sample axis; together the parts
+//!     hold at most the concat's elements. Parts left unnamed (a learned token, a constant) are
+//!     not modelled, but the concat's cost still counts them.
 //!   - `reshape` (optional, default false): the layer reads its operand(s) reshaped, i.e.
 //!     flattened, split into heads or transposed. Such views are free and not modelled as layers;
 //!     only the element count must match. This is how a flatten before a fully connected layer
@@ -58,7 +62,7 @@
 //!
 //! Concat and pad read a part of the tensor they write, and a slice a part of a larger one: a
 //! concat or pad layer may read at most its shape's element count, a slice at least (the
-//! other parts of a concat are not named; its cost counts them).
+//! other parts of a concat are named by `parts_from`, or else counted by its cost alone).
 //!
 //! Errors name the layer by its index in `layers` (from 0) and its name, with the expected and
 //! the actual shape, e.g. ``layer 3 `conv2`: expects input [64, 56, 56], gets [128, 28, 28]
@@ -99,6 +103,12 @@ pub struct Layer {
     /// The second operand of an add, mul or matmul; required for those kinds, refused otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub second_from: Option<String>,
+    /// A concat's further parts after the one it reads: layers (or [`NETWORK_INPUT`]) whose
+    /// outputs follow that one along the first per-sample axis. The parts may hold fewer
+    /// elements than the concat (the rest, such as a learned token, is not modelled; its cost
+    /// still counts it), never more. Refused for other kinds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts_from: Vec<String>,
     /// Whether the operands are read reshaped (flattened, split into heads, transposed); only
     /// the element count must then match. Default false.
     #[serde(default, skip_serializing_if = "is_false")]
@@ -135,10 +145,17 @@ impl Layer {
             name: name.into(),
             input_from: None,
             second_from: None,
+            parts_from: Vec::new(),
             reshape: false,
             detached: false,
             spec,
         }
+    }
+
+    /// A concat that also joins the outputs of the layers `names` after the one it reads.
+    pub fn parts<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.parts_from = names.into_iter().map(Into::into).collect();
+        self
     }
 
     /// Reads tensors the network does not model (see [`Layer::detached`]).
@@ -352,6 +369,25 @@ impl Network {
             }
 
             let kind = layer.spec.kind();
+            if !layer.parts_from.is_empty() {
+                if kind != crate::ModuleKind::Concat {
+                    return Err(layer_error(format!(
+                        "`parts_from` is only for concat layers, not {kind}"
+                    )));
+                }
+                let mut total = elements(got);
+                for name in &layer.parts_from {
+                    total += elements(shape_of(resolve("parts_from", name)?));
+                }
+                if total > elements(&output) {
+                    return Err(layer_error(format!(
+                        "its parts hold {total} elements together, more than its shape {:?} \
+                         holds ({})",
+                        &output[..],
+                        elements(&output)
+                    )));
+                }
+            }
             let second = match (second_operand_shape(&layer.spec), &layer.second_from) {
                 (Some(expected), Some(name)) => {
                     let source = resolve("second_from", name)?;
@@ -411,8 +447,9 @@ impl Network {
                 };
                 [first, layer.second_from.as_deref().is_some_and(of)]
             };
+            let parts = !layer.detached && layer.parts_from.iter().any(|n| of(n));
             let has_params = crate::features::derive(&layer.spec, 1).params > 0.0;
-            carries.insert(&layer.name, has_params || grads[0] || grads[1]);
+            carries.insert(&layer.name, has_params || grads[0] || grads[1] || parts);
             previous = Some(&layer.name);
             out.push(grads);
         }
@@ -799,6 +836,55 @@ mod tests {
         let mut small = net([2, 4, 4]);
         small.layers[0].spec = ModuleSpec::Concat(e([2, 4, 4]));
         assert!(small.check().is_err());
+    }
+
+    #[test]
+    fn a_concat_names_its_parts_and_they_fit_in_it() {
+        use crate::spec::Elementwise;
+        let e = |shape| Elementwise { shape };
+        let net =
+            |cat: [usize; 3], parts: &[&str], kind_of_cat: fn(Elementwise) -> ModuleSpec| Network {
+                name: "fire".into(),
+                input: vec![4, 8, 8],
+                layers: vec![
+                    Layer::new("a", ModuleSpec::Relu(e([4, 8, 8]))),
+                    Layer::new("b", ModuleSpec::Relu(e([4, 8, 8]))).reads(NETWORK_INPUT),
+                    Layer::new("cat", kind_of_cat(e(cat)))
+                        .reads("a")
+                        .parts(parts.iter().copied()),
+                ],
+            };
+        let ok = net([12, 8, 8], &["b", NETWORK_INPUT], ModuleSpec::Concat);
+        assert_eq!(ok.output_shape().unwrap(), vec![12, 8, 8]);
+        let json = ok.to_json_pretty().unwrap();
+        assert!(json.contains("\"parts_from\""), "{json}");
+        assert_eq!(Network::from_json(&json).unwrap(), ok);
+        // Parts may leave a rest unnamed, never hold more; a part must be an earlier layer;
+        // only concats have parts.
+        assert!(net([16, 8, 8], &["b"], ModuleSpec::Concat).check().is_ok());
+        let err = net([8, 8, 8], &["b", NETWORK_INPUT], ModuleSpec::Concat)
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(
+                "its parts hold 768 elements together, more than its shape [8, 8, 8] holds (512)"
+            ),
+            "{err}"
+        );
+        let err = net([8, 8, 8], &["c"], ModuleSpec::Concat)
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`parts_from` names `c`"), "{err}");
+        let err = net([4, 8, 8], &["b"], ModuleSpec::Relu)
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("only for concat layers, not relu"), "{err}");
+        // A part without a gradient source keeps none; one with it passes it on.
+        let grads = ok.operand_gradients();
+        assert_eq!(grads[2], [false, false]);
     }
 
     #[test]

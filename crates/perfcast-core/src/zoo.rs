@@ -15,8 +15,8 @@
 //!   layer norm, MLP 768 -> 3072 -> 768 with GELU, residual add, layer norm. The `1/sqrt(d)`
 //!   scaling is left out (frameworks fold it into Q or the softmax).
 //! - SqueezeNet 1.1's fire modules and DenseNet-121's dense layers join branches by channel
-//!   concatenation. A concat names only its first part (the network format's rule); its shape is
-//!   the whole output, so its cost counts every part. DenseNet's `torch.cat` of all earlier
+//!   concatenation. A concat reads its first part and names the others (`parts_from`); its shape
+//!   is the whole output, so its cost counts every part. DenseNet's `torch.cat` of all earlier
 //!   features before each dense layer is a chain: each concat reads the previous one and the
 //!   newest layer's 32 channels, the same elements torchvision copies. SqueezeNet's max pools
 //!   use floor rounding where torchvision uses `ceil_mode`; both give the same sizes at 224.
@@ -331,8 +331,8 @@ impl Builder {
         self.push(Layer::new(name, spec).reads(from))
     }
 
-    /// Concatenation of `[c, h, w]` parts along channels. The layer names the first part (the
-    /// format names one operand); its shape, the whole output, counts the others.
+    /// Concatenation of `[c, h, w]` parts along channels: the layer reads the first part and
+    /// names the others in `parts_from`.
     fn concat(&mut self, name: &str, parts: &[&str]) -> Result<()> {
         let mut channels = 0;
         let mut hw = None;
@@ -357,7 +357,11 @@ impl Builder {
         let spec = ModuleSpec::Concat(Elementwise {
             shape: [channels, h, w],
         });
-        self.push(Layer::new(name, spec).reads(first))
+        self.push(
+            Layer::new(name, spec)
+                .reads(first)
+                .parts(parts[1..].iter().copied()),
+        )
     }
 
     /// `a + b`, reading `a` and `b` (same shape).
@@ -1250,7 +1254,8 @@ mod tests {
             cat.input_from.as_deref(),
             Some("features.3.expand1x1_activation")
         );
-        // 64 + 64 channels at 55x55; the 3x3 expand's output is the part not named.
+        // 64 + 64 channels at 55x55; the 3x3 expand's output is the second part.
+        assert_eq!(cat.parts_from, ["features.3.expand3x3_activation"]);
         assert_eq!(shapes["features.3.cat"].output, vec![128, 55, 55]);
         assert_eq!(
             shapes["features.3.expand3x3_activation"].output,
@@ -1274,6 +1279,7 @@ mod tests {
             .find(|l| l.name == "features.denseblock2.cat5")
             .unwrap();
         assert_eq!(cat.input_from.as_deref(), Some("features.denseblock2.cat4"));
+        assert_eq!(cat.parts_from, ["features.denseblock2.denselayer5.conv2"]);
         assert_eq!(
             shapes["features.denseblock2.denselayer5.conv2"].output,
             vec![32, 8, 8]

@@ -48,15 +48,17 @@ pub struct NetworkCounts {
 }
 
 /// How one layer is wired: its operand sources and the rank-4 shapes it reads them as.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Wiring {
     first: Source,
     second: Option<Source>,
     shape: [usize; 4],
     second_shape: Option<[usize; 4]>,
-    /// A concat whose named part is smaller than what it writes: the [`Source::Fresh`] operand
-    /// that stands for its other parts, which the network does not name.
+    /// A concat whose named parts are smaller than what it writes: the [`Source::Fresh`]
+    /// operand that stands for its other parts, which the network does not name.
     rest: Option<usize>,
+    /// A concat's further parts (`parts_from`), joined after `first`.
+    parts: Vec<Source>,
 }
 
 /// A network's layers built on a device, ready to run at one batch size and phase.
@@ -118,15 +120,22 @@ impl NetworkRun {
                     Source::Fresh(_) => 0,
                 }
             };
-            // A concat joins its named part with the parts the network does not name, so the
-            // backward pass splits the gradient into that part as a real concat does.
+            // A concat joins its named parts (and a stand-in for the parts the network does
+            // not name), so the backward pass splits the gradient into each part as a real
+            // concat does.
+            let parts: Vec<Source> = if layer.detached {
+                Vec::new()
+            } else {
+                layer.parts_from.iter().map(|n| resolve(n)).collect()
+            };
+            let named = count(first) + parts.iter().map(|&p| count(p)).sum::<usize>();
             let part = match first {
                 Source::Input | Source::Layer(_)
                     if layer.spec.kind() == perfcast_core::ModuleKind::Concat
                         && !layer.detached
-                        && count(first) < shape.iter().product::<usize>() =>
+                        && named < shape.iter().product::<usize>() =>
                 {
-                    Some(count(first))
+                    Some(named)
                 }
                 _ => None,
             };
@@ -143,7 +152,7 @@ impl NetworkRun {
                     source
                 }
             };
-            let first = if rest.is_some() {
+            let first = if rest.is_some() || !parts.is_empty() {
                 first
             } else {
                 fresh_of(first, shape)
@@ -156,7 +165,11 @@ impl NetworkRun {
                 }
                 (s, _) => s,
             };
-            for source in [Some(first), second].into_iter().flatten() {
+            for source in [Some(first), second]
+                .into_iter()
+                .flatten()
+                .chain(parts.iter().copied())
+            {
                 if let Source::Layer(j) = source {
                     last_use[j] = i;
                 }
@@ -167,6 +180,7 @@ impl NetworkRun {
                 shape,
                 second_shape,
                 rest,
+                parts,
             });
             index.insert(layer.name.as_str(), i);
         }
@@ -261,13 +275,18 @@ impl NetworkRun {
             }
         };
         for (i, layer) in self.layers.iter().enumerate() {
-            let w = self.wiring[i];
+            let w = &self.wiring[i];
             // Reshapes are views of contiguous outputs (flatten, head split), as in the format.
-            let out = if let Some(k) = w.rest {
-                let part = fetch(&outputs, w.first);
-                let n = part.shape().num_elements() / w.shape[0];
-                let part = part.reshape([w.shape[0], n, 1, 1]);
-                Tensor::cat(vec![part, self.fresh[k].clone()], 1).reshape(w.shape)
+            let out = if w.rest.is_some() || !w.parts.is_empty() {
+                // Each sample's parts one after another: a channel concat of NCHW tensors.
+                let flat = |t: Tensor<4>| {
+                    let n = t.shape().num_elements() / w.shape[0];
+                    t.reshape([w.shape[0], n, 1, 1])
+                };
+                let mut joined = vec![flat(fetch(&outputs, w.first))];
+                joined.extend(w.parts.iter().map(|&p| flat(fetch(&outputs, p))));
+                joined.extend(w.rest.map(|k| self.fresh[k].clone()));
+                Tensor::cat(joined, 1).reshape(w.shape)
             } else {
                 let x = fetch(&outputs, w.first).reshape(w.shape);
                 let y = w.second.map(|s| {
@@ -596,8 +615,8 @@ mod tests {
         }
     }
 
-    /// A SqueezeNet fire module as an ONNX import writes it: the concat names only its first
-    /// part, the 3x3 expand branch is read by nobody the network names.
+    /// A SqueezeNet fire module whose concat names only its first part (an older network file):
+    /// the 3x3 expand branch is read by nobody the network names.
     fn fire() -> Network {
         let conv = |cin: usize, cout: usize, k: usize| {
             serde_json::json!({"kind": "conv2d", "in_channels": cin, "out_channels": cout,
@@ -643,6 +662,19 @@ mod tests {
         let device = crate::Backend::Flex.device().unwrap();
         let run = NetworkRun::new(&net, &context(2, Phase::Training), &device).unwrap();
         assert_eq!(layers_without_gradient(&run), Vec::<usize>::new());
+        assert_eq!(run.fresh.len(), 1, "a stand-in for the unnamed part");
+
+        // Named, the part is the branch's own output: no stand-in, the same gradients, and the
+        // concat's values are the two branches' side by side.
+        let mut named = fire();
+        named.layers[6].parts_from = vec!["e3_relu".into()];
+        named.check().unwrap();
+        let run = NetworkRun::new(&named, &context(2, Phase::Training), &device).unwrap();
+        assert!(run.fresh.is_empty(), "{}", run.fresh.len());
+        assert_eq!(run.last_use[5], 6, "the 3x3 branch lives until the concat");
+        assert_eq!(layers_without_gradient(&run), Vec::<usize>::new());
+        let run = NetworkRun::new(&named, &context(2, Phase::Inference), &device).unwrap();
+        run.forward();
     }
 
     #[test]

@@ -477,7 +477,10 @@ mod tests {
         assert_eq!(quickstart_sweeps(10).expect("sweeps")[3].samples, 5);
         assert_eq!(
             quickstart_size(40),
-            (200 + 2 * 80 + 9 * 40 + 12 * 10 + 20 + 30 + 3 * 10 + 15 + 10, 24)
+            (
+                200 + 2 * 80 + 9 * 40 + 12 * 10 + 20 + 30 + 3 * 10 + 15 + 10,
+                24
+            )
         );
         // The bottleneck group narrows to at most 64 channels; the FFN group's GEMMs keep
         // transformer widths over 16-256 tokens, some without bias.

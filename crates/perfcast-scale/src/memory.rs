@@ -153,6 +153,9 @@ impl Graph {
             if let Some(n) = &layer.second_from {
                 reads.push(resolve(n));
             }
+            if !layer.detached {
+                reads.extend(layer.parts_from.iter().map(|n| resolve(n)));
+            }
             let kind = layer.spec.kind();
             let out_elems = product(&shape.output);
             let (mut keeps, private_bytes) = keeps_of(kind, i, &reads, out_elems);
@@ -965,8 +968,8 @@ pub(crate) mod tests {
 
     #[test]
     fn a_concats_unnamed_part_counts_what_its_layer_keeps() {
-        // A concat names only its first part; the other part's ReLU output is still kept for
-        // the backward pass.
+        // A concat that names only its first part (an older network file): the other part's
+        // ReLU output is still kept for the backward pass.
         let conv = |cin: usize, cout: usize, k: usize| {
             ModuleSpec::Conv2d(perfcast_core::Conv2d {
                 in_channels: cin,
@@ -1007,6 +1010,15 @@ pub(crate) mod tests {
         assert_eq!(kept, 4.0 * 256.0 * (16.0 + 4.0 + 8.0 + 24.0 + 32.0));
         let m = training_memory(&fire, 2, &MemoryConfig::default()).unwrap();
         assert_eq!(m.activations, 2.0 * kept);
+        // Named as the concat's second part, the 3x3 branch is read there: what the backward
+        // pass keeps is the same, and it lives until the concat.
+        let mut named = fire.clone();
+        named.layers[6].parts_from = vec!["e3_relu".into()];
+        let g = Graph::new(&named).unwrap();
+        assert_eq!(g.nodes[6].reads.len(), 2);
+        assert_eq!(g.kept_per_sample(0..g.nodes.len(), 4.0), kept);
+        let n = training_memory(&named, 2, &MemoryConfig::default()).unwrap();
+        assert_eq!(n.activations, m.activations);
     }
 
     #[test]

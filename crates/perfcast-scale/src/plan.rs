@@ -961,6 +961,11 @@ mod tests {
                     name: prefix(&l.name),
                     input_from: rename(&l.input_from),
                     second_from: rename(&l.second_from),
+                    parts_from: l
+                        .parts_from
+                        .iter()
+                        .filter_map(|n| rename(&Some(n.clone())))
+                        .collect(),
                     ..l.clone()
                 };
                 if i == 0 && bi > 0 {

@@ -746,6 +746,17 @@ impl<'a> Importer<'a> {
                     if let Some(s) = srcs.get(1) {
                         layer = layer.second(to_name(s));
                     }
+                    if node.op == "Concat" {
+                        // The other computed inputs are the concat's further parts; constants
+                        // (a learned token) stay unmodelled.
+                        let parts: Vec<String> = (0..node.inputs.len())
+                            .filter(|&i| i != first)
+                            .filter_map(|i| self.val(node, i).ok().flatten())
+                            .filter(|v| !v.constant && v.src != Src::External)
+                            .map(|v| to_name(&v.src))
+                            .collect();
+                        layer = layer.parts(parts);
+                    }
                 }
                 let transposed = |v: Option<&Val>| v.is_some_and(|v| v.permuted);
                 let (permuted, swapped_last) = match node.op.as_str() {
@@ -2160,6 +2171,40 @@ mod tests {
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../../tests/fixtures/onnx")
             .join(name)
+    }
+
+    #[test]
+    fn concats_name_every_computed_part() {
+        for name in ["squeezenet-mini.onnx", "densenet-mini.onnx"] {
+            let net = import_file(fixture(name), &ImportOptions::default())
+                .unwrap()
+                .network;
+            let shapes = net.check().unwrap();
+            let cats: Vec<usize> = (0..net.layers.len())
+                .filter(|&i| net.layers[i].spec.kind() == ModuleKind::Concat)
+                .collect();
+            assert!(
+                cats.iter().any(|&i| !net.layers[i].parts_from.is_empty()),
+                "{name}"
+            );
+            for i in cats {
+                let layer = &net.layers[i];
+                // The named parts fill the concat (a one-input concat is a copy): nothing of
+                // it is left unmodelled.
+                let elems = |n: &str| -> usize {
+                    let j = net.layers.iter().position(|l| l.name == n).unwrap();
+                    shapes[j].output.iter().product()
+                };
+                let first = elems(layer.input_from.as_deref().unwrap());
+                let parts: usize = layer.parts_from.iter().map(|n| elems(n)).sum();
+                assert_eq!(
+                    first + parts,
+                    shapes[i].output.iter().product::<usize>(),
+                    "{name}: {}",
+                    layer.name
+                );
+            }
+        }
     }
 
     fn count(net: &Network, kind: ModuleKind) -> usize {
