@@ -45,8 +45,11 @@ pub struct LoadConfig {
     pub requests: u64,
     /// Longest time to send them in.
     pub duration: Duration,
-    /// Connections, each with one request in flight.
+    /// Connections.
     pub concurrency: usize,
+    /// Requests each connection writes back to back before reading their answers (HTTP/1.1
+    /// pipelining; 1: one request in flight). Above 1 only valid requests are sent.
+    pub pipeline: usize,
     /// Share of malformed requests, in [0, 1].
     pub invalid_share: f64,
     /// Endpoint of the valid requests.
@@ -95,6 +98,8 @@ pub struct LoadReport {
     pub kind: LoadKind,
     /// Connections.
     pub concurrency: usize,
+    /// Requests written back to back per connection.
+    pub pipeline: usize,
     /// Requests completed (answered or failed).
     pub requests: u64,
     /// Wall time, seconds.
@@ -272,9 +277,16 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-/// Reads one response (head and `Content-Length` body) from `stream` into `buf`.
-async fn read_response(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Response> {
+/// Reads one response (head and `Content-Length` body) from `stream` into `buf`, starting
+/// with the bytes `buf` already holds from the read before (pipelined answers arrive
+/// together); the bytes past the response are left in `rest`.
+async fn read_response(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    rest: &mut Vec<u8>,
+) -> std::io::Result<Response> {
     buf.clear();
+    buf.append(rest);
     let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, m.to_string());
     let mut chunk = [0u8; 16 * 1024];
     let head_end = loop {
@@ -318,6 +330,8 @@ async fn read_response(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Re
         }
         buf.extend_from_slice(&chunk[..n]);
     }
+    rest.extend_from_slice(&buf[head_end + length..]);
+    buf.truncate(head_end + length);
     Ok(Response { status, close })
 }
 
@@ -330,7 +344,8 @@ async fn exchange(
 ) -> std::io::Result<Response> {
     if request.len() <= 64 * 1024 {
         stream.write_all(request).await?;
-        return read_response(stream, buf).await;
+        let mut rest = Vec::new();
+        return read_response(stream, buf, &mut rest).await;
     }
     let (mut read, mut write) = stream.split();
     let writing = async {
@@ -411,6 +426,83 @@ struct Shared {
     invalid: Vec<Template>,
     invalid_share: f64,
     addr: SocketAddr,
+}
+
+/// A connection sending `depth` valid requests at a time, each in one write, and reading their
+/// answers in order; a request's latency runs from the write to its own answer.
+async fn pipelined_worker(shared: Arc<Shared>, seed: u64, depth: usize) -> Tally {
+    let mut tally = Tally::default();
+    let mut rng = Rng(seed);
+    let (mut buf, mut rest, mut out) = (Vec::new(), Vec::new(), Vec::new());
+    let mut stream: Option<TcpStream> = None;
+    loop {
+        let mut batch = 0;
+        out.clear();
+        while batch < depth
+            && Instant::now() < shared.deadline
+            && shared.next.fetch_add(1, Ordering::Relaxed) < shared.limit
+        {
+            out.extend_from_slice(&shared.valid[rng.below(shared.valid.len())].bytes);
+            batch += 1;
+        }
+        if batch == 0 {
+            return tally;
+        }
+        let start = Instant::now();
+        if stream.is_none() {
+            rest.clear();
+            match connect(shared.addr).await {
+                Ok(s) => stream = Some(s),
+                Err(e) => {
+                    tally.unanswered += batch as u64;
+                    tally.error(format!("connect: {e}"));
+                    continue;
+                }
+            }
+        }
+        let Some(s) = stream.as_mut() else { continue };
+        let answered = tokio::time::timeout(REQUEST_TIMEOUT, async {
+            s.write_all(&out).await?;
+            let mut answered = 0;
+            while answered < batch {
+                let r = read_response(s, &mut buf, &mut rest).await?;
+                tally.valid_ns.push(start.elapsed().as_nanos() as u64);
+                *tally.statuses.entry(r.status).or_default() += 1;
+                if r.status == 200 {
+                    tally.valid_ok += 1;
+                } else {
+                    let body = String::from_utf8_lossy(&buf).into_owned();
+                    tally.error(format!("valid request answered {}: {body}", r.status));
+                }
+                answered += 1;
+                if r.close {
+                    break;
+                }
+            }
+            std::io::Result::Ok(answered)
+        })
+        .await;
+        match answered {
+            Ok(Ok(n)) if n == batch => {}
+            Ok(Ok(n)) => {
+                tally.unanswered += (batch - n) as u64;
+                tally.error(format!(
+                    "connection closed after {n} of {batch} pipelined requests"
+                ));
+                stream = None;
+            }
+            Ok(Err(e)) => {
+                tally.unanswered += batch as u64;
+                tally.error(format!("pipelined requests failed: {e}"));
+                stream = None;
+            }
+            Err(_) => {
+                tally.unanswered += batch as u64;
+                tally.error(format!("no answers within {REQUEST_TIMEOUT:?}"));
+                stream = None;
+            }
+        }
+    }
 }
 
 async fn worker(shared: Arc<Shared>, seed: u64) -> Tally {
@@ -503,6 +595,15 @@ pub fn run(config: &LoadConfig) -> Result<LoadReport> {
             "`concurrency` must be at least 1, got 0".into(),
         ));
     }
+    if config.pipeline == 0 {
+        return Err(Error::Config("`pipeline` must be at least 1, got 0".into()));
+    }
+    if config.pipeline > 1 && config.invalid_share > 0.0 {
+        return Err(Error::Config(format!(
+            "`pipeline` {} sends valid requests only: set `invalid-share` to 0",
+            config.pipeline
+        )));
+    }
     if !(0.0..=1.0).contains(&config.invalid_share) {
         return Err(Error::Config(format!(
             "`invalid-share` must be in [0, 1], got {}",
@@ -531,10 +632,13 @@ pub fn run(config: &LoadConfig) -> Result<LoadReport> {
     let (tallies, elapsed, healthy_after) = runtime.block_on(async {
         let tasks: Vec<_> = (0..config.concurrency)
             .map(|i| {
-                tokio::spawn(worker(
-                    Arc::clone(&shared),
-                    config.seed ^ (i as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d),
-                ))
+                let seed = config.seed ^ (i as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d);
+                let shared = Arc::clone(&shared);
+                if config.pipeline > 1 {
+                    tokio::spawn(pipelined_worker(shared, seed, config.pipeline))
+                } else {
+                    tokio::spawn(worker(shared, seed))
+                }
             })
             .collect();
         let mut tallies = Vec::new();
@@ -569,6 +673,7 @@ pub fn run(config: &LoadConfig) -> Result<LoadReport> {
         addr: config.addr.to_string(),
         kind: config.kind,
         concurrency: config.concurrency,
+        pipeline: config.pipeline,
         requests,
         duration_s,
         throughput_rps: requests as f64 / duration_s.max(1e-9),

@@ -351,6 +351,42 @@ fn serve_answers_valid_and_invalid_requests_and_stops_on_sigterm() {
     assert_eq!(r["invalid_4xx"].as_u64().unwrap(), invalid);
     assert!(valid > 100 && invalid > 100, "{r}");
 
+    // Pipelined: 8 requests written back to back per connection, each answered 200 in order.
+    let o = run(&[
+        "loadtest",
+        "--addr",
+        &addr.to_string(),
+        "--requests",
+        "203",
+        "--duration-s",
+        "60",
+        "--concurrency",
+        "3",
+        "--pipeline",
+        "8",
+        "--invalid-share",
+        "0",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r = json(&String::from_utf8_lossy(&o.stdout));
+    assert_eq!(
+        (r["requests"].as_u64(), r["errors"].as_u64()),
+        (Some(203), Some(0)),
+        "{r}"
+    );
+    assert_eq!(r["valid_ok"], 203, "{r}");
+    assert_eq!(r["pipeline"], 8);
+    // Pipelining sends valid requests only.
+    let o = run(&["loadtest", "--addr", &addr.to_string(), "--pipeline", "4"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("`pipeline` 4 sends valid requests only"),
+        "{}",
+        stderr(&o)
+    );
+
     // The server is still healthy, then stops cleanly on SIGTERM with exit 0, within its
     // shutdown bound (1 s) though a request whose body never comes is open, and a head
     // half sent (the header timeout restarts for it just before the signal).

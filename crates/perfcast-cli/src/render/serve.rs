@@ -13,11 +13,16 @@ pub fn loadtest(r: &LoadReport) -> String {
         .map(|(s, n)| format!("{s}: {n}"))
         .collect();
     let mut t = format!(
-        "{} requests in {} s over {} connections: {} requests/s\n\
+        "{} requests in {} s over {} connections{}: {} requests/s\n\
          {:<10} {:>9} {:>9} {:>10} {:>10} {:>10}\n",
         r.requests,
         sig3(r.duration_s),
         r.concurrency,
+        if r.pipeline > 1 {
+            format!(" ({} pipelined on each)", r.pipeline)
+        } else {
+            String::new()
+        },
         sig3(r.throughput_rps),
         "requests",
         "count",
