@@ -35,8 +35,9 @@ pub const BLOCK_ROWS: usize = 2;
 pub const LANE_VECTORS: usize = 2;
 
 /// Outputs of a dense layer a SIMD block accumulates together, each in [`LANE_VECTORS`]
-/// registers: 8 accumulators, the x vectors and a broadcast weight fit AVX2's 16 registers.
-const LANE_OUTPUTS: usize = 4;
+/// registers and two parities of inputs: 12 accumulators, the x vectors and a broadcast
+/// weight fit AVX2's 16 registers.
+const LANE_OUTPUTS: usize = 3;
 
 /// Partial sums a reduction (a layer norm's mean and variance, a head's 1-wide output, the
 /// skip column) keeps: term `i` goes to partial sum `i % STRIPES`, so one row waits on a few
@@ -127,7 +128,9 @@ impl Dense {
         }
     }
 
-    /// Outputs `j..j + OB` of every row.
+    /// Outputs `j..j + OB` of every row: even inputs summed from the bias, odd ones from
+    /// zero, the two added at the end ([`dense_block`] sums the same way), so a single row has
+    /// twice the independent chains.
     #[inline(always)]
     fn block<const R: usize, const W: usize, const OB: usize>(
         &self,
@@ -136,20 +139,37 @@ impl Dense {
         j: usize,
         out: &mut [[f32; W]; R],
     ) {
-        let mut acc = [[0.0f32; OB]; R];
-        for a in &mut acc {
-            a.copy_from_slice(&self.b[j..j + OB]);
-        }
-        for (xi, wrow) in xt.iter().zip(w.chunks_exact(self.d_out)) {
-            let wv = &wrow[j..j + OB];
+        #[inline(always)]
+        fn step<const R: usize, const OB: usize>(
+            acc: &mut [[f32; OB]; R],
+            xi: &[f32; R],
+            wv: &[f32],
+        ) {
             for (a, x) in acc.iter_mut().zip(xi) {
                 for (o, wk) in a.iter_mut().zip(wv) {
                     *o = x.mul_add(*wk, *o);
                 }
             }
         }
-        for (o, a) in out.iter_mut().zip(&acc) {
-            o[j..j + OB].copy_from_slice(a);
+        let d_out = self.d_out;
+        let mut even = [[0.0f32; OB]; R];
+        let mut odd = [[0.0f32; OB]; R];
+        for a in &mut even {
+            a.copy_from_slice(&self.b[j..j + OB]);
+        }
+        let mut pairs = xt.chunks_exact(2);
+        let mut rows = w.chunks_exact(2 * d_out);
+        for (xp, wp) in (&mut pairs).zip(&mut rows) {
+            step(&mut even, &xp[0], &wp[j..j + OB]);
+            step(&mut odd, &xp[1], &wp[d_out + j..d_out + j + OB]);
+        }
+        if let [xl] = pairs.remainder() {
+            step(&mut even, xl, &rows.remainder()[j..j + OB]);
+        }
+        for ((o, e), d) in out.iter_mut().zip(&even).zip(&odd) {
+            for ((o, e), d) in o[j..j + OB].iter_mut().zip(e).zip(d) {
+                *o = e + d;
+            }
         }
     }
 }
@@ -400,7 +420,7 @@ impl FastNet {
         }
         for i in i..n {
             let mut o = [0.0f32; 1];
-            self.forward_block::<1, W, 64>([row(i)], [heads[i]], &mut o);
+            self.forward_block::<1, W, 32>([row(i)], [heads[i]], &mut o);
             out[i] = o[0];
         }
     }
@@ -442,7 +462,7 @@ impl FastNet {
         for (r, dst) in out.iter_mut().enumerate() {
             let (hidden, last) = &self.heads[tasks[r]];
             let mut one = [[0.0f32; W]; 1];
-            hidden.apply_block::<1, W, 64>([&u[r][..]], &mut one);
+            hidden.apply_block::<1, W, 32>([&u[r][..]], &mut one);
             let th = &mut one[0][..hidden.d_out];
             for v in th.iter_mut() {
                 *v = v.max(0.0);
@@ -624,10 +644,10 @@ fn dense_t<S: Simd, const V: usize>(
     x: &[[S::f32s; V]],
     out: &mut [[S::f32s; V]],
 ) {
-    // About 8 independent accumulator chains whatever `V`, so the adds' latency is hidden
-    // and the 16 registers hold the accumulators, the rows' inputs and a weight.
+    // At least 8 independent accumulator chains whatever `V` (two parities of inputs each),
+    // so the latency is hidden and the 16 registers hold the accumulators, inputs and a weight.
     if V == 1 {
-        dense_t_by::<S, V, 8>(simd, d, x, out);
+        dense_t_by::<S, V, 4>(simd, d, x, out);
     } else {
         dense_t_by::<S, V, LANE_OUTPUTS>(simd, d, x, out);
     }
@@ -653,8 +673,9 @@ fn dense_t_by<S: Simd, const V: usize, const OB: usize>(
 }
 
 /// Outputs `j..j + OB` of a dense layer for `V` vectors of transposed rows: each weight is
-/// broadcast once for all the rows, and each output takes its terms in input order from its
-/// bias with fused multiply-adds, as the row kernels do.
+/// broadcast once for all the rows, and each output takes its even inputs from its bias and
+/// its odd ones from zero with fused multiply-adds, in input order, and adds the two, as the
+/// row kernels do.
 #[inline(always)]
 fn dense_block<S: Simd, const V: usize, const OB: usize>(
     simd: S,
@@ -662,19 +683,42 @@ fn dense_block<S: Simd, const V: usize, const OB: usize>(
     x: &[[S::f32s; V]],
     j: usize,
 ) -> [[S::f32s; V]; OB] {
-    let mut acc = [[simd.splat_f32s(0.0); V]; OB];
-    for (a, b) in acc.iter_mut().zip(&d.b[j..j + OB]) {
-        *a = [simd.splat_f32s(*b); V];
-    }
-    for (xi, wrow) in x[..d.d_in].iter().zip(d.w.chunks_exact(d.d_out)) {
-        for (a, w) in acc.iter_mut().zip(&wrow[j..j + OB]) {
+    #[inline(always)]
+    fn step<S: Simd, const V: usize, const OB: usize>(
+        simd: S,
+        acc: &mut [[S::f32s; V]; OB],
+        xi: &[S::f32s; V],
+        wv: &[f32],
+    ) {
+        for (a, w) in acc.iter_mut().zip(wv) {
             let w = simd.splat_f32s(*w);
             for (a, xv) in a.iter_mut().zip(xi) {
                 *a = simd.mul_add_f32s(*xv, w, *a);
             }
         }
     }
-    acc
+    let zero = simd.splat_f32s(0.0);
+    let mut even = [[zero; V]; OB];
+    let mut odd = [[zero; V]; OB];
+    for (a, b) in even.iter_mut().zip(&d.b[j..j + OB]) {
+        *a = [simd.splat_f32s(*b); V];
+    }
+    let d_out = d.d_out;
+    let mut pairs = x[..d.d_in].chunks_exact(2);
+    let mut rows = d.w.chunks_exact(2 * d_out);
+    for (xp, wp) in (&mut pairs).zip(&mut rows) {
+        step(simd, &mut even, &xp[0], &wp[j..j + OB]);
+        step(simd, &mut odd, &xp[1], &wp[d_out + j..d_out + j + OB]);
+    }
+    if let [xl] = pairs.remainder() {
+        step(simd, &mut even, xl, &rows.remainder()[j..j + OB]);
+    }
+    for (e, o) in even.iter_mut().zip(&odd) {
+        for (e, o) in e.iter_mut().zip(o) {
+            *e = simd.add_f32s(*e, *o);
+        }
+    }
+    even
 }
 
 /// The partial sums of a striped reduction added as [`tree`] does, lane by lane.
