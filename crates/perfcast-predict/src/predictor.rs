@@ -1050,10 +1050,12 @@ impl Predictor {
     fn predict_one(&self, spec: &ModuleSpec, context: &Context) -> Result<ModulePrediction> {
         // A CPU query asked as given (no canonical form, no composition): its row gives the
         // compute floor too, so its shapes are derived once instead of again for the bound.
-        if !self.gpu() && !spec.kind().is_zero_cost() && !self.composed(spec, context) {
-            if let Some((p, floor)) = self.predict_inside(spec, context)? {
-                return self.bounded_at(p, floor, spec);
-            }
+        if !self.gpu()
+            && !spec.kind().is_zero_cost()
+            && !self.composed(spec, context)
+            && let Some((p, floor)) = self.predict_inside(spec, context)?
+        {
+            return self.bounded_at(p, floor, spec);
         }
         self.answer(spec, context, Self::predict_one_as_given)
     }
