@@ -298,6 +298,32 @@ pub fn row_into(spec: &ModuleSpec, context: &Context, device: &DeviceSpec, out: 
     }
 }
 
+/// [`perfcast_core::canonical::least_cpu_compute_time_s`] in ms, read off a row [`row_into`]
+/// built for `spec` in `phase`, or in the training phase for an inference query (its FLOP
+/// columns hold the derived work), so a query's
+/// shapes are derived once for the row and the bound; the same value, bit for bit.
+pub fn cpu_floor_ms_of_row(
+    spec: &ModuleSpec,
+    phase: Phase,
+    row: &[f64],
+    device: &DeviceSpec,
+) -> f64 {
+    if !matches!(
+        spec,
+        ModuleSpec::Conv2d(_) | ModuleSpec::Linear(_) | ModuleSpec::Matmul(_)
+    ) {
+        return 0.0;
+    }
+    // After the configuration: batch, phase, threads, utilisation, flops, work_flops (the
+    // training FLOPs in a training-phase row, the only row a training query has).
+    let at = spec.kind().config_columns().len() + 4;
+    let flops = match phase {
+        Phase::Training => row[at + 1],
+        Phase::Inference => row[at],
+    };
+    flops / perfcast_core::canonical::conv_work_saving(spec) / (device.peak_gflops * 1e9) * 1e3
+}
+
 /// The inference row of a module and context, appended to `out`, from its training-phase row
 /// as [`row_into`] built it (`kind`'s schema): the columns that depend on the phase are the
 /// `training` flag, the work and roofline columns and conv2d's gradient-conv shapes, so the
@@ -504,6 +530,39 @@ mod tests {
 
     pub(crate) fn device() -> DeviceSpec {
         testing::cpu_device()
+    }
+
+    #[test]
+    fn the_floor_read_off_a_row_is_the_derived_one() {
+        let device = device();
+        for spec in testing::one_of_each_kind() {
+            for (phase, row_phase) in [
+                (Phase::Inference, Phase::Inference),
+                (Phase::Inference, Phase::Training),
+                (Phase::Training, Phase::Training),
+            ] {
+                let context = Context {
+                    batch: 3,
+                    phase,
+                    threads: 1,
+                    utilisation: 0.0,
+                };
+                let mut x = Vec::new();
+                let as_built = Context {
+                    phase: row_phase,
+                    ..context.clone()
+                };
+                row_into(&spec, &as_built, &device, &mut x);
+                let want =
+                    perfcast_core::canonical::least_cpu_compute_time_s(&spec, &context, &device);
+                assert_eq!(
+                    cpu_floor_ms_of_row(&spec, phase, &x, &device).to_bits(),
+                    (want * 1e3).to_bits(),
+                    "{} {phase:?} from a {row_phase:?} row",
+                    spec.describe()
+                );
+            }
+        }
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::blend::Blend;
 use crate::bundle::Bundle;
 use crate::compose::RunShape;
 use crate::error::{Error, Result};
-use crate::features::{MAX_ROW, row, row_into};
+use crate::features::{MAX_ROW, cpu_floor_ms_of_row, row, row_into};
 use crate::medn::{Encoded, FittedMedn};
 use crate::regressor::Regressor;
 
@@ -597,30 +597,49 @@ impl Predictor {
         spec: &ModuleSpec,
         context: &Context,
     ) -> Result<ModulePrediction> {
-        let kind = spec.kind();
-        if let Some(model) = self.bundle.model(kind) {
-            let mut x = Vec::with_capacity(MAX_ROW);
-            Self::row_for(model, spec, context, &self.bundle.manifest.device, &mut x);
-            if !self.outside(kind, &x) {
-                let ms = if model.multi_task() {
-                    let mut out = [0.0];
-                    model.predict_tasks(&x, &[context.phase], &mut out)?;
-                    out[0]
-                } else {
-                    model.predict_row(&x)?
-                };
-                return Ok(ModulePrediction {
-                    kind,
-                    ms,
-                    model: model.name().into(),
-                    fallback: false,
-                    warnings: Vec::new(),
-                });
-            }
+        if let Some((p, _)) = self.predict_inside(spec, context)? {
+            return Ok(p);
         }
         let mut out = self.predict_many(&[(spec, context)])?;
         out.pop()
             .ok_or_else(|| Error::Query("no prediction for the query".into()))
+    }
+
+    /// A validated query inside its model's trained ranges, unbounded, with the CPU compute
+    /// floor read off its feature row (ms); `None` when it has no model or leaves the ranges.
+    fn predict_inside(
+        &self,
+        spec: &ModuleSpec,
+        context: &Context,
+    ) -> Result<Option<(ModulePrediction, f64)>> {
+        let kind = spec.kind();
+        let Some(model) = self.bundle.model(kind) else {
+            return Ok(None);
+        };
+        let device = &self.bundle.manifest.device;
+        let mut x = Vec::with_capacity(MAX_ROW);
+        Self::row_for(model, spec, context, device, &mut x);
+        if self.outside(kind, &x) {
+            return Ok(None);
+        }
+        let ms = if model.multi_task() {
+            let mut out = [0.0];
+            model.predict_tasks(&x, &[context.phase], &mut out)?;
+            out[0]
+        } else {
+            model.predict_row(&x)?
+        };
+        let p = ModulePrediction {
+            kind,
+            ms,
+            model: model.name().into(),
+            fallback: false,
+            warnings: Vec::new(),
+        };
+        Ok(Some((
+            p,
+            cpu_floor_ms_of_row(spec, context.phase, &x, device),
+        )))
     }
 
     /// Many validated queries on the fast path, in their order: grouped by kind, each kind's
@@ -1029,6 +1048,15 @@ impl Predictor {
 
     /// [`Predictor::predict_one_as_given`] through [`Predictor::answer`].
     fn predict_one(&self, spec: &ModuleSpec, context: &Context) -> Result<ModulePrediction> {
+        // A CPU query asked as given (no canonical form, no composition): its row gives the
+        // compute floor too, so its shapes are derived once instead of again for the bound.
+        if !self.gpu()
+            && !spec.kind().is_zero_cost()
+            && !self.composed(spec, context)
+            && let Some((p, floor)) = self.predict_inside(spec, context)?
+        {
+            return self.bounded_at(p, floor, spec);
+        }
         self.answer(spec, context, Self::predict_one_as_given)
     }
 

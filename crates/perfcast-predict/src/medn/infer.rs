@@ -3,10 +3,12 @@
 //!
 //! A 64-wide MEDN is ~15k multiply-adds per row; through a tensor framework the per-op
 //! overhead dwarfs that, so serving uses these loops. perfcast-models holds them to burn's
-//! forward within 1e-5 relative (`fast_path_matches_burn`), and every path here gives the same
-//! bits as
-//! the plain single-row loops (`tests::reference`): each output adds its terms in the same
-//! order, with separate multiplies and adds (no fused multiply-add).
+//! forward within 1e-5 relative (`fast_path_matches_burn`), and they agree with the plain
+//! single-row loops (`tests::reference`) within float rounding: dense layers use fused
+//! multiply-adds and reductions (a layer norm's sums, a head's output, the skip column) sum in
+//! [`STRIPES`] partial sums, so a single row is not one long chain of dependent adds. Every
+//! path here (single rows, the row kernels' blocks, the SIMD lanes, whatever the vector
+//! width) does the same operations in the same order, so they give the same bits.
 //!
 //! Batches run with one row per SIMD lane where the CPU has vectors of 4 lanes or more
 //! ([`pulp::Arch`] picks AVX2 at run time, in safe code): activations are held transposed,
@@ -33,8 +35,14 @@ pub const BLOCK_ROWS: usize = 2;
 pub const LANE_VECTORS: usize = 2;
 
 /// Outputs of a dense layer a SIMD block accumulates together, each in [`LANE_VECTORS`]
-/// registers: 8 accumulators, the x vectors and a broadcast weight fit AVX2's 16 registers.
-const LANE_OUTPUTS: usize = 4;
+/// registers and two parities of inputs: 12 accumulators, the x vectors and a broadcast
+/// weight fit AVX2's 16 registers.
+const LANE_OUTPUTS: usize = 3;
+
+/// Partial sums a reduction (a layer norm's mean and variance, a head's 1-wide output, the
+/// skip column) keeps: term `i` goes to partial sum `i % STRIPES`, so one row waits on a few
+/// adds per stripe instead of one per term, and the SIMD-lane kernels sum the same way.
+const STRIPES: usize = 8;
 
 /// LayerNorm's epsilon (burn's default, which the networks are trained with).
 const NORM_EPS: f32 = 1e-5;
@@ -57,9 +65,9 @@ impl Dense {
     ///
     /// Register-blocked: `OB` outputs of every row are accumulated in registers while the
     /// inputs stream past, so each weight is loaded once for `R` rows, no partial sum goes
-    /// through memory, and `R * OB / 4` independent add chains hide the add latency. Every
-    /// output still starts at its bias and adds its terms in input order, so the result is
-    /// bit-identical to the plain loop (`out = b; out += x_i * W_i` for each input `i`).
+    /// through memory, and `R * OB / 8` independent chains hide the latency. Every output
+    /// starts at its bias and takes its terms in input order with fused multiply-adds, as the
+    /// SIMD-lane kernels do, so every path gives the same bits.
     #[inline(always)]
     fn apply_block<const R: usize, const W: usize, const OB: usize>(
         &self,
@@ -120,7 +128,9 @@ impl Dense {
         }
     }
 
-    /// Outputs `j..j + OB` of every row.
+    /// Outputs `j..j + OB` of every row: even inputs summed from the bias, odd ones from
+    /// zero, the two added at the end ([`dense_block`] sums the same way), so a single row has
+    /// twice the independent chains.
     #[inline(always)]
     fn block<const R: usize, const W: usize, const OB: usize>(
         &self,
@@ -129,20 +139,37 @@ impl Dense {
         j: usize,
         out: &mut [[f32; W]; R],
     ) {
-        let mut acc = [[0.0f32; OB]; R];
-        for a in &mut acc {
-            a.copy_from_slice(&self.b[j..j + OB]);
-        }
-        for (xi, wrow) in xt.iter().zip(w.chunks_exact(self.d_out)) {
-            let wv = &wrow[j..j + OB];
+        #[inline(always)]
+        fn step<const R: usize, const OB: usize>(
+            acc: &mut [[f32; OB]; R],
+            xi: &[f32; R],
+            wv: &[f32],
+        ) {
             for (a, x) in acc.iter_mut().zip(xi) {
                 for (o, wk) in a.iter_mut().zip(wv) {
-                    *o += x * wk;
+                    *o = x.mul_add(*wk, *o);
                 }
             }
         }
-        for (o, a) in out.iter_mut().zip(&acc) {
-            o[j..j + OB].copy_from_slice(a);
+        let d_out = self.d_out;
+        let mut even = [[0.0f32; OB]; R];
+        let mut odd = [[0.0f32; OB]; R];
+        for a in &mut even {
+            a.copy_from_slice(&self.b[j..j + OB]);
+        }
+        let mut pairs = xt.chunks_exact(2);
+        let mut rows = w.chunks_exact(2 * d_out);
+        for (xp, wp) in (&mut pairs).zip(&mut rows) {
+            step(&mut even, &xp[0], &wp[j..j + OB]);
+            step(&mut odd, &xp[1], &wp[d_out + j..d_out + j + OB]);
+        }
+        if let [xl] = pairs.remainder() {
+            step(&mut even, xl, &rows.remainder()[j..j + OB]);
+        }
+        for ((o, e), d) in out.iter_mut().zip(&even).zip(&odd) {
+            for ((o, e), d) in o[j..j + OB].iter_mut().zip(e).zip(d) {
+                *o = e + d;
+            }
         }
     }
 }
@@ -157,9 +184,9 @@ pub struct Norm {
 }
 
 impl Norm {
-    /// Normalises `R` rows at once. The rows' sums are independent chains, interleaved so
-    /// the adds overlap; each row still sums in order from `-0.0`, as `Iterator::sum` does,
-    /// so results are bit-identical to one row at a time.
+    /// Normalises `R` rows at once. Each row's sums are [`STRIPES`] partial sums combined as a
+    /// tree ([`striped_sum`]), as the SIMD-lane kernel sums, so a row waits on a few adds per
+    /// stripe instead of one per feature.
     #[inline(always)]
     fn apply_block<const R: usize, const W: usize>(
         &self,
@@ -167,33 +194,68 @@ impl Norm {
         out: &mut [[f32; W]; R],
     ) {
         let d = self.gamma.len();
-        let mut mean = [-0.0f32; R];
-        for i in 0..d {
-            for (m, xr) in mean.iter_mut().zip(x) {
-                *m += xr[i];
-            }
-        }
-        for m in &mut mean {
-            *m /= d as f32;
-        }
-        let mut var = [-0.0f32; R];
-        for i in 0..d {
-            for ((v, xr), m) in var.iter_mut().zip(x).zip(&mean) {
-                *v += (xr[i] - m) * (xr[i] - m);
-            }
-        }
-        for (((o, xr), m), v) in out.iter_mut().zip(x).zip(&mean).zip(&var) {
-            let inv = 1.0 / (v / d as f32 + NORM_EPS).sqrt();
-            for (((o, xv), g), b) in o[..d]
-                .iter_mut()
-                .zip(&xr[..d])
-                .zip(&self.gamma)
-                .zip(&self.beta)
-            {
-                *o = (xv - m) * inv * g + b;
+        for (o, xr) in out.iter_mut().zip(x) {
+            let xr = &xr[..d];
+            let mean = striped_sum(xr) / d as f32;
+            let var = striped_squares(xr, mean) / d as f32;
+            let inv = 1.0 / (var + NORM_EPS).sqrt();
+            for (((o, xv), g), b) in o[..d].iter_mut().zip(xr).zip(&self.gamma).zip(&self.beta) {
+                *o = ((xv - mean) * inv).mul_add(*g, *b);
             }
         }
     }
+}
+
+/// The partial sums of a striped reduction added as a fixed tree.
+#[inline(always)]
+fn tree(p: [f32; STRIPES]) -> f32 {
+    ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]))
+}
+
+/// `sum_i x_i`, striped ([`STRIPES`]).
+#[inline(always)]
+fn striped_sum(x: &[f32]) -> f32 {
+    let mut p = [0.0f32; STRIPES];
+    let mut chunks = x.chunks_exact(STRIPES);
+    for c in &mut chunks {
+        for (a, v) in p.iter_mut().zip(c) {
+            *a += v;
+        }
+    }
+    for (a, v) in p.iter_mut().zip(chunks.remainder()) {
+        *a += v;
+    }
+    tree(p)
+}
+
+/// `sum_i (x_i - mean)^2`, striped ([`STRIPES`]).
+#[inline(always)]
+fn striped_squares(x: &[f32], mean: f32) -> f32 {
+    let mut p = [0.0f32; STRIPES];
+    let mut chunks = x.chunks_exact(STRIPES);
+    for c in &mut chunks {
+        for (a, v) in p.iter_mut().zip(c) {
+            let c = v - mean;
+            *a = c.mul_add(c, *a);
+        }
+    }
+    for (a, v) in p.iter_mut().zip(chunks.remainder()) {
+        let c = v - mean;
+        *a = c.mul_add(c, *a);
+    }
+    tree(p)
+}
+
+/// `sum_i x_i w[i * stride]`, striped ([`STRIPES`]): a 1-wide layer's output (`stride` 1)
+/// or one column of a row-major matrix (`stride` its width).
+#[inline(always)]
+fn striped_dot(x: &[f32], w: &[f32], stride: usize) -> f32 {
+    let mut p = [0.0f32; STRIPES];
+    for (i, xv) in x.iter().enumerate() {
+        let k = i % STRIPES;
+        p[k] = xv.mul_add(w[i * stride], p[k]);
+    }
+    tree(p)
 }
 
 /// A MEDN network's weights, ready for allocation-free single-row inference.
@@ -358,7 +420,7 @@ impl FastNet {
         }
         for i in i..n {
             let mut o = [0.0f32; 1];
-            self.forward_block::<1, W, 64>([row(i)], [heads[i]], &mut o);
+            self.forward_block::<1, W, 32>([row(i)], [heads[i]], &mut o);
             out[i] = o[0];
         }
     }
@@ -395,52 +457,26 @@ impl FastNet {
                 *v = v.max(0.0);
             }
         }
-        // Heads may differ between the rows. The hidden layer runs row by row (its outputs
-        // are independent chains already); the 1-wide output and the skip column are one
-        // chain of adds per row, so the rows' chains are interleaved.
-        let mut th = [[0.0f32; W]; R];
-        for (r, tr) in th.iter_mut().enumerate() {
-            let hidden = &self.heads[tasks[r]].0;
+        // Heads may differ between the rows, so each row runs its own; the 1-wide output and
+        // the skip column are dot products, summed in stripes.
+        for (r, dst) in out.iter_mut().enumerate() {
+            let (hidden, last) = &self.heads[tasks[r]];
             let mut one = [[0.0f32; W]; 1];
-            hidden.apply_block::<1, W, 64>([&u[r][..]], &mut one);
-            for v in &mut one[0][..hidden.d_out] {
+            hidden.apply_block::<1, W, 32>([&u[r][..]], &mut one);
+            let th = &mut one[0][..hidden.d_out];
+            for v in th.iter_mut() {
                 *v = v.max(0.0);
             }
-            *tr = one[0];
-        }
-        let outs: [&Dense; R] = std::array::from_fn(|r| &self.heads[tasks[r]].1);
-        let mut o = [0.0f32; R];
-        if outs.iter().all(|d| d.d_out == 1 && d.d_in == outs[0].d_in) {
-            for (or, d) in o.iter_mut().zip(&outs) {
-                *or = d.b[0];
-            }
-            for i in 0..outs[0].d_in {
-                for ((or, d), tr) in o.iter_mut().zip(&outs).zip(&th) {
-                    *or += tr[i] * d.w[i];
+            let y = last.b[0] + striped_dot(th, &last.w, 1);
+            *dst = match &self.skip {
+                // Column `task` of the skip layer: the whole layer would waste the other
+                // heads' work.
+                Some(s) => {
+                    let t = tasks[r];
+                    y + (s.b[t] + striped_dot(&x[r][..s.d_in], &s.w[t..], s.d_out))
                 }
-            }
-        } else {
-            for ((or, d), tr) in o.iter_mut().zip(&outs).zip(&th) {
-                let mut one = [[0.0f32; W]; 1];
-                d.apply_block::<1, W, 64>([&tr[..]], &mut one);
-                *or = one[0][0];
-            }
-        }
-        match &self.skip {
-            // Column `task` of the skip layer: the whole layer would waste the other heads'
-            // work.
-            Some(s) => {
-                let mut acc: [f32; R] = std::array::from_fn(|r| s.b[tasks[r]]);
-                for (i, row) in s.w.chunks_exact(s.d_out).take(s.d_in).enumerate() {
-                    for ((a, xr), t) in acc.iter_mut().zip(&x).zip(&tasks) {
-                        *a += xr[i] * row[*t];
-                    }
-                }
-                for ((dst, or), a) in out.iter_mut().zip(&o).zip(&acc) {
-                    *dst = or + a;
-                }
-            }
-            None => *out = o,
+                None => y,
+            };
         }
     }
 
@@ -580,11 +616,11 @@ impl<'a, S: Simd, const V: usize> Lanes<'a, S, V> {
             for v in t[..hidden.d_out].iter_mut().flatten() {
                 *v = simd.max_f32s(*v, zero);
             }
-            let mut y = dense_block::<S, V, 1>(simd, last, t, 0)[0];
+            let mut y = dot_t(simd, &t[..last.d_in], last.b[0], &last.w, 1);
             // Column `task` of the skip layer: the whole layer would waste the other heads'
             // work.
             if let Some(s) = &net.skip {
-                let c = dense_block::<S, V, 1>(simd, s, x, task)[0];
+                let c = dot_t(simd, &x[..s.d_in], s.b[task], &s.w[task..], s.d_out);
                 for (a, b) in y.iter_mut().zip(&c) {
                     *a = simd.add_f32s(*a, *b);
                 }
@@ -608,10 +644,10 @@ fn dense_t<S: Simd, const V: usize>(
     x: &[[S::f32s; V]],
     out: &mut [[S::f32s; V]],
 ) {
-    // About 8 independent accumulator chains whatever `V`, so the adds' latency is hidden
-    // and the 16 registers hold the accumulators, the rows' inputs and a weight.
+    // At least 8 independent accumulator chains whatever `V` (two parities of inputs each),
+    // so the latency is hidden and the 16 registers hold the accumulators, inputs and a weight.
     if V == 1 {
-        dense_t_by::<S, V, 8>(simd, d, x, out);
+        dense_t_by::<S, V, 4>(simd, d, x, out);
     } else {
         dense_t_by::<S, V, LANE_OUTPUTS>(simd, d, x, out);
     }
@@ -637,8 +673,9 @@ fn dense_t_by<S: Simd, const V: usize, const OB: usize>(
 }
 
 /// Outputs `j..j + OB` of a dense layer for `V` vectors of transposed rows: each weight is
-/// broadcast once for all the rows, and each output adds its terms in input order from its
-/// bias, as the plain loop does.
+/// broadcast once for all the rows, and each output takes its even inputs from its bias and
+/// its odd ones from zero with fused multiply-adds, in input order, and adds the two, as the
+/// row kernels do.
 #[inline(always)]
 fn dense_block<S: Simd, const V: usize, const OB: usize>(
     simd: S,
@@ -646,23 +683,78 @@ fn dense_block<S: Simd, const V: usize, const OB: usize>(
     x: &[[S::f32s; V]],
     j: usize,
 ) -> [[S::f32s; V]; OB] {
-    let mut acc = [[simd.splat_f32s(0.0); V]; OB];
-    for (a, b) in acc.iter_mut().zip(&d.b[j..j + OB]) {
-        *a = [simd.splat_f32s(*b); V];
-    }
-    for (xi, wrow) in x[..d.d_in].iter().zip(d.w.chunks_exact(d.d_out)) {
-        for (a, w) in acc.iter_mut().zip(&wrow[j..j + OB]) {
+    #[inline(always)]
+    fn step<S: Simd, const V: usize, const OB: usize>(
+        simd: S,
+        acc: &mut [[S::f32s; V]; OB],
+        xi: &[S::f32s; V],
+        wv: &[f32],
+    ) {
+        for (a, w) in acc.iter_mut().zip(wv) {
             let w = simd.splat_f32s(*w);
             for (a, xv) in a.iter_mut().zip(xi) {
-                *a = simd.add_f32s(*a, simd.mul_f32s(*xv, w));
+                *a = simd.mul_add_f32s(*xv, w, *a);
             }
         }
     }
-    acc
+    let zero = simd.splat_f32s(0.0);
+    let mut even = [[zero; V]; OB];
+    let mut odd = [[zero; V]; OB];
+    for (a, b) in even.iter_mut().zip(&d.b[j..j + OB]) {
+        *a = [simd.splat_f32s(*b); V];
+    }
+    let d_out = d.d_out;
+    let mut pairs = x[..d.d_in].chunks_exact(2);
+    let mut rows = d.w.chunks_exact(2 * d_out);
+    for (xp, wp) in (&mut pairs).zip(&mut rows) {
+        step(simd, &mut even, &xp[0], &wp[j..j + OB]);
+        step(simd, &mut odd, &xp[1], &wp[d_out + j..d_out + j + OB]);
+    }
+    if let [xl] = pairs.remainder() {
+        step(simd, &mut even, xl, &rows.remainder()[j..j + OB]);
+    }
+    for (e, o) in even.iter_mut().zip(&odd) {
+        for (e, o) in e.iter_mut().zip(o) {
+            *e = simd.add_f32s(*e, *o);
+        }
+    }
+    even
 }
 
-/// Layer normalisation of `V` vectors of transposed rows. The sums are vector adds across the
-/// rows; each row still sums its features in order from `-0.0`, as `Iterator::sum` does.
+/// The partial sums of a striped reduction added as [`tree`] does, lane by lane.
+#[inline(always)]
+fn tree_t<S: Simd>(simd: S, p: [S::f32s; STRIPES]) -> S::f32s {
+    let add = |a, b| simd.add_f32s(a, b);
+    add(
+        add(add(p[0], p[1]), add(p[2], p[3])),
+        add(add(p[4], p[5]), add(p[6], p[7])),
+    )
+}
+
+/// `bias + sum_i x_i w[i * stride]` for `V` vectors of transposed rows, striped as
+/// [`striped_dot`] sums.
+#[inline(always)]
+fn dot_t<S: Simd, const V: usize>(
+    simd: S,
+    x: &[[S::f32s; V]],
+    bias: f32,
+    w: &[f32],
+    stride: usize,
+) -> [S::f32s; V] {
+    let mut out = [simd.splat_f32s(bias); V];
+    for (v, o) in out.iter_mut().enumerate() {
+        let mut p = [simd.splat_f32s(0.0); STRIPES];
+        for (i, xi) in x.iter().enumerate() {
+            let k = i % STRIPES;
+            p[k] = simd.mul_add_f32s(xi[v], simd.splat_f32s(w[i * stride]), p[k]);
+        }
+        *o = simd.add_f32s(*o, tree_t(simd, p));
+    }
+    out
+}
+
+/// Layer normalisation of `V` vectors of transposed rows, each row's sums striped as the row
+/// kernel's ([`striped_sum`], [`striped_squares`]).
 #[inline(always)]
 fn norm_t<S: Simd, const V: usize>(
     simd: S,
@@ -673,37 +765,30 @@ fn norm_t<S: Simd, const V: usize>(
     let d = n.gamma.len();
     let x = &x[..d];
     let width = simd.splat_f32s(d as f32);
-    let mut mean = [simd.splat_f32s(-0.0); V];
-    for xi in x {
-        for (m, v) in mean.iter_mut().zip(xi) {
-            *m = simd.add_f32s(*m, *v);
-        }
-    }
-    for m in &mut mean {
-        *m = simd.div_f32s(*m, width);
-    }
-    let mut var = [simd.splat_f32s(-0.0); V];
-    for xi in x {
-        for ((s, v), m) in var.iter_mut().zip(xi).zip(&mean) {
-            let c = simd.sub_f32s(*v, *m);
-            *s = simd.add_f32s(*s, simd.mul_f32s(c, c));
-        }
-    }
+    let zero = simd.splat_f32s(0.0);
+    let mut mean = [zero; V];
+    let mut inv = [zero; V];
     let (one, eps) = (simd.splat_f32s(1.0), simd.splat_f32s(NORM_EPS));
-    let mut inv = var;
-    for s in &mut inv {
-        *s = simd.div_f32s(
-            one,
-            simd.sqrt_f32s(simd.add_f32s(simd.div_f32s(*s, width), eps)),
-        );
+    for (v, (m, s)) in mean.iter_mut().zip(&mut inv).enumerate() {
+        let mut p = [zero; STRIPES];
+        for (i, xi) in x.iter().enumerate() {
+            let k = i % STRIPES;
+            p[k] = simd.add_f32s(p[k], xi[v]);
+        }
+        *m = simd.div_f32s(tree_t(simd, p), width);
+        let mut q = [zero; STRIPES];
+        for (i, xi) in x.iter().enumerate() {
+            let k = i % STRIPES;
+            let c = simd.sub_f32s(xi[v], *m);
+            q[k] = simd.mul_add_f32s(c, c, q[k]);
+        }
+        let var = simd.div_f32s(tree_t(simd, q), width);
+        *s = simd.div_f32s(one, simd.sqrt_f32s(simd.add_f32s(var, eps)));
     }
     for (((o, xi), g), b) in out[..d].iter_mut().zip(x).zip(&n.gamma).zip(&n.beta) {
         let (g, b) = (simd.splat_f32s(*g), simd.splat_f32s(*b));
         for (((o, v), m), s) in o.iter_mut().zip(xi).zip(&mean).zip(&inv) {
-            *o = simd.add_f32s(
-                simd.mul_f32s(simd.mul_f32s(simd.sub_f32s(*v, *m), *s), g),
-                b,
-            );
+            *o = simd.mul_add_f32s(simd.mul_f32s(simd.sub_f32s(*v, *m), *s), g, b);
         }
     }
 }
@@ -712,8 +797,8 @@ fn norm_t<S: Simd, const V: usize>(
 mod tests {
     use super::*;
 
-    /// The plain single-row forward the blocked kernels replaced: the definition they must
-    /// reproduce bit for bit.
+    /// The plain single-row forward (in-order sums, separate multiplies and adds): the
+    /// definition the kernels must reproduce within float rounding.
     fn reference(net: &FastNet, x: &[f32], task: usize) -> f32 {
         fn dense(d: &Dense, x: &[f32]) -> Vec<f32> {
             let mut out = d.b.clone();
@@ -804,7 +889,7 @@ mod tests {
     }
 
     #[test]
-    fn blocked_forward_passes_match_the_plain_loops_bit_for_bit() {
+    fn every_forward_path_gives_the_same_bits_and_matches_the_plain_loops() {
         // The default shape, odd widths (kernel tails), and a wide one (the 512 buffers).
         for (d_input, width, latent, head, skip) in [
             (73, 64, 32, 32, true),
@@ -849,10 +934,10 @@ mod tests {
             for i in 0..rows {
                 let x = &xs[i * d_input..(i + 1) * d_input];
                 let one = net.forward_one(x, heads[i]);
-                assert_eq!(
-                    one.to_bits(),
-                    reference(&net, x, heads[i]).to_bits(),
-                    "{width}"
+                let want = reference(&net, x, heads[i]);
+                assert!(
+                    (one - want).abs() <= 1e-5 * want.abs().max(1.0),
+                    "row {i} of width {width}: {one} against {want}"
                 );
                 assert_eq!(out[i].to_bits(), one.to_bits(), "row {i} of width {width}");
                 assert_eq!(rows_out[i].to_bits(), one.to_bits(), "row {i} of {width}");

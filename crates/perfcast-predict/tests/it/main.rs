@@ -1,5 +1,5 @@
 //! Integration tests of perfcast-predict: bundles written before this crate existed answer
-//! bit for bit as they did (`compat`), and every shipped bundle loads and predicts
+//! as they did within float rounding (`compat`), and every shipped bundle loads and predicts
 //! (`checkpoints`).
 #![allow(clippy::unwrap_used)]
 
