@@ -37,6 +37,10 @@ from ._perfcast import (
 
 __version__: str = _perfcast.__version__
 
+# Built with the `train` feature (docs/python.md): the quickstart workflow, as the CLI runs it.
+if hasattr(_perfcast, "quickstart"):
+    quickstart = _perfcast.quickstart
+
 __all__ = [
     "Bundle",
     "BundleError",

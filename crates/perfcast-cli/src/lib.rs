@@ -259,7 +259,10 @@ pub fn main_entry() -> ExitCode {
                     Some(perfcast_profile::Error::Interrupted { .. })
                 ) || matches!(
                     c.downcast_ref::<perfcast_workflow::Error>(),
-                    Some(perfcast_workflow::Error::Interrupted { .. })
+                    Some(
+                        perfcast_workflow::Error::Interrupted { .. }
+                            | perfcast_workflow::Error::Stopped(_)
+                    )
                 )
             });
             ExitCode::from(if interrupted { 130 } else { 2 })

@@ -28,6 +28,27 @@ impl std::fmt::Display for Hint {
     }
 }
 
+/// A message and its [`Hint`] as one error, for code that reports through `anyhow` (the CLI,
+/// the workflows) and has no error enum of its own to give a hint field.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}{hint}")]
+pub struct Hinted {
+    /// What is wrong, naming the value.
+    pub message: String,
+    /// What the user can do about it.
+    pub hint: Hint,
+}
+
+impl Hinted {
+    /// `message` with the hint `hint`.
+    pub fn new(message: impl Into<String>, hint: impl Into<String>) -> Hinted {
+        Hinted {
+            message: message.into(),
+            hint: Hint::new(hint),
+        }
+    }
+}
+
 /// What can go wrong building or validating specs and networks.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

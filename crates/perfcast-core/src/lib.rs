@@ -49,7 +49,7 @@ pub use device::{
     slugify,
 };
 pub use dtype::{DType, Links, TypePeaks};
-pub use error::{Error, Hint, Result};
+pub use error::{Error, Hint, Hinted, Result};
 pub use metrics::Metrics;
 pub use network::{Layer, LayerShapes, NETWORK_INPUT, Network};
 pub use queries::read_queries;

@@ -1,7 +1,9 @@
 //! Specimens for tests and examples in every crate: one small valid spec per kind, a conv2d
-//! builder, and made-up CPU and GPU device specs.
+//! builder, made-up CPU and GPU device specs, and spread-out queries for the predictor's
+//! fast-path tests.
 
 use crate::spec::*;
+use crate::{Layer, Network, Phase};
 
 /// One small, valid spec of every [`ModuleKind`], in [`ModuleKind::ALL`] order.
 pub fn one_of_each_kind() -> Vec<ModuleSpec> {
@@ -148,4 +150,172 @@ pub fn conv(
         groups,
         bias: true,
     })
+}
+
+/// A one-thread, idle-machine context.
+pub fn context(batch: usize, phase: Phase) -> crate::Context {
+    crate::Context {
+        batch,
+        phase,
+        threads: 1,
+        utilisation: 0.0,
+    }
+}
+
+/// The `i`-th module of `kind` (conv2d, linear, matmul, maxpool2d, batchnorm2d; relu for any
+/// other): sizes spread over a range, so queries can leave it.
+pub fn spread(kind: ModuleKind, i: usize) -> ModuleSpec {
+    let c = 4 + (i * 7) % 60;
+    let hw = 6 + (i * 5) % 26;
+    match kind {
+        ModuleKind::Conv2d => ModuleSpec::Conv2d(Conv2d {
+            in_channels: c,
+            out_channels: 4 + (i * 11) % 60,
+            input_hw: [hw, hw],
+            kernel: [1 + 2 * (i % 2), 1 + 2 * (i % 2)],
+            stride: [1 + i % 2, 1 + i % 2],
+            padding: [i % 2, i % 2],
+            dilation: [1, 1],
+            groups: 1,
+            bias: !i.is_multiple_of(3),
+        }),
+        ModuleKind::Linear => ModuleSpec::Linear(Linear {
+            tokens: 1 + i % 4,
+            in_features: 8 + (i * 37) % 500,
+            out_features: 8 + (i * 53) % 400,
+            bias: true,
+        }),
+        ModuleKind::Matmul => ModuleSpec::Matmul(Matmul {
+            heads: 1 + i % 4,
+            m: 4 + (i * 13) % 100,
+            k: 4 + (i * 7) % 64,
+            n: 4 + (i * 17) % 100,
+            trans_a: false,
+            trans_b: false,
+        }),
+        ModuleKind::MaxPool2d => ModuleSpec::MaxPool2d(Pool2d {
+            channels: c,
+            input_hw: [hw, hw],
+            kernel: [2 + i % 2, 2 + i % 2],
+            stride: None,
+            padding: [0, 0],
+        }),
+        ModuleKind::BatchNorm2d => ModuleSpec::BatchNorm2d(BatchNorm2d {
+            channels: c,
+            input_hw: [hw, hw],
+        }),
+        _ => ModuleSpec::Relu(Elementwise { shape: [c, hw, hw] }),
+    }
+}
+
+/// Queries of the six kinds [`spread`] builds, in and out of a model's range, both phases,
+/// several batch sizes; more conv2d queries than a batch predicts at once, two far outside,
+/// and a kind few bundles hold (gelu).
+pub fn spread_queries() -> Vec<(ModuleSpec, crate::Context)> {
+    let mut out = Vec::new();
+    for kind in [
+        ModuleKind::Conv2d,
+        ModuleKind::Relu,
+        ModuleKind::Matmul,
+        ModuleKind::Linear,
+        ModuleKind::MaxPool2d,
+        ModuleKind::BatchNorm2d,
+    ] {
+        for i in [0, 3, 17, 38, 61, 250] {
+            for (batch, phase) in [
+                (1, Phase::Inference),
+                (8, Phase::Training),
+                (3, Phase::Training),
+                (64, Phase::Inference),
+            ] {
+                out.push((spread(kind, i), context(batch, phase)));
+            }
+        }
+    }
+    // More conv2d queries than a blend predicts its other parts for at once (64).
+    for i in 0..150 {
+        let phase = if i % 3 == 0 {
+            Phase::Training
+        } else {
+            Phase::Inference
+        };
+        out.push((spread(ModuleKind::Conv2d, i), context(1 + i % 5, phase)));
+    }
+    // Far outside: extrapolated at the nearest trained configuration.
+    out.push((
+        ModuleSpec::Linear(Linear {
+            tokens: 1,
+            in_features: 25088,
+            out_features: 4096,
+            bias: true,
+        }),
+        context(2, Phase::Inference),
+    ));
+    out.push((
+        ModuleSpec::MaxPool2d(Pool2d {
+            channels: 512,
+            input_hw: [224, 224],
+            kernel: [2, 2],
+            stride: None,
+            padding: [0, 0],
+        }),
+        context(1, Phase::Training),
+    ));
+    // A kind without a model: the spec roofline.
+    out.push((
+        ModuleSpec::Gelu(Elementwise { shape: [1, 16, 64] }),
+        context(4, Phase::Inference),
+    ));
+    out
+}
+
+/// A small network of the kinds [`spread`] builds (a reshaped linear among them) and one it
+/// does not (gelu).
+pub fn mixed_network() -> Network {
+    let relu = |name: &str| {
+        Layer::new(
+            name,
+            ModuleSpec::Relu(Elementwise {
+                shape: [16, 16, 16],
+            }),
+        )
+    };
+    Network {
+        name: "mixed".into(),
+        input: vec![8, 16, 16],
+        layers: vec![
+            Layer::new("conv", conv(8, 16, 16, 3, 1, 1)),
+            Layer::new(
+                "bn",
+                ModuleSpec::BatchNorm2d(BatchNorm2d {
+                    channels: 16,
+                    input_hw: [16, 16],
+                }),
+            ),
+            relu("relu"),
+            Layer::new("conv2", conv(16, 16, 16, 3, 1, 1)),
+            relu("relu2"),
+            Layer::new(
+                "pool",
+                ModuleSpec::MaxPool2d(Pool2d {
+                    channels: 16,
+                    input_hw: [16, 16],
+                    kernel: [2, 2],
+                    stride: None,
+                    padding: [0, 0],
+                }),
+            ),
+            Layer::new(
+                "fc",
+                ModuleSpec::Linear(Linear {
+                    tokens: 1,
+                    in_features: 1024,
+                    out_features: 10,
+                    bias: true,
+                }),
+            )
+            .reshaped(),
+            Layer::new("gelu", ModuleSpec::Gelu(Elementwise { shape: [1, 1, 10] })),
+        ],
+    }
 }

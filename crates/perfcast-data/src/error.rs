@@ -53,13 +53,29 @@ pub enum Error {
         /// How to make one there.
         hint: perfcast_core::Hint,
     },
+    /// An error the user can fix, with what to do about it kept apart ([`Error::hint`]).
+    #[error("{error}{hint}")]
+    Hinted {
+        /// The error.
+        error: Box<Error>,
+        /// What the user can do about it.
+        hint: perfcast_core::Hint,
+    },
 }
 
 impl Error {
+    /// This error with `hint`, what the user can do about it.
+    pub fn with_hint(self, hint: impl Into<String>) -> Error {
+        Error::Hinted {
+            error: Box::new(self),
+            hint: perfcast_core::Hint::new(hint),
+        }
+    }
+
     /// What the user can do about this error, where perfcast knows.
     pub fn hint(&self) -> Option<&str> {
         match self {
-            Error::Missing { hint, .. } => hint.text(),
+            Error::Missing { hint, .. } | Error::Hinted { hint, .. } => hint.text(),
             _ => None,
         }
     }

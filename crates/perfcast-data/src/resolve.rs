@@ -17,10 +17,10 @@ pub fn resolve_datasets(paths: &[PathBuf]) -> Result<Vec<DatasetDir>> {
             continue;
         }
         if !path.is_dir() {
-            return Err(Error::Input(format!(
-                "`{}` is not a dataset directory\n\nhint: `perfcast import` writes one per device",
-                path.display()
-            )));
+            return Err(
+                Error::Input(format!("`{}` is not a dataset directory", path.display()))
+                    .with_hint("`perfcast import` writes one per device"),
+            );
         }
         let mut subdirs: Vec<PathBuf> = std::fs::read_dir(path)
             .map_err(|e| Error::Input(format!("reading `{}`: {e}", path.display())))?
@@ -89,10 +89,13 @@ mod tests {
             .expect_err("no datasets")
             .to_string();
         assert!(err.contains("holds neither a `device.json`"), "{err}");
-        let err = resolve_datasets(&[tmp.path().join("missing")])
-            .expect_err("missing")
-            .to_string();
-        assert!(err.contains("is not a dataset directory"), "{err}");
+        let err = resolve_datasets(&[tmp.path().join("missing")]).expect_err("missing");
+        assert_eq!(err.hint(), Some("`perfcast import` writes one per device"));
+        let err = err.to_string();
+        assert!(
+            err.contains("is not a dataset directory\n\nhint: `perfcast import`"),
+            "{err}"
+        );
     }
 
     #[test]

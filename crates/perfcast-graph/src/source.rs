@@ -145,7 +145,8 @@ pub fn measured_networks(
             && !report.unmapped.is_empty()
         {
             return Err(Error::Input(format!(
-                "`{}` has ops perfcast has no kind for ({}): a measured run would include them                  and its prediction not\n\nhint: `perfcast predict --onnx` lists them",
+                "`{}` has ops perfcast has no kind for ({}): a measured run would include them \
+                 and its prediction not",
                 report.source.display(),
                 report
                     .unmapped
@@ -153,7 +154,8 @@ pub fn measured_networks(
                     .map(|u| u.op.op.as_str())
                     .collect::<Vec<_>>()
                     .join(", ")
-            )));
+            ))
+            .with_hint("`perfcast predict --onnx` lists them"));
         }
         out.push(NetworkChoice::named(loaded.network));
     }
@@ -164,10 +166,10 @@ pub fn measured_networks(
         out.push(NetworkChoice::named(Network::from_json_file(path)?));
     }
     if out.is_empty() {
-        return Err(Error::Input(format!(
-            "no network given\n\nhint: `--network vgg16` (zoo: {}), `--network vgg16@112` for \
-             another resolution, `--network-file net.json`, `--transformer config.json --seq N` \
-             or `--onnx model.onnx`",
+        return Err(Error::Input("no network given".into()).with_hint(format!(
+            "`--network vgg16` (zoo: {}), `--network vgg16@112` for another resolution, \
+             `--network-file net.json`, `--transformer config.json --seq N` or `--onnx \
+             model.onnx`",
             zoo::names().join(", ")
         )));
     }

@@ -171,6 +171,9 @@ struct Fields<'a> {
     map: &'a Map<String, Value>,
 }
 
+/// The `model_type`s perfcast builds, as the hint of a config that names none of them.
+const FAMILIES: &str = "bert, roberta, gpt2, gpt3, opt, llama, mistral or qwen2";
+
 impl Fields<'_> {
     fn error(&self, message: String) -> Error {
         Error::Config {
@@ -274,11 +277,8 @@ impl TransformerConfig {
         };
         let f = Fields { path, map };
         let (_, model_type) = f.str_opt(&["model_type"])?.ok_or_else(|| {
-            f.error(
-                "missing field `model_type`\n\nhint: bert, roberta, gpt2, gpt3, opt, llama, \
-                 mistral or qwen2"
-                    .into(),
-            )
+            f.error("missing field `model_type`".into())
+                .with_hint(FAMILIES)
         })?;
         let family = match model_type.to_ascii_lowercase().as_str() {
             "bert" | "roberta" => Family::Bert,
@@ -286,10 +286,11 @@ impl TransformerConfig {
             "opt" => Family::Opt,
             "llama" | "mistral" | "qwen2" => Family::Llama,
             other => {
-                return Err(f.error(format!(
-                    "`model_type` `{other}` is not a family perfcast builds\n\nhint: bert, \
-                     roberta, gpt2, gpt3, opt, llama, mistral or qwen2"
-                )));
+                return Err(f
+                    .error(format!(
+                        "`model_type` `{other}` is not a family perfcast builds"
+                    ))
+                    .with_hint(FAMILIES));
             }
         };
         let hidden = f.usize(&["hidden_size", "n_embd", "d_model"])?;
@@ -980,10 +981,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("missing field `model_type`"), "{err}");
-        let err = TransformerConfig::from_json(r#"{"model_type": "t5"}"#, path)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("`model_type` `t5`"), "{err}");
+        let err = TransformerConfig::from_json(r#"{"model_type": "t5"}"#, path).unwrap_err();
+        assert_eq!(err.hint(), Some(FAMILIES));
+        assert!(
+            err.to_string()
+                .ends_with("`model_type` `t5` is not a family perfcast builds\n\nhint: bert, roberta, gpt2, gpt3, opt, llama, mistral or qwen2"),
+            "{err}"
+        );
         let err =
             TransformerConfig::from_json(r#"{"model_type": "bert", "hidden_size": -4}"#, path)
                 .unwrap_err()

@@ -19,6 +19,9 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyT
 use serde::Deserialize;
 use serde_json::Value;
 
+#[cfg(feature = "train")]
+mod train;
+
 create_exception!(_perfcast, Error, PyException, "Any perfcast error.");
 create_exception!(
     _perfcast,
@@ -803,5 +806,7 @@ fn _perfcast(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(devices, m)?)?;
     m.add_function(wrap_pyfunction!(describe, m)?)?;
     m.add_function(wrap_pyfunction!(config_columns, m)?)?;
+    #[cfg(feature = "train")]
+    m.add_function(wrap_pyfunction!(train::quickstart, m)?)?;
     Ok(())
 }

@@ -60,10 +60,16 @@ pub enum Error {
         source: Box<Error>,
     },
     /// A parallel strategy the model has a place for but does not cover yet.
-    #[error(
-        "{0} parallelism is not modelled yet by `scale predict`\n\nhint: `data` parallelism is; `perfcast plan` models tensor and pipeline parallelism"
-    )]
+    #[error("{0} parallelism is not modelled yet by `scale predict`{hint}", hint = perfcast_core::Hint::new(NOT_YET_HINT))]
     NotYet(&'static str),
+    /// An error the user can fix, with what to do about it kept apart ([`Error::hint`]).
+    #[error("{error}{hint}")]
+    Hinted {
+        /// The error.
+        error: Box<Error>,
+        /// What the user can do about it.
+        hint: perfcast_core::Hint,
+    },
     /// A compute-time source (a bundle's predictor, a measurement) failed.
     #[error("compute time at per-device batch {batch}: {message}")]
     Compute {
@@ -74,7 +80,29 @@ pub enum Error {
     },
 }
 
+/// Where `scale predict` sends a strategy it does not model.
+const NOT_YET_HINT: &str =
+    "`data` parallelism is; `perfcast plan` models tensor and pipeline parallelism";
+
 impl Error {
+    /// This error with `hint`, what the user can do about it.
+    pub fn with_hint(self, hint: impl Into<String>) -> Error {
+        Error::Hinted {
+            error: Box::new(self),
+            hint: perfcast_core::Hint::new(hint),
+        }
+    }
+
+    /// What the user can do about this error, where perfcast knows.
+    pub fn hint(&self) -> Option<&str> {
+        match self {
+            Error::NotYet(_) => Some(NOT_YET_HINT),
+            Error::Hinted { hint, .. } => hint.text(),
+            Error::Context { source, .. } => source.hint(),
+            _ => None,
+        }
+    }
+
     /// An [`Error::Invalid`].
     pub(crate) fn invalid(what: &'static str, message: impl Into<String>) -> Error {
         Error::Invalid {

@@ -193,12 +193,12 @@ pub fn fit(expression: &Expression, runs: &[Run], config: &FitConfig) -> Result<
         return Err(Error::invalid(
             "fit",
             format!(
-                "{} runs cannot determine {} constants\n\nhint: measure more runs, or fit fewer \
-                 terms with `--terms`",
+                "{} runs cannot determine {} constants",
                 runs.len(),
                 free.len()
             ),
-        ));
+        )
+        .with_hint("measure more runs, or fit fewer terms with `--terms`"));
     }
     // A fixed cost per run is believed only where the runs show it: at one `n`, `startup`
     // and the per-sample terms explain the times equally well, any split between them is the

@@ -231,10 +231,11 @@ fn notes(fitted: &FittedExpression, observer: &dyn Observer) {
         observer.note(&format!(
             "note: no standard error for {}: the runs cannot separate {} from the others (or \
              push {} to zero); predictions far outside the runs depend on how the fit split \
-             them\n\nhint: runs at more values of p, b and n separate the terms",
+             them{}",
             blind.join(", "),
             if blind.len() == 1 { "it" } else { "them" },
-            if blind.len() == 1 { "it" } else { "them" }
+            if blind.len() == 1 { "it" } else { "them" },
+            perfcast_core::Hint::new("runs at more values of p, b and n separate the terms")
         ));
     }
 }

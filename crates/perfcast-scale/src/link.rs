@@ -96,14 +96,11 @@ impl Link {
         }
         let names: Vec<&str> = PRESETS.iter().map(|p| p.0).collect();
         let unknown = || {
-            Error::invalid(
-                "link",
-                format!(
-                    "unknown link `{text}`\n\nhint: presets are {}, or give `GBPS:US` (bandwidth \
-                     in GB/s per direction, latency in microseconds), e.g. `12:5`",
-                    names.join(", ")
-                ),
-            )
+            Error::invalid("link", format!("unknown link `{text}`")).with_hint(format!(
+                "presets are {}, or give `GBPS:US` (bandwidth in GB/s per direction, latency in \
+                 microseconds), e.g. `12:5`",
+                names.join(", ")
+            ))
         };
         let (bw, lat) = text.split_once(':').ok_or_else(unknown)?;
         let bw: f64 = bw.trim().parse().map_err(|_| unknown())?;
@@ -205,7 +202,9 @@ mod tests {
 
     #[test]
     fn bad_links_name_the_value() {
-        let e = Link::parse("token-ring").unwrap_err().to_string();
+        let e = Link::parse("token-ring").unwrap_err();
+        assert!(e.hint().is_some_and(|h| h.starts_with("presets are ")));
+        let e = e.to_string();
         assert!(e.contains("`token-ring`") && e.contains("nvlink"), "{e}");
         let e = Link::parse("0:5").unwrap_err().to_string();
         assert!(

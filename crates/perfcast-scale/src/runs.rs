@@ -143,8 +143,8 @@ pub fn parse_runs(text: &str, path: &Path) -> Result<Vec<Run>> {
         .map(|(i, l)| (i + 1, l.trim_start_matches('\u{feff}')))
         .filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
     let Some((_, header)) = lines.next() else {
-        return Err(err(format!(
-            "the file is empty\n\nhint: a runs CSV has a header line with the columns {}",
+        return Err(err("the file is empty".into()).with_hint(format!(
+            "a runs CSV has a header line with the columns {}",
             REQUIRED.join(", ")
         )));
     };
@@ -161,15 +161,17 @@ pub fn parse_runs(text: &str, path: &Path) -> Result<Vec<Run>> {
     for (slot, name) in index.iter_mut().zip(REQUIRED) {
         *slot = columns.iter().position(|c| c == name).ok_or_else(|| {
             err(format!(
-                "missing column `{name}` (the header has {})\n\nhint: a runs CSV needs the \
-                 columns p (processors), b (batch size), n (samples processed) and time_s \
-                 (seconds)",
+                "missing column `{name}` (the header has {})",
                 columns
                     .iter()
                     .map(|c| format!("`{c}`"))
                     .collect::<Vec<_>>()
                     .join(", ")
             ))
+            .with_hint(
+                "a runs CSV needs the columns p (processors), b (batch size), n (samples \
+                 processed) and time_s (seconds)",
+            )
         })?;
     }
     let mut runs = Vec::new();

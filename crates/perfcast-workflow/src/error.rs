@@ -18,6 +18,13 @@ pub enum Error {
         /// The dataset the rows are saved in.
         data: PathBuf,
     },
+    /// Stopped by the interrupt token before the named step of a workflow that saves nothing
+    /// along the way.
+    #[error("interrupted before {0}")]
+    Stopped(String),
+    /// An error the user can fix, with what to do about it kept apart ([`Error::hint`]).
+    #[error(transparent)]
+    Hinted(#[from] perfcast_core::Hinted),
     /// A plan that cannot run as given; the message names the value.
     #[error("{0}")]
     Input(String),
@@ -45,9 +52,25 @@ pub enum Error {
     /// From the dataset.
     #[error(transparent)]
     Data(#[from] perfcast_data::Error),
+    /// From perfcast-scale (the runs grid, the runs file).
+    #[error(transparent)]
+    Scale(#[from] perfcast_scale::Error),
     /// From the core crate (network names).
     #[error(transparent)]
     Core(#[from] perfcast_core::Error),
+}
+
+impl Error {
+    /// What the user can do about this error, where perfcast knows.
+    pub fn hint(&self) -> Option<&str> {
+        match self {
+            Error::Hinted(e) => e.hint.text(),
+            Error::Data(e) => e.hint(),
+            Error::Core(e) => e.hint(),
+            Error::Scale(e) => e.hint(),
+            _ => None,
+        }
+    }
 }
 
 /// Result with [`Error`].

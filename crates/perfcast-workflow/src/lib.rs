@@ -10,6 +10,10 @@
 //! crate it calls: perfcast-profile (measuring), perfcast-select (training, selection, the
 //! bundle), perfcast-calibrate (host costs, network predictions).
 //!
+//! [`networks`] holds the whole-network jobs: `measure`, `calibrate` (host-cost terms fitted to
+//! measured runs) and `eval` (runs beside a bundle's predictions); [`scale`] times training
+//! runs over a grid for perfcast-scale's fitted expression.
+//!
 //! ```no_run
 //! use std::sync::Arc;
 //! use std::sync::atomic::AtomicBool;
@@ -27,6 +31,8 @@
 //! ```
 
 mod error;
+pub mod networks;
 pub mod quickstart;
+pub mod scale;
 
 pub use error::{Error, Result};

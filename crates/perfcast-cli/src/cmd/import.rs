@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Args, Subcommand};
+use perfcast_core::Hinted;
 use perfcast_data::import::{self, Import, ImportSummary};
 
 use crate::Ui;
@@ -88,11 +89,15 @@ pub fn run(command: ImportCommand, ui: &Ui) -> anyhow::Result<ExitCode> {
             let mapping = import::csv::Mapping::from_file(&a.mapping)?;
             let table = a.out.join(format!("{}.parquet", mapping.kind.name()));
             if !a.force && table.exists() {
-                anyhow::bail!(
-                    "`{}` already holds a {} table\n\nhint: pass `--force` to replace it",
-                    a.out.display(),
-                    mapping.kind
-                );
+                return Err(Hinted::new(
+                    format!(
+                        "`{}` already holds a {} table",
+                        a.out.display(),
+                        mapping.kind
+                    ),
+                    "pass `--force` to replace it",
+                )
+                .into());
             }
             ui.info(format!("reading {}", a.file.display()));
             let rows = import::csv::import(&a.file, &mapping)?;

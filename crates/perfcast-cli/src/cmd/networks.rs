@@ -1,21 +1,17 @@
 //! Whole networks on this machine: `perfcast measure`, `perfcast calibrate` and
-//! `perfcast eval networks` (measured and predicted side by side). Measuring is
-//! [`perfcast_profile::network_runs`], fitting and comparing [`perfcast_calibrate::calibrate`].
+//! `perfcast eval networks` (measured and predicted side by side): arguments -> a plan ->
+//! [`perfcast_workflow::networks`] -> a table or JSON.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use perfcast_calibrate::Predictor;
-use perfcast_calibrate::calibrate::{calibrate_bundle, evaluate_networks, labelled};
-use perfcast_core::{NetworkChoice, Phase};
-use perfcast_data::networks::{NetworkRecord, read_networks};
+use perfcast_core::Phase;
 use perfcast_profile::Backend;
-use perfcast_profile::network_runs::{MeasurePlan, measure_networks};
-use perfcast_scale::memory::{Framework, cpu_run_bytes, cpu_training_peak};
+use perfcast_profile::network_runs::MeasurePlan;
+use perfcast_workflow::networks::{self, CalibratePlan, EvalPlan, MeasureJob, Runs};
 
 use crate::Ui;
-use crate::cmd::predict::load_bundle;
 use crate::output::{Format, emit, emit_json};
 use crate::progress::Bars;
 use crate::render;
@@ -111,64 +107,19 @@ impl MeasureOptions {
     }
 }
 
-/// Most compute threads a measurement runs (a count past it is a typo: 100,000 aborted).
-const MAX_THREADS: usize = 1024;
-
-/// Refuses, before anything is allocated, a thread count past [`MAX_THREADS`] and a batch that
-/// cannot fit this machine's memory ([`cpu_run_bytes`]): `measure --batch 100000` ran until
-/// the allocator aborted.
-fn check_fits(
-    nets: &[NetworkChoice],
-    options: &MeasureOptions,
-    plan: &MeasurePlan,
-) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        (1..=MAX_THREADS).contains(&options.threads),
-        "`--threads` must be from 1 to {MAX_THREADS}, got {}",
-        options.threads
-    );
-    let memory_gb = perfcast_core::CpuTopology::detect().memory_gb;
-    if memory_gb <= 0.0 {
-        return Ok(());
-    }
-    let training = options.phase.contains(&Phase::Training);
-    for net in nets {
-        for &batch in &plan.batch {
-            let need_gb = cpu_run_bytes(&net.network, batch, training) / 1e9;
-            anyhow::ensure!(
-                need_gb <= memory_gb,
-                "`--batch {batch}`: `{}` needs about {need_gb:.0} GB, this machine has {memory_gb:.0} GB",
-                net.label
-            );
-        }
-    }
-    Ok(())
-}
-
 /// `perfcast measure`.
 pub fn run_measure(a: MeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     let measured = choices(&a.network, &a.network_file, a.resolution, &a.model)?;
-    let plan = a.options.plan(measured.file_batch, ui);
-    let nets = measured.networks;
-    check_fits(&nets, &a.options, &plan)?;
-    let rows = measure_networks(&nets, &plan, &crate::alloc::Counted, Bars::new(ui).as_ref())?;
-    // The memory model's peak of a training step as `measure` runs it, under burn's rules
-    // (what this backend keeps) and the reference (PyTorch's) rules the planner uses for GPUs.
-    let predict = |r: &NetworkRecord, framework| {
-        (r.phase == Phase::Training)
-            .then(|| cpu_training_peak(&r.network, r.batch, framework))
-            .flatten()
+    let job = MeasureJob {
+        plan: a.options.plan(measured.file_batch, ui),
+        networks: measured.networks,
     };
-    let measured: Vec<render::networks::MeasuredRow<'_>> = rows
-        .iter()
-        .map(|m| render::networks::MeasuredRow {
-            name: &m.label,
-            record: &m.record,
-            peak_bytes: m.peak_bytes,
-            predicted_peak_bytes: predict(&m.record, Framework::Burn),
-            predicted_peak_bytes_reference: predict(&m.record, Framework::Reference),
-        })
-        .collect();
+    let measured = networks::measure(
+        &job,
+        &crate::alloc::Counted,
+        Bars::new(ui).as_ref(),
+        perfcast_core::interrupt::token(),
+    )?;
     match a.format {
         Format::Json => emit_json(&measured)?,
         Format::Text => emit(&render::networks::measured(
@@ -198,27 +149,18 @@ pub struct RunsSource {
     options: MeasureOptions,
 }
 
-/// The runs `source` names: read from its file, or measured now.
-fn runs(source: &RunsSource, ui: &Ui) -> anyhow::Result<Vec<(String, NetworkRecord)>> {
-    if let Some(path) = &source.from {
-        let records = read_networks(path)?;
-        anyhow::ensure!(
-            !records.is_empty(),
-            "`{}` holds no network measurements",
-            path.display()
-        );
-        return Ok(labelled(records));
+impl RunsSource {
+    /// Where the runs come from: the file, or the networks to measure now.
+    fn runs(&self, ui: &Ui) -> anyhow::Result<Runs> {
+        if let Some(path) = &self.from {
+            return Ok(Runs::File(path.clone()));
+        }
+        let measured = choices(&self.networks, &self.network_file, None, &self.model)?;
+        Ok(Runs::Measure(MeasureJob {
+            plan: self.options.plan(measured.file_batch, ui),
+            networks: measured.networks,
+        }))
     }
-    let measured = choices(&source.networks, &source.network_file, None, &source.model)?;
-    Ok(measure_networks(
-        &measured.networks,
-        &source.options.plan(measured.file_batch, ui),
-        &perfcast_profile::network_runs::NoPeak,
-        Bars::new(ui).as_ref(),
-    )?
-    .into_iter()
-    .map(|m| (m.label, m.record))
-    .collect())
 }
 
 /// Arguments of `perfcast calibrate`.
@@ -244,17 +186,23 @@ pub struct CalibrateArgs {
 /// `perfcast calibrate`: fits the host-cost terms of the bundle to the runs measured or read
 /// (after the bundle loads), writes them into its manifest unless `--dry-run`, and prints them.
 pub fn calibrate(a: CalibrateArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
-    perfcast_calibrate::calibrate::check_lambda(a.lambda)?;
-    let dir = &a.bundle;
-    let bundle = load_bundle(dir)?;
-    let runs = runs(&a.source, ui)?;
-    let costs = calibrate_bundle(bundle, dir, &runs, a.lambda, a.dry_run)?;
+    let plan = CalibratePlan {
+        runs: a.source.runs(ui)?,
+        bundle: a.bundle,
+        lambda: a.lambda,
+        dry_run: a.dry_run,
+    };
+    let report = networks::calibrate(
+        &plan,
+        Bars::new(ui).as_ref(),
+        perfcast_core::interrupt::token(),
+    )?;
     match a.format {
-        Format::Json => emit_json(&costs)?,
+        Format::Json => emit_json(&report.host_costs)?,
         Format::Text => emit(&render::networks::calibrated(
-            &costs,
-            runs.len(),
-            (!a.dry_run).then_some(dir.as_path()),
+            &report.host_costs,
+            report.runs,
+            report.written.as_deref(),
         ))?,
     }
     Ok(ExitCode::SUCCESS)
@@ -278,25 +226,21 @@ pub struct EvalNetworksArgs {
 
 /// `perfcast eval networks`.
 pub fn eval_networks(a: EvalNetworksArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
-    let bundle = load_bundle(&a.bundle)?;
-    if bundle.manifest.host_costs.is_none() {
-        ui.info(format!(
-            "note: `{}` has no host-cost terms; only the plain sum is shown\n\nhint: `perfcast \
-             calibrate --bundle {} --networks ...` fits them from measured networks",
-            a.bundle.display(),
-            a.bundle.display()
-        ));
-    }
-    let predictor = Predictor::new(bundle);
-    let runs = runs(&a.source, ui)?;
-    let bars = Bars::new(ui);
-    let report = evaluate_networks(&predictor, &a.bundle, &runs, bars.as_ref())?;
+    let plan = EvalPlan {
+        runs: a.source.runs(ui)?,
+        bundle: a.bundle,
+    };
+    let report = networks::eval(
+        &plan,
+        Bars::new(ui).as_ref(),
+        perfcast_core::interrupt::token(),
+    )?;
     if let Some(path) = &a.plot {
-        render::charts::networks(path, &report.runs, &predictor.bundle().manifest.device.name)?;
+        render::charts::networks(path, &report.eval.runs, &report.device)?;
     }
     match a.format {
-        Format::Json => emit_json(&report)?,
-        Format::Text => emit(&render::networks::evaluated(&report))?,
+        Format::Json => emit_json(&report.eval)?,
+        Format::Text => emit(&render::networks::evaluated(&report.eval))?,
     }
     Ok(ExitCode::SUCCESS)
 }

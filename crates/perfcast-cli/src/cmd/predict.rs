@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use perfcast_core::{Context, ModuleKind, ModuleSpec, Network, Phase, zoo};
+use perfcast_core::{Context, Hinted, ModuleKind, ModuleSpec, Network, Phase, zoo};
 use perfcast_select::{Bundle, Predictor};
 
 use crate::Ui;
@@ -240,13 +240,7 @@ type Named = (Network, Option<crate::cmd::model::ImportReport>);
 
 /// Loads a bundle, with a hint when the default one does not exist yet.
 pub fn load_bundle(dir: &Path) -> anyhow::Result<Bundle> {
-    if !dir.exists() && dir == Path::new("checkpoints/local") {
-        anyhow::bail!(
-            "no bundle at `checkpoints/local`\n\nhint: run `perfcast quickstart` to profile this \
-             machine and write one, or pass `--bundle <dir>`"
-        );
-    }
-    Ok(Bundle::load(dir)?)
+    Ok(perfcast_workflow::networks::load_bundle(dir)?)
 }
 
 pub fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
@@ -263,11 +257,13 @@ pub fn predict(a: PredictArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     } else if let Some(kind) = a.kind {
         vec![(a.spec(kind)?, context.clone())]
     } else {
-        anyhow::bail!(
-            "nothing to predict\n\nhint: name a module kind (`perfcast predict conv2d --input \
-             3x224x224 --out-channels 64 --kernel 7`), `--modules-file`, `--network`, \
-             `--network-file`, `--transformer` or `--onnx`"
-        );
+        return Err(Hinted::new(
+            "nothing to predict",
+            "name a module kind (`perfcast predict conv2d --input 3x224x224 --out-channels 64 \
+             --kernel 7`), `--modules-file`, `--network`, `--network-file`, `--transformer` or \
+             `--onnx`",
+        )
+        .into());
     };
     let mut target =
         perfcast_data::import::known::target_device(a.device_spec.as_deref(), a.device.as_deref())?;

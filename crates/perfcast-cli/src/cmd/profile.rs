@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 
 use anyhow::Context as _;
 use clap::Args;
-use perfcast_core::{CpuTopology, ModuleKind, Phase, slugify};
+use perfcast_core::{CpuTopology, Hinted, ModuleKind, Phase, slugify};
 use perfcast_profile::overrides::SweepOverrides;
 use perfcast_profile::run::{RunOptions, jobs_of, plan, run_jobs};
 use perfcast_profile::{Backend, Sweep, probe};
@@ -97,11 +97,13 @@ pub fn run(args: ProfileArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from("datasets").join(slugify(&CpuTopology::detect().model)));
-    anyhow::ensure!(
-        args.backend.available(),
-        "backend `{}` is not in this build\n\nhint: rebuild with `cargo build --release --features wgpu`",
-        args.backend
-    );
+    if !args.backend.available() {
+        return Err(Hinted::new(
+            format!("backend `{}` is not in this build", args.backend),
+            "rebuild with `cargo build --release --features wgpu`",
+        )
+        .into());
+    }
     let options = RunOptions::for_sweep(
         &sweep,
         &out,

@@ -1,27 +1,26 @@
 //! `perfcast scale predict` (the analytical multi-device model), `perfcast scale fit` (the
 //! generic expression fitted to measured runs) and `perfcast scale measure` (the runs, on this
 //! machine): arguments -> perfcast-scale ([`perfcast_scale::scaling`],
-//! [`perfcast_scale::fit_report`], [`perfcast_scale::measure`]) -> text, JSON or a plot.
+//! [`perfcast_scale::fit_report`]) or the runs workflow ([`perfcast_workflow::scale`]) -> text,
+//! JSON or a plot.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand, ValueEnum};
 use perfcast_calibrate::layer_costs::BundleCompute;
-use perfcast_core::{CpuTopology, Network, NetworkChoice, Phase};
+use perfcast_core::Phase;
 use perfcast_profile::Backend;
-use perfcast_profile::network::time_training;
 use perfcast_scale::fit::Filter;
 use perfcast_scale::fit_report::fit_runs;
-use perfcast_scale::measure::{RunGrid, RunsReport, measure_runs};
 use perfcast_scale::scaling::{Compute, bucketed, check_split, check_update_ms, predict_scaling};
 use perfcast_scale::{
     DataParallelModel, DeConfig, Expression, FitConfig, Holdout, InterNode, Link, Optimizer,
     Overlap, Parallelism, Point, Strategy,
 };
 use perfcast_select::Predictor;
+use perfcast_workflow::scale::NetworkSource;
 
 use crate::Ui;
 use crate::output::{Format, emit, emit_json};
@@ -459,60 +458,28 @@ fn fit(a: FitArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
 }
 
 fn measure(a: MeasureArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
-    let grid = |label: String| RunGrid {
-        label,
-        threads: a.threads.clone(),
-        batch: a.batch.clone(),
-        samples: a.samples.clone(),
-        repeats: a.repeats,
-    };
-    // The grid's own checks come first, before the backend and the network.
-    grid(String::new()).validate()?;
-    anyhow::ensure!(
-        a.backend.is_cpu(),
-        "`--backend {}`: `scale measure` varies the compute threads of a CPU backend \
-         (flex or ndarray)",
-        a.backend
-    );
-    a.backend.device()?;
-    let NetworkChoice {
-        label,
-        network,
-        resolution,
-    } = match &a.network_file {
-        Some(path) => NetworkChoice::named(Network::from_json_file(path)?),
-        None => NetworkChoice::zoo(&a.network, None)?,
-    };
-    network.check()?;
-    let cpu = CpuTopology::detect();
-    let measured = measure_runs(
-        &grid(label.clone()),
-        cpu.threads,
-        &mut |p, b, steps| {
-            time_training(&network, a.backend, b, p, steps, 1)
-                .map(|d| d.iter().map(Duration::as_secs_f64).collect())
+    let plan = perfcast_workflow::scale::MeasurePlan {
+        network: match a.network_file {
+            Some(path) => NetworkSource::File(path),
+            None => NetworkSource::Zoo(a.network),
         },
-        Bars::new(ui).as_ref(),
-    )?;
-    let report = RunsReport {
-        out: a.out.clone(),
-        network: label,
-        resolution,
-        backend: a.backend.name().into(),
-        cpu: cpu.model,
-        cores: cpu.cores,
+        threads: a.threads,
+        batch: a.batch,
+        samples: a.samples,
         repeats: a.repeats,
-        load_start: measured.load_start,
-        load_end: measured.load_end,
-        runs: measured.runs,
-        failed: measured.failed,
+        backend: a.backend,
+        out: a.out,
     };
-    perfcast_scale::write_runs(&a.out, &report)?;
+    let report = perfcast_workflow::scale::measure(
+        &plan,
+        Bars::new(ui).as_ref(),
+        perfcast_core::interrupt::token(),
+    )?;
     ui.info(format!(
         "wrote {} runs to `{}`; fit them with `perfcast scale fit --runs {} --holdout 0.25`",
         report.runs.len(),
-        a.out.display(),
-        a.out.display()
+        plan.out.display(),
+        plan.out.display()
     ));
     match a.format {
         Format::Json => emit_json(&report)?,

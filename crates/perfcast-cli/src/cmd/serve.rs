@@ -208,11 +208,13 @@ const MAX_CONCURRENCY: usize = 4096;
 /// throughput, latency and errors; exits 1 when any request failed its check or the server
 /// is not healthy afterwards.
 pub fn loadtest(a: LoadtestArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
-    anyhow::ensure!(
-        a.addr.ip().is_loopback() || a.allow_remote,
-        "`--addr {}` is not a loopback address\n\nhint: load tests drive a server on this machine; pass `--allow-remote` to aim elsewhere",
-        a.addr
-    );
+    if !(a.addr.ip().is_loopback() || a.allow_remote) {
+        return Err(perfcast_core::Hinted::new(
+            format!("`--addr {}` is not a loopback address", a.addr),
+            "load tests drive a server on this machine; pass `--allow-remote` to aim elsewhere",
+        )
+        .into());
+    }
     anyhow::ensure!(
         a.duration_s.is_finite() && a.duration_s > 0.0 && a.duration_s <= 3600.0,
         "`--duration-s` must be in (0, 3600], got {}",

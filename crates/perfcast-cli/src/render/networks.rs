@@ -5,30 +5,13 @@ use std::path::Path;
 
 use perfcast_calibrate::HostCosts;
 use perfcast_calibrate::calibrate::NetworksEval;
-use perfcast_data::networks::NetworkRecord;
 use perfcast_profile::Backend;
-use serde::Serialize;
+use perfcast_workflow::networks::MeasuredRun;
 
 use crate::output::{fmt_ms, sig3};
 
-/// One run of `perfcast measure`, as printed (text and JSON).
-#[derive(Serialize)]
-pub struct MeasuredRow<'a> {
-    /// The label (`vgg16@112`); `network` holds the full description.
-    pub name: &'a str,
-    /// The measurement.
-    #[serde(flatten)]
-    pub record: &'a NetworkRecord,
-    /// Most heap bytes live during the run above what was live before it.
-    pub peak_bytes: Option<u64>,
-    /// The memory model's peak of the training step under burn's rules (training only).
-    pub predicted_peak_bytes: Option<f64>,
-    /// The same under the reference (PyTorch) rules `perfcast plan` uses.
-    pub predicted_peak_bytes_reference: Option<f64>,
-}
-
 /// `perfcast measure`: every run's median and spread, layers, parameters and memory.
-pub fn measured(rows: &[MeasuredRow<'_>], threads: usize, backend: Backend) -> String {
+pub fn measured(rows: &[MeasuredRun], threads: usize, backend: Backend) -> String {
     let mib = |b: f64| b / (1024.0 * 1024.0);
     let mut t = format!(
         "{:<18} {:>5} {:<10} {:>10} {:>10} {:>10} {:>6} {:>7} {:>11} {:>11} {:>9} {:>9}\n",
@@ -46,7 +29,7 @@ pub fn measured(rows: &[MeasuredRow<'_>], threads: usize, backend: Backend) -> S
         "pred MiB"
     );
     for row in rows {
-        let r = row.record;
+        let r = &row.record;
         t.push_str(&format!(
             "{:<18} {:>5} {:<10} {:>10} {:>10} {:>10} {:>6} {:>7} {:>11} {:>11} {:>9} {:>9}\n",
             row.name,

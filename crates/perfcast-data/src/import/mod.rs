@@ -346,11 +346,8 @@ impl Import {
 /// it anything but an earlier import ([`check_out`]).
 pub fn refuse_existing(out: &Path, force: bool) -> Result<()> {
     if !force && std::fs::symlink_metadata(out).is_ok() {
-        return Err(Error::Input(format!(
-            "`{}` already exists\n\nhint: pass `--force` to replace an earlier import, or choose \
-             another `--out`",
-            out.display()
-        )));
+        return Err(Error::Input(format!("`{}` already exists", out.display()))
+            .with_hint("pass `--force` to replace an earlier import, or choose another `--out`"));
     }
     check_out(out, force)
 }

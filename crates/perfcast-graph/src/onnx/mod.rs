@@ -524,10 +524,9 @@ impl<'a> Importer<'a> {
             return Ok(dims.clone());
         }
         let Some(declared) = &input.dims else {
-            return Err(self.file_error(format!(
-                "input `{}` declares no shape\n\nhint: pass `--input {}=DIMS`",
-                input.name, input.name
-            )));
+            return Err(self
+                .file_error(format!("input `{}` declares no shape", input.name))
+                .with_hint(format!("pass `--input {}=DIMS`", input.name)));
         };
         let rank = declared.len();
         let mut out = Vec::with_capacity(rank);
@@ -544,26 +543,26 @@ impl<'a> Importer<'a> {
                     } else if seq_like || (rank == 2 && i == 1) {
                         self.options.seq.ok_or_else(|| {
                             self.file_error(format!(
-                                "input `{}` has a symbolic sequence dim `{p}`\n\nhint: pass \
-                                 `--seq N` or `--input {}=DIMS`",
-                                input.name, input.name
+                                "input `{}` has a symbolic sequence dim `{p}`",
+                                input.name
                             ))
+                            .with_hint(format!("pass `--seq N` or `--input {}=DIMS`", input.name))
                         })?
                     } else {
-                        return Err(self.file_error(format!(
-                            "input `{}`: symbolic dim `{p}` (axis {i}) does not resolve\n\nhint: \
-                             pass `--input {}=DIMS`",
-                            input.name, input.name
-                        )));
+                        return Err(self
+                            .file_error(format!(
+                                "input `{}`: symbolic dim `{p}` (axis {i}) does not resolve",
+                                input.name
+                            ))
+                            .with_hint(format!("pass `--input {}=DIMS`", input.name)));
                     };
                     self.symbols.insert(p.clone(), v);
                     v
                 }
                 _ => {
-                    return Err(self.file_error(format!(
-                        "input `{}`: axis {i} has no size\n\nhint: pass `--input {}=DIMS`",
-                        input.name, input.name
-                    )));
+                    return Err(self
+                        .file_error(format!("input `{}`: axis {i} has no size", input.name))
+                        .with_hint(format!("pass `--input {}=DIMS`", input.name)));
                 }
             };
             out.push(v);
@@ -1861,10 +1860,10 @@ impl<'a> Importer<'a> {
             node,
             format!(
                 "input {x:?} has a leading axis above 1 that is not the graph's batch (or no \
-                 batch axis): perfcast's specs are per sample\n\nhint: pass `--input \
-                 NAME=1x...` and `--batch N`"
+                 batch axis): perfcast's specs are per sample"
             ),
         )
+        .with_hint("pass `--input NAME=1x...` and `--batch N`")
     }
 
     /// The operand (among `candidates`) with as many elements as the output and not a

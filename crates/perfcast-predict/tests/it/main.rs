@@ -7,6 +7,7 @@ mod checkpoints;
 mod compat;
 mod corrupt;
 mod extrapolation;
+mod fast_paths;
 mod fusion;
 mod gradients;
 mod plans;
