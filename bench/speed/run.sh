@@ -7,7 +7,8 @@
 #
 # Environment: PERFCAST_BIN (default $CARGO_TARGET_DIR/release/perfcast, else
 # target/release/perfcast), RUNS (default 7), SERVE_THREADS (default: the cores),
-# CONCURRENCY (default 32), PORT (default 18787).
+# CONCURRENCY (default 32), PIPELINE and PIPELINE_CONNECTIONS (pipelined run: default 16
+# requests on each of 4 connections), PORT (default 18787).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUNDLE=${1:-checkpoints/local}
@@ -15,6 +16,8 @@ BIN=${PERFCAST_BIN:-${CARGO_TARGET_DIR:-target}/release/perfcast}
 RUNS=${RUNS:-7}
 PORT=${PORT:-18787}
 CONCURRENCY=${CONCURRENCY:-32}
+PIPELINE=${PIPELINE:-16}
+PIPELINE_CONNECTIONS=${PIPELINE_CONNECTIONS:-4}
 SERVE_THREADS=${SERVE_THREADS:-$(nproc)}
 [ -x "$BIN" ] || { echo "no perfcast binary at $BIN (cargo build --release --bin perfcast)" >&2; exit 2; }
 [ -f "$BUNDLE/manifest.json" ] || { echo "no bundle at $BUNDLE (perfcast quickstart)" >&2; exit 2; }
@@ -52,3 +55,5 @@ for _ in $(seq 100); do
     sleep 0.1
 done
 "$BIN" loadtest --addr "127.0.0.1:$PORT" --concurrency "$CONCURRENCY" --invalid-share 0 --requests 300000 --duration-s 10
+echo "== HTTP pipelined: --concurrency $PIPELINE_CONNECTIONS --pipeline $PIPELINE"
+"$BIN" loadtest --addr "127.0.0.1:$PORT" --concurrency "$PIPELINE_CONNECTIONS" --pipeline "$PIPELINE" --invalid-share 0 --requests 600000 --duration-s 10
