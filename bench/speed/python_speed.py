@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Prediction speed from Python (issue 41): one module through the dict path, and 10,000
+"""Prediction speed from Python: one module through the dict path, and 10,000
 modules of one kind through the array path (`Bundle.predict_array`) and the column path
 (`Bundle.predict_columns`), medians of repeated calls after a warm-up, on one thread.
 

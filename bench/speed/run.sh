@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every speed figure of issue 41 on one bundle, for a quiet machine: `perfcast bundle bench`
+# Every prediction-speed figure on one bundle, for a quiet machine: `perfcast bundle bench`
 # (medians over RUNS runs), the Python calls (when the `perfcast` package is installed) and
 # single-module requests over HTTP on loopback (`perfcast serve` + `perfcast loadtest`).
 #
