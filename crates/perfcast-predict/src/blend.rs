@@ -84,6 +84,7 @@ impl SavedForm for SavedBlend {
         Box::new(Blend {
             weights: self.weights,
             multi_task: parts.iter().any(|p| p.multi_task()),
+            extended: crate::device_features::is_extended(parts[0].schema()),
             parts,
         })
     }
@@ -97,6 +98,8 @@ pub struct Blend {
     /// Any part reads the training-phase row whatever the phase: the blend then answers
     /// through [`Regressor::predict_tasks`], which every part takes.
     multi_task: bool,
+    /// The parts read cross-device rows (decided once: the check builds schemas).
+    extended: bool,
 }
 
 impl Blend {
@@ -120,6 +123,7 @@ impl Blend {
         Ok(Blend {
             weights: saved.weights,
             multi_task: parts.iter().any(|p| p.multi_task()),
+            extended: crate::device_features::is_extended(schema),
             parts,
         })
     }
@@ -153,7 +157,7 @@ impl Blend {
         logs: &mut [f64],
     ) -> Result<()> {
         let width = check_tasks(self.schema(), rows.len(), phases.len(), logs.len())?;
-        let extended = crate::device_features::is_extended(self.schema());
+        let extended = self.extended;
         let kind = self.schema().kind;
         let (mut own, mut scratch) = (Vec::new(), Vec::new());
         for (j, (part, w)) in self.parts_dyn().enumerate() {
