@@ -54,6 +54,8 @@ pub mod residual;
 pub mod ridge;
 pub mod roofline;
 pub mod stack;
+#[doc(hidden)]
+pub mod testing;
 pub mod trees;
 
 pub use bundle::{Bundle, Manifest};

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use perfcast_core::Phase;
-use perfcast_core::testing::{context, spread, spread_queries};
+use perfcast_core::testing::{context, spread};
 use perfcast_models::medn::MednParams;
 use perfcast_models::{FeatureSchema, Fit, Matrix, Regressor, SavedModel, TrainSet};
 
@@ -16,7 +16,7 @@ use perfcast_models::features::row;
 
 use crate::bundle::{Bundle, FORMAT, write_bundle};
 use crate::select::Budget;
-use crate::{ModulePrediction, Predictor};
+use crate::Predictor;
 
 /// Labels at 20 GFLOP/s plus a fixed cost: slower than the test CPU's 100 GFLOP/s peak, as
 /// measurements are.
@@ -122,42 +122,8 @@ fn bundle(dir: &std::path::Path, ms_per_flop: f64) -> Bundle {
 fn fast_paths_match_the_reference_path_exactly() {
     let tmp = tempfile::tempdir().unwrap();
     let predictor = Predictor::new(bundle(&tmp.path().join("b"), MS_PER_FLOP));
-    let queries = spread_queries();
-    let reference: Vec<ModulePrediction> = queries
-        .iter()
-        .map(|(s, c)| predictor.predict_module_reference(s, c).unwrap())
-        .collect();
-    assert!(reference.iter().any(|p| !p.warnings.is_empty()));
-    assert!(reference.iter().any(|p| p.fallback));
-    assert!(reference.iter().any(|p| p.model == "medn-shared"));
-    assert!(reference.iter().any(|p| p.model == "mlp"));
-    for ((s, c), r) in queries.iter().zip(&reference) {
-        assert_eq!(
-            &predictor.predict_module(s, c).unwrap(),
-            r,
-            "{}",
-            s.describe()
-        );
-    }
-    assert_eq!(predictor.predict_modules(&queries).unwrap(), reference);
-    assert_eq!(
-        predictor.predict_modules_threads(&queries, 3).unwrap(),
-        reference
+    perfcast_predict::testing::assert_fast_paths_match_the_reference(
+        &predictor,
+        &["medn-shared", "mlp"],
     );
-
-    // A network of these kinds, prepared: every layer as the reference predicts it.
-    let net = perfcast_core::testing::mixed_network();
-    let prepared = predictor.prepare(&net).unwrap();
-    for c in [context(1, Phase::Inference), context(16, Phase::Training)] {
-        let p = predictor.predict_prepared(&prepared, &c).unwrap();
-        assert_eq!(p, predictor.predict_network(&net, &c).unwrap());
-        for (layer, l) in net.layers.iter().zip(&p.layers) {
-            assert_eq!(
-                l.prediction,
-                predictor.predict_module_reference(&layer.spec, &c).unwrap(),
-                "{}",
-                layer.name
-            );
-        }
-    }
 }

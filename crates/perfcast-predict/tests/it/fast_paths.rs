@@ -5,11 +5,11 @@
 
 use std::path::Path;
 
-use perfcast_core::testing::{context, spread_queries};
-use perfcast_core::{Context, ModuleKind, ModuleSpec, Phase};
+use perfcast_core::testing::spread_queries;
+use perfcast_core::{Context, ModuleKind, ModuleSpec};
 use perfcast_predict::blend::Blend;
 use perfcast_predict::predictor::is_raised;
-use perfcast_predict::{Bundle, ModulePrediction, Predictor, Regressor, SavedModel};
+use perfcast_predict::{Bundle, Predictor, Regressor, SavedModel};
 use serde_json::Value;
 
 use crate::fixtures;
@@ -74,45 +74,10 @@ fn bundle(dir: &Path, slower: f64) -> Bundle {
 fn fast_paths_match_the_reference_path_exactly() {
     let tmp = tempfile::tempdir().unwrap();
     let predictor = Predictor::new(bundle(tmp.path(), 1.0));
-    let queries = spread_queries();
-    let reference: Vec<ModulePrediction> = queries
-        .iter()
-        .map(|(s, c)| predictor.predict_module_reference(s, c).unwrap())
-        .collect();
-    assert!(reference.iter().any(|p| !p.warnings.is_empty()));
-    assert!(reference.iter().any(|p| p.fallback));
-    for model in ["medn-shared", "mlp", "blend", "knn", "roofline"] {
-        assert!(reference.iter().any(|p| p.model == model), "{model}");
-    }
-    for ((s, c), r) in queries.iter().zip(&reference) {
-        assert_eq!(
-            &predictor.predict_module(s, c).unwrap(),
-            r,
-            "{}",
-            s.describe()
-        );
-    }
-    assert_eq!(predictor.predict_modules(&queries).unwrap(), reference);
-    assert_eq!(
-        predictor.predict_modules_threads(&queries, 3).unwrap(),
-        reference
+    perfcast_predict::testing::assert_fast_paths_match_the_reference(
+        &predictor,
+        &["medn-shared", "mlp", "blend", "knn", "roofline"],
     );
-
-    // The network prepared: every layer as the reference predicts it.
-    let net = perfcast_core::testing::mixed_network();
-    let prepared = predictor.prepare(&net).unwrap();
-    for c in [context(1, Phase::Inference), context(16, Phase::Training)] {
-        let p = predictor.predict_prepared(&prepared, &c).unwrap();
-        assert_eq!(p, predictor.predict_network(&net, &c).unwrap());
-        for (layer, l) in net.layers.iter().zip(&p.layers) {
-            assert_eq!(
-                l.prediction,
-                predictor.predict_module_reference(&layer.spec, &c).unwrap(),
-                "{}",
-                layer.name
-            );
-        }
-    }
 }
 
 #[test]
