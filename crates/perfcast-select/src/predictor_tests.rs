@@ -14,9 +14,9 @@ use perfcast_models::{FeatureSchema, Fit, Matrix, Regressor, SavedModel, TrainSe
 use perfcast_core::{ModuleKind, features};
 use perfcast_models::features::row;
 
+use crate::Predictor;
 use crate::bundle::{Bundle, FORMAT, write_bundle};
 use crate::select::Budget;
-use crate::Predictor;
 
 /// Labels at 20 GFLOP/s plus a fixed cost: slower than the test CPU's 100 GFLOP/s peak, as
 /// measurements are.
