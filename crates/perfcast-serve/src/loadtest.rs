@@ -410,6 +410,17 @@ struct Tally {
 }
 
 impl Tally {
+    /// Counts a valid request's answer (`body`: the whole response) after `ns`.
+    fn valid(&mut self, status: u16, ns: u64, body: &[u8]) {
+        self.valid_ns.push(ns);
+        if status == 200 {
+            self.valid_ok += 1;
+        } else {
+            let body = String::from_utf8_lossy(body);
+            self.error(format!("valid request answered {status}: {body}"));
+        }
+    }
+
     fn error(&mut self, message: String) {
         self.errors += 1;
         if self.samples.len() < ERROR_SAMPLES {
@@ -466,14 +477,8 @@ async fn pipelined_worker(shared: Arc<Shared>, seed: u64, depth: usize) -> Tally
             let mut answered = 0;
             while answered < batch {
                 let r = read_response(s, &mut buf, &mut rest).await?;
-                tally.valid_ns.push(start.elapsed().as_nanos() as u64);
                 *tally.statuses.entry(r.status).or_default() += 1;
-                if r.status == 200 {
-                    tally.valid_ok += 1;
-                } else {
-                    let body = String::from_utf8_lossy(&buf).into_owned();
-                    tally.error(format!("valid request answered {}: {body}", r.status));
-                }
+                tally.valid(r.status, start.elapsed().as_nanos() as u64, &buf);
                 answered += 1;
                 if r.close {
                     break;
@@ -537,13 +542,7 @@ async fn worker(shared: Arc<Shared>, seed: u64) -> Tally {
             Ok(Ok(r)) => {
                 *tally.statuses.entry(r.status).or_default() += 1;
                 if t.valid {
-                    tally.valid_ns.push(ns);
-                    if r.status == 200 {
-                        tally.valid_ok += 1;
-                    } else {
-                        let body = String::from_utf8_lossy(&buf).into_owned();
-                        tally.error(format!("valid request answered {}: {body}", r.status));
-                    }
+                    tally.valid(r.status, ns, &buf);
                 } else {
                     tally.invalid_ns.push(ns);
                     if (400..500).contains(&r.status) {
