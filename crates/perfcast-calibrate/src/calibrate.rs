@@ -83,9 +83,10 @@ pub fn compare(
             // Plain: the layers alone; composed: with the host costs under evaluation (the
             // bundle's, or those of a leave-one-network-out fit).
             let shape = RunShape::of(&r.network, p.layer_sum_ms);
+            let uncached = predictor.uncached_weights_ms(&shape, &context);
             let composed = costs
                 .and_then(|c| c.phase(r.phase))
-                .map(|c| c.compose(&shape));
+                .map(|c| c.compose(&shape).with_uncached_weights(uncached));
             let m = r.timing.median_ms;
             let err = |x: f64| 100.0 * (x - m) / m;
             Ok(Compared {
@@ -149,8 +150,14 @@ pub fn calibrate(
             .zip(&compared)
             .filter(|((_, r), _)| r.phase == phase)
             .map(|((label, r), c)| {
+                // The uncached-weights term is measured by the device probe, not fitted: the
+                // other terms explain what it leaves.
+                let uncached = uncached_of(predictor, r);
                 (
-                    (RunShape::of(&r.network, c.plain_ms), r.timing.median_ms),
+                    (
+                        RunShape::of(&r.network, c.plain_ms),
+                        r.timing.median_ms - uncached,
+                    ),
                     label.clone(),
                 )
             })
@@ -198,6 +205,17 @@ pub fn calibrate(
         costs.training = costs.training.or_else(|| old.training.clone());
     }
     Ok(costs)
+}
+
+/// The uncached-weights term of a measured run ([`Predictor::uncached_weights_ms`]).
+fn uncached_of(predictor: &Predictor, r: &NetworkRecord) -> f64 {
+    let context = Context {
+        batch: r.batch,
+        phase: r.phase,
+        threads: r.threads,
+        utilisation: 0.0,
+    };
+    predictor.uncached_weights_ms(&RunShape::of(&r.network, 0.0), &context)
 }
 
 /// Fits the host-cost terms of `bundle` (loaded from `dir`) to measured `runs` and, unless
@@ -308,13 +326,17 @@ pub fn evaluate_networks(
 /// terms for the phase when it has them.
 pub fn network_ms(predictor: &Predictor, network: &Network, context: &Context) -> Result<f64> {
     let sum = predictor.predict_network(network, context)?.layer_sum_ms;
+    let shape = RunShape::of(network, sum);
+    let uncached = predictor.uncached_weights_ms(&shape, context);
     Ok(predictor
         .bundle()
         .manifest
         .host_costs
         .as_ref()
         .and_then(|c| c.phase(context.phase))
-        .map_or(sum, |c| c.compose(&RunShape::of(network, sum)).total_ms))
+        .map_or(sum, |c| {
+            c.compose(&shape).with_uncached_weights(uncached).total_ms
+        }))
 }
 
 /// Each network's composed inference and training-step time (ms) at each batch size, on

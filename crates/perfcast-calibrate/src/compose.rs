@@ -328,6 +328,7 @@ mod tests {
             tensors: vec![params],
             input_elems: 0,
             batch: 1,
+            linears: Vec::new(),
         }
     }
 
@@ -453,6 +454,7 @@ mod tests {
             tensors: [vec![1_000_000; big], vec![100_000; small]].concat(),
             input_elems: 0,
             batch: 1,
+            linears: Vec::new(),
         };
         let truth = |r: &RunShape| {
             let large = r.large_params(4e6) as f64 / 1e6;

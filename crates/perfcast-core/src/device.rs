@@ -34,6 +34,68 @@ pub struct Caches {
     pub l2_kb: Option<f64>,
     /// L3 (last-level) cache, KiB.
     pub l3_kb: Option<f64>,
+    /// What a GEMM pays for weights that come from memory instead of this cache (measured on
+    /// CPUs; absent elsewhere and in older device files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncached_weights: Option<UncachedWeights>,
+}
+
+/// The extra time a linear layer's GEMM takes when its weights come from memory rather than
+/// the last-level cache, by the GEMM's rows per call, in ms per MB of weights.
+///
+/// A layer timed alone keeps weights that fit the cache hot across repetitions; in a network
+/// whose weights pass the cache they come from memory on every pass. Whether that costs time
+/// depends on how the backend reads them: a GEMM kernel that reads the weights in place (few
+/// rows) waits on every load, one that packs them first (more rows) or a vector product (one
+/// row) streams them with the hardware prefetcher. The probe measures the difference per row
+/// count instead of modelling the kernels (`perfcast_profile::probe::uncached_weights`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UncachedWeights {
+    /// Rows per GEMM call the probe measured, ascending.
+    pub rows: Vec<usize>,
+    /// Extra ms per MB (1e6 bytes) of weights at each of `rows`.
+    pub ms_per_mb: Vec<f64>,
+}
+
+impl UncachedWeights {
+    /// The extra ms per MB at `rows` rows per call: the probe's value at the largest measured
+    /// row count not above `rows` (the kernel switches at whole row counts), the first one
+    /// below it.
+    pub fn ms_per_mb_at(&self, rows: usize) -> f64 {
+        let at = self.rows.partition_point(|&r| r <= rows);
+        self.ms_per_mb
+            .get(at.saturating_sub(1))
+            .copied()
+            .unwrap_or(0.0)
+    }
+
+    /// Rejects tables a predictor cannot use, naming the problem.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        if self.rows.is_empty() || self.rows.len() != self.ms_per_mb.len() {
+            return Err(format!(
+                "`uncached_weights` needs one value per row count, got {} rows and {} values",
+                self.rows.len(),
+                self.ms_per_mb.len()
+            ));
+        }
+        if self.rows.windows(2).any(|w| w[0] >= w[1]) || self.rows[0] == 0 {
+            return Err(format!(
+                "`uncached_weights.rows` must be positive and ascending, got {:?}",
+                self.rows
+            ));
+        }
+        if let Some(v) = self
+            .ms_per_mb
+            .iter()
+            .find(|v| !(v.is_finite() && (0.0..=1e3).contains(*v)))
+        {
+            return Err(format!(
+                "`uncached_weights.ms_per_mb` must be in [0, 1000], got {v}"
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// A device as a predictor sees it. For a CPU, `peak_gflops` and `mem_bandwidth_gbs` are
@@ -140,6 +202,9 @@ impl DeviceSpec {
             {
                 return Err(bad(format!("`{field}` must be in [0, 1e9], got {v:?}")));
             }
+        }
+        if let Some(u) = &self.caches.uncached_weights {
+            u.check().map_err(bad)?;
         }
         if self.cores == 0 {
             return Err(bad("`cores` must be at least 1, got 0".into()));
@@ -534,5 +599,38 @@ mod tests {
         assert_eq!(parse_cache_size("48K"), Some(48.0));
         assert_eq!(parse_cache_size("32M\n"), Some(32.0 * 1024.0));
         assert_eq!(parse_cache_size("junk"), None);
+    }
+
+    #[test]
+    fn uncached_weights_step_at_the_measured_row_counts() {
+        let u = UncachedWeights {
+            rows: vec![1, 16, 64],
+            ms_per_mb: vec![0.01, 0.12, 0.02],
+        };
+        u.check().unwrap();
+        assert_eq!(u.ms_per_mb_at(1), 0.01);
+        assert_eq!(u.ms_per_mb_at(17), 0.12);
+        assert_eq!(u.ms_per_mb_at(63), 0.12);
+        assert_eq!(u.ms_per_mb_at(4096), 0.02);
+        // Below the first row count: the first value.
+        assert_eq!(u.ms_per_mb_at(0), 0.01);
+    }
+
+    #[test]
+    fn a_device_with_a_broken_uncached_weights_table_is_refused() {
+        let mut d = crate::testing::cpu_device();
+        for (rows, values) in [
+            (vec![16, 1], vec![0.1, 0.1]),
+            (vec![1], vec![f64::NAN]),
+            (vec![1, 2], vec![0.1]),
+            (vec![], vec![]),
+        ] {
+            d.caches.uncached_weights = Some(UncachedWeights {
+                rows: rows.clone(),
+                ms_per_mb: values,
+            });
+            let e = d.validate().unwrap_err().to_string();
+            assert!(e.contains("uncached_weights"), "{rows:?}: {e}");
+        }
     }
 }

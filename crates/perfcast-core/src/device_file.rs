@@ -210,6 +210,7 @@ fn neusight(obj: &Map<String, Value>, path: &Path) -> Result<DeviceSpec> {
             l1d_kb: None,
             l2_kb: Some(l2 * 1024.0),
             l3_kb: None,
+            uncached_weights: None,
         },
         source: SpecSource::Published,
         software: None,

@@ -81,12 +81,14 @@ impl Published {
                     l1d_kb: None,
                     l2_kb: Some(self.l2_mb * 1024.0),
                     l3_kb: None,
+                    uncached_weights: None,
                 },
                 // Knights Landing: 32 KiB L1d per core, 1 MiB L2 per two-core tile.
                 DeviceKind::Cpu => Caches {
                     l1d_kb: Some(32.0),
                     l2_kb: Some(512.0),
                     l3_kb: None,
+                    uncached_weights: None,
                 },
             },
             source: SpecSource::Published,

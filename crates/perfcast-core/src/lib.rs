@@ -45,8 +45,8 @@ pub mod zoo;
 pub use choice::NetworkChoice;
 pub use context::{Context, MAX_BATCH, ModuleQuery, Phase};
 pub use device::{
-    Caches, CpuTopology, DeviceKind, DeviceSpec, SpecSource, parse_cache_size, parse_cpuinfo,
-    slugify,
+    Caches, CpuTopology, DeviceKind, DeviceSpec, SpecSource, UncachedWeights, parse_cache_size,
+    parse_cpuinfo, slugify,
 };
 pub use dtype::{DType, Links, TypePeaks};
 pub use error::{Error, Hint, Hinted, Result};

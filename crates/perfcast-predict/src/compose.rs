@@ -8,7 +8,15 @@
 //! ```text
 //! total = per_run_ms + layer_scale * Σ layer predictions + per_layer_ms * layers
 //!         + update_ms_per_mparam * parameters / 1e6          (training only)
+//!         + uncached weights                                  (inference, see below)
 //! ```
+//!
+//! A layer timed alone keeps weights that fit the cache hot between repetitions; in a network
+//! whose weights pass the last-level cache they come from memory on every pass. The device's
+//! probe ([`perfcast_core::UncachedWeights`]) says what that costs a linear layer's GEMM per MB
+//! at its rows per call, and [`uncached_weights_ms`] adds it for every linear layer whose
+//! weights fit the cache alone. Training steps are left alone: their measured steps showed no
+//! such gap (docs/accuracy.md).
 //!
 //! with the terms fitted per phase from measured networks (perfcast-calibrate's `compose::fit_phase`,
 //! behind `perfcast calibrate`) and stored in the bundle's manifest ([`HostCosts`]). The terms are
@@ -146,6 +154,60 @@ pub struct RunShape {
     pub input_elems: usize,
     /// Samples per run (the input copy's multiple).
     pub batch: usize,
+    /// Every linear layer's weights, for the uncached-weights term.
+    pub linears: Vec<LinearWeights>,
+}
+
+/// A linear layer's weight matrix and the rows it multiplies per sample.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinearWeights {
+    /// Bytes of the weight matrix (fp32).
+    pub bytes: f64,
+    /// Rows (tokens) per sample.
+    pub tokens: usize,
+    /// Output features (the GEMM's columns).
+    pub out_features: usize,
+}
+
+/// Rows per GEMM call of a linear layer over `batch` samples of `tokens` rows each, as burn
+/// runs it: one GEMM over every row, except where its matmul policy keeps the samples apart
+/// (one sample; rows already a whole number of 32-row tiles; folding that does not bring the
+/// output closer to square), which runs one GEMM of `tokens` rows per sample.
+pub fn linear_gemm_rows(batch: usize, tokens: usize, out_features: usize) -> usize {
+    let merged = batch.saturating_mul(tokens);
+    let squarer = |new: usize, old: usize, cols: usize| {
+        new.min(cols) as u128 * old.max(cols) as u128
+            > old.min(cols) as u128 * new.max(cols) as u128
+    };
+    if batch <= 1 || tokens.is_multiple_of(32) || !squarer(merged, tokens, out_features) {
+        tokens
+    } else {
+        merged
+    }
+}
+
+/// What a run's linear layers pay for weights that come from memory, ms: zero unless the
+/// network's parameters pass `cache_bytes`; then every linear layer whose weights fit the cache
+/// alone (so its isolated timing had them cached) adds the probe's cost per MB at its rows per
+/// call. A layer's weights come from memory once per pass even when it runs one GEMM per
+/// sample: the later samples find them cached.
+pub fn uncached_weights_ms(
+    run: &RunShape,
+    batch: usize,
+    probe: &perfcast_core::UncachedWeights,
+    cache_bytes: f64,
+) -> f64 {
+    let weights = run.params as f64 * perfcast_core::features::F32_BYTES;
+    if cache_bytes.is_nan() || cache_bytes <= 0.0 || weights <= cache_bytes {
+        return 0.0;
+    }
+    run.linears
+        .iter()
+        .filter(|l| l.bytes <= cache_bytes)
+        .map(|l| {
+            probe.ms_per_mb_at(linear_gemm_rows(batch, l.tokens, l.out_features)) * l.bytes / 1e6
+        })
+        .sum()
 }
 
 impl RunShape {
@@ -205,6 +267,9 @@ pub struct Composed {
     /// The input batch copied host to device, ms (GPU steps).
     #[serde(default)]
     pub copy_ms: f64,
+    /// Linear layers' weights read from memory instead of cache, ms ([`uncached_weights_ms`]).
+    #[serde(default)]
+    pub uncached_weights_ms: f64,
     /// Whether the terms are [`PhaseCosts::gpu_defaults`] rather than calibrated.
     #[serde(default)]
     pub from_spec: bool,
@@ -243,9 +308,19 @@ impl PhaseCosts {
             dispatch_ms,
             update_ms,
             copy_ms,
+            uncached_weights_ms: 0.0,
             from_spec: self.runs == 0,
             total_ms: total.max(FLOOR_SHARE * layer_sum_ms),
         }
+    }
+}
+
+impl Composed {
+    /// This composition with `ms` of uncached weights added ([`uncached_weights_ms`]).
+    pub fn with_uncached_weights(mut self, ms: f64) -> Composed {
+        self.uncached_weights_ms += ms;
+        self.total_ms += ms;
+        self
     }
 }
 
@@ -253,8 +328,17 @@ impl RunShape {
     /// The shape of a run of `network` whose layers' predictions sum to `layer_sum_ms`.
     pub fn of(network: &Network, layer_sum_ms: f64) -> RunShape {
         let mut tensors = Vec::new();
+        let mut linears = Vec::new();
         for l in &network.layers {
             push_param_tensors(&l.spec, &mut tensors);
+            if let perfcast_core::ModuleSpec::Linear(lin) = &l.spec {
+                linears.push(LinearWeights {
+                    bytes: (lin.in_features * lin.out_features) as f64
+                        * perfcast_core::features::F32_BYTES,
+                    tokens: lin.tokens,
+                    out_features: lin.out_features,
+                });
+            }
         }
         RunShape {
             layer_sum_ms,
@@ -263,6 +347,7 @@ impl RunShape {
             tensors,
             input_elems: network.input.iter().product(),
             batch: 1,
+            linears,
         }
     }
 }
@@ -276,7 +361,87 @@ pub fn plain(run: &RunShape) -> Composed {
         dispatch_ms: 0.0,
         update_ms: 0.0,
         copy_ms: 0.0,
+        uncached_weights_ms: 0.0,
         from_spec: false,
         total_ms: run.layer_sum_ms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use perfcast_core::UncachedWeights;
+
+    /// A linear layer of `tokens` rows, `in_features` -> `out_features`, in a network of
+    /// `layers` of them.
+    fn run_of(layers: usize, tokens: usize, in_features: usize, out_features: usize) -> RunShape {
+        let w = in_features * out_features;
+        RunShape {
+            layer_sum_ms: 1.0,
+            layers,
+            params: layers * w,
+            tensors: vec![w; layers],
+            input_elems: tokens * in_features,
+            batch: 1,
+            linears: vec![
+                LinearWeights {
+                    bytes: w as f64 * 4.0,
+                    tokens,
+                    out_features,
+                };
+                layers
+            ],
+        }
+    }
+
+    fn probe() -> UncachedWeights {
+        UncachedWeights {
+            rows: vec![1, 16, 64],
+            ms_per_mb: vec![0.01, 0.12, 0.02],
+        }
+    }
+
+    #[test]
+    fn uncached_weights_cost_only_layers_that_fit_the_cache_in_a_network_that_does_not() {
+        let cache = 32e6;
+        // 4 MB per layer: one alone fits, ten pass the cache.
+        let small = run_of(1, 17, 1000, 1000);
+        assert_eq!(uncached_weights_ms(&small, 1, &probe(), cache), 0.0);
+        let big = run_of(10, 17, 1000, 1000);
+        let ms = uncached_weights_ms(&big, 1, &probe(), cache);
+        assert!((ms - 10.0 * 4.0 * 0.12).abs() < 1e-9, "{ms}");
+        // Layers too large for the cache were timed uncached already.
+        let huge = run_of(2, 17, 4000, 4000);
+        assert_eq!(uncached_weights_ms(&huge, 1, &probe(), cache), 0.0);
+        // No cache size known: no term.
+        assert_eq!(uncached_weights_ms(&big, 1, &probe(), 0.0), 0.0);
+    }
+
+    #[test]
+    fn the_rows_per_call_follow_the_backends_batching() {
+        // One sample: its tokens.
+        assert_eq!(linear_gemm_rows(1, 17, 768), 17);
+        // Samples fold into one GEMM when that makes the output squarer ...
+        assert_eq!(linear_gemm_rows(4, 17, 768), 68);
+        // ... but not when each sample's rows fill whole 32-row tiles.
+        assert_eq!(linear_gemm_rows(4, 64, 768), 64);
+        // Nor when the folded output would be taller than square by more.
+        assert_eq!(linear_gemm_rows(64, 100, 10), 100);
+        let big = run_of(10, 17, 1000, 1000);
+        let at = |batch| uncached_weights_ms(&big, batch, &probe(), 32e6);
+        assert!(at(4) < at(1), "{} {}", at(4), at(1));
+    }
+
+    #[test]
+    fn a_composition_carries_the_uncached_weights_in_its_total() {
+        let costs = PhaseCosts {
+            per_run_ms: 1.0,
+            ..PhaseCosts::gpu_defaults(&perfcast_core::testing::cpu_device())
+        };
+        let run = run_of(10, 17, 1000, 1000);
+        let plain = costs.compose(&run);
+        let with = plain.clone().with_uncached_weights(2.5);
+        assert_eq!(with.uncached_weights_ms, 2.5);
+        assert!((with.total_ms - plain.total_ms - 2.5).abs() < 1e-12);
     }
 }

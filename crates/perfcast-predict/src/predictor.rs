@@ -1581,6 +1581,22 @@ impl Predictor {
             .collect()
     }
 
+    /// What a run of `shape` in `context` pays for linear layers' weights read from memory
+    /// rather than cache ([`crate::compose::uncached_weights_ms`]): inference runs on a device
+    /// whose probe measured it; 0 otherwise.
+    pub fn uncached_weights_ms(&self, shape: &RunShape, context: &Context) -> f64 {
+        let device = &self.bundle.manifest.device;
+        match (context.phase, &device.caches.uncached_weights) {
+            (Phase::Inference, Some(probe)) => crate::compose::uncached_weights_ms(
+                shape,
+                context.batch,
+                probe,
+                device.cache_mb * 1024.0 * 1024.0,
+            ),
+            _ => 0.0,
+        }
+    }
+
     /// The bundle's host-cost composition of a run of `shape` whose kernels sum to
     /// `layer_sum_ms`, when the bundle is calibrated for the phase (or a GPU training step).
     pub(crate) fn composition(
@@ -1598,9 +1614,11 @@ impl Predictor {
         // A GPU training step never calibrated still pays its input copy and optimiser update.
         let defaults = (calibrated.is_none() && self.gpu() && context.phase == Phase::Training)
             .then(|| crate::compose::PhaseCosts::gpu_defaults(&self.bundle.manifest.device));
-        calibrated
-            .or(defaults.as_ref())
-            .map(|c| c.compose_sum(shape, layer_sum_ms, context.batch))
+        let uncached = self.uncached_weights_ms(shape, context);
+        calibrated.or(defaults.as_ref()).map(|c| {
+            c.compose_sum(shape, layer_sum_ms, context.batch)
+                .with_uncached_weights(uncached)
+        })
     }
 
     /// In a training step, the time of each of `network`'s trimmed layers ([`Trim`]): the

@@ -3,12 +3,13 @@
 //! Peak fp32 GFLOP/s is the best of several large square GEMMs on the default backend with
 //! every hardware thread (what this machine can actually deliver through burn, not a data-sheet
 //! number); bandwidth is a STREAM-style triad `a = b + s * c` over arrays far larger than the
-//! last-level cache, best of five, counting 12 bytes per element.
+//! last-level cache, best of five, counting 12 bytes per element. A third probe times a linear
+//! layer with its weights cached and uncached ([`uncached_weights`]).
 
 use std::time::Instant;
 
 use burn::tensor::{Distribution, Tensor};
-use perfcast_core::{CpuTopology, DeviceKind, DeviceSpec, SpecSource};
+use perfcast_core::{CpuTopology, DeviceKind, DeviceSpec, SpecSource, UncachedWeights};
 
 use crate::backend::Backend;
 use crate::error::Result;
@@ -118,6 +119,86 @@ pub fn measure_peaks(backend: Backend, threads: usize) -> Result<Peaks> {
     })
 }
 
+/// Rows per GEMM call [`uncached_weights`] measures: a vector product, the sizes around the
+/// point where GEMM kernels start packing their weights, and a few beyond it.
+pub const UNCACHED_ROWS: [usize; 11] = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128];
+
+/// Times a linear layer (`in_features` -> 3,072, one thread, the profiler's operand layout) at
+/// each of `rows` rows, once with one weight matrix reused (cached, as a layer timed alone
+/// keeps it) and once cycling through enough copies that each call's weights were evicted
+/// (as in a network whose weights pass the cache), and returns the difference per MB of
+/// weights. The weights take at most half of `cache_bytes`, the copies eight times it.
+pub fn uncached_weights_with(
+    backend: Backend,
+    cache_bytes: f64,
+    in_features: usize,
+    rows: &[usize],
+) -> Result<UncachedWeights> {
+    const OUT: usize = 3072;
+    let device = backend.device()?;
+    let fit = (cache_bytes / 2.0 / (4.0 * OUT as f64)).floor() as usize;
+    let k = in_features.min(fit).max(8);
+    let bytes = (4 * k * OUT) as f64;
+    let copies = ((8.0 * cache_bytes / bytes).ceil() as usize).clamp(4, 256);
+    let ms_per_mb = with_threads(1, || {
+        let weights: Vec<Tensor<2>> = (0..copies)
+            .map(|_| Tensor::<2>::random([k, OUT], Distribution::Uniform(-0.03, 0.03), &device))
+            .collect();
+        let mut out = Vec::with_capacity(rows.len());
+        for &m in rows {
+            let x = Tensor::<4>::random([1, 1, m, k], Distribution::Normal(0.0, 1.0), &device);
+            let call = |w: &Tensor<2>| -> std::result::Result<f64, String> {
+                let start = Instant::now();
+                let y = burn::tensor::module::linear(x.clone(), w.clone(), None);
+                device.sync().map_err(|e| e.to_string())?;
+                drop(y);
+                Ok(start.elapsed().as_secs_f64() * 1e3)
+            };
+            let mut cached = Vec::new();
+            for i in 0..12 {
+                let t = call(&weights[0])?;
+                if i >= 3 {
+                    cached.push(t);
+                }
+            }
+            // One pass to evict, one timed: every call's weights were last read `copies - 1`
+            // matrices ago.
+            let mut uncached = Vec::with_capacity(copies);
+            for pass in 0..2 {
+                for w in &weights {
+                    let t = call(w)?;
+                    if pass == 1 {
+                        uncached.push(t);
+                    }
+                }
+            }
+            let extra = median(&mut uncached) - median(&mut cached);
+            out.push((extra / (bytes / 1e6)).max(0.0));
+        }
+        Ok::<_, String>(out)
+    })
+    .map_err(|reason| crate::Error::Backend {
+        name: backend.name().into(),
+        reason,
+    })?;
+    Ok(UncachedWeights {
+        rows: rows.to_vec(),
+        ms_per_mb: ms_per_mb.into_iter().map(round3).collect(),
+    })
+}
+
+/// [`uncached_weights_with`] at 768 input features over [`UNCACHED_ROWS`]: a transformer
+/// layer's 9.4 MB projection, where the cache allows.
+pub fn uncached_weights(backend: Backend, cache_bytes: f64) -> Result<UncachedWeights> {
+    uncached_weights_with(backend, cache_bytes, 768, &UNCACHED_ROWS)
+}
+
+/// The middle value of `v` (the upper one of an even count); 0 when empty.
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
 /// The local CPU's spec with measured peaks.
 pub fn local_cpu(backend: Backend) -> Result<(DeviceSpec, Peaks)> {
     let topo = CpuTopology::detect();
@@ -128,6 +209,9 @@ pub fn local_cpu(backend: Backend) -> Result<(DeviceSpec, Peaks)> {
         .or(topo.caches.l2_kb)
         .map(|kb| kb / 1024.0)
         .unwrap_or(0.0);
+    let mut caches = topo.caches.clone();
+    let cache_bytes = if cache_mb > 0.0 { cache_mb } else { 32.0 } * 1024.0 * 1024.0;
+    caches.uncached_weights = Some(uncached_weights(backend, cache_bytes)?);
     let spec = DeviceSpec {
         name: topo.model.clone(),
         kind: DeviceKind::Cpu,
@@ -142,7 +226,7 @@ pub fn local_cpu(backend: Backend) -> Result<(DeviceSpec, Peaks)> {
         },
         memory_gb: round3(topo.memory_gb.max(0.001)),
         cache_mb: round3(cache_mb),
-        caches: topo.caches,
+        caches,
         source: SpecSource::Measured,
         software: None,
         launch_us: None,
@@ -271,5 +355,14 @@ mod tests {
     fn triad_reports_a_plausible_bandwidth() {
         let gbs = triad_bandwidth(1, 1 << 20);
         assert!(gbs > 0.1 && gbs < 10_000.0, "{gbs}");
+    }
+
+    #[test]
+    fn the_uncached_weights_probe_answers_every_row_count_it_was_asked() {
+        // A small cache keeps the probe's matrices small: the table's form is what is checked.
+        let table = uncached_weights_with(Backend::Flex, 256.0 * 1024.0, 64, &[1, 8, 32]).unwrap();
+        assert_eq!(table.rows, vec![1, 8, 32]);
+        assert_eq!(table.ms_per_mb.len(), 3);
+        table.check().unwrap();
     }
 }

@@ -127,9 +127,16 @@ pub fn network(p: &NetworkPrediction) -> String {
                     "the batch copied host to device".to_string(),
                     c.copy_ms,
                 ),
+                (
+                    "uncached weights",
+                    "linear weights read from memory, not cache".to_string(),
+                    c.uncached_weights_ms,
+                ),
             ];
             for (name, what, ms) in terms {
-                if name == "host: update" && p.context.phase == Phase::Inference {
+                if name == "host: update" && p.context.phase == Phase::Inference
+                    || name == "uncached weights" && ms == 0.0
+                {
                     continue;
                 }
                 // Spec defaults hold no per-layer or scale term; calibrated terms no copy.

@@ -166,6 +166,7 @@ fn predict_network_composed_with_host_terms() {
         dispatch_ms: -1.13e-7,
         update_ms: 2.25,
         copy_ms: 0.0,
+        uncached_weights_ms: 0.0,
         from_spec: false,
         total_ms: 20.3325,
     };
@@ -430,6 +431,7 @@ fn compared(network: &str, phase: Phase, measured_ms: f64, plain_ms: f64) -> Com
             dispatch_ms: 0.0,
             update_ms: 0.0,
             copy_ms: 0.0,
+            uncached_weights_ms: 0.0,
             from_spec: false,
             total_ms: composed_ms,
         }),

@@ -100,6 +100,7 @@ pub fn device_spec(path: &Path) -> Result<DeviceSpec> {
             l1d_kb: None,
             l2_kb: Some(c.l2_cache * 1024.0),
             l3_kb: None,
+            uncached_weights: None,
         },
         source: SpecSource::Published,
         software: None,
