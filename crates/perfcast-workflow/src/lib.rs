@@ -10,9 +10,13 @@
 //! crate it calls: perfcast-profile (measuring), perfcast-select (training, selection, the
 //! bundle), perfcast-calibrate (host costs, network predictions).
 //!
-//! [`networks`] holds the whole-network jobs: `measure`, `calibrate` (host-cost terms fitted to
-//! measured runs) and `eval` (runs beside a bundle's predictions); [`scale`] times training
-//! runs over a grid for perfcast-scale's fitted expression.
+//! The commands' own jobs: [`profile`] (a sweep measured into a dataset), [`train`] (families
+//! fitted, cross-validated and selected into a bundle), [`plan`] (a training job laid out over
+//! devices and GPU counts), [`map`] (a profile or a step carried to another device),
+//! [`networks`] (`measure`, `calibrate`: host-cost terms fitted to measured runs, and `eval`:
+//! runs beside a bundle's predictions) and [`scale`] (training runs timed over a grid for
+//! perfcast-scale's fitted expression). Each step's result reaches the caller through
+//! [`observe::StepObserver`] as soon as it is known.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -31,8 +35,13 @@
 //! ```
 
 mod error;
+pub mod map;
 pub mod networks;
+pub mod observe;
+pub mod plan;
+pub mod profile;
 pub mod quickstart;
 pub mod scale;
+pub mod train;
 
 pub use error::{Error, Result};

@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use perfcast_core::progress::{Observer, Silent};
 use perfcast_profile::Sweep;
 use perfcast_workflow::Error;
-use perfcast_workflow::quickstart::{self, Done, QuickstartObserver, QuickstartPlan};
+use perfcast_workflow::observe::{Done, StepObserver};
+use perfcast_workflow::quickstart::{self, QuickstartPlan};
 
 /// LeNet-5's kinds (conv2d, tanh, average pooling, linear) at toy sizes, timed briefly.
 const SWEEP: &str = r#"
@@ -70,12 +71,13 @@ struct Steps(Mutex<Vec<&'static str>>);
 
 impl Observer for Steps {}
 
-impl QuickstartObserver for Steps {
+impl StepObserver for Steps {
     fn done(&self, step: Done<'_>) {
         let name = match step {
             Done::Canary(_) => "canary",
             Done::Layers { .. } => "layers",
             Done::ActiveRound(_) => "active",
+            Done::Row(_) => "row",
             Done::Swept { .. } => "swept",
             Done::Trained { .. } => "trained",
             Done::Calibrated { .. } => "calibrated",
@@ -92,15 +94,13 @@ fn the_quickstart_profiles_trains_calibrates_and_predicts_and_a_rerun_resumes() 
     let steps = Arc::new(Steps::default());
     let report = quickstart::run(&plan, steps.clone(), &AtomicBool::new(false)).unwrap();
 
-    let seen: Vec<_> = steps
-        .0
-        .lock()
-        .unwrap()
-        .iter()
-        .copied()
-        .filter(|s| *s != "canary")
+    let seen: Vec<_> = steps.0.lock().unwrap().clone();
+    let rows = seen.iter().filter(|s| **s == "row").count();
+    let steps: Vec<_> = seen
+        .into_iter()
+        .filter(|s| !["canary", "row"].contains(s))
         .collect();
-    assert_eq!(seen, ["layers", "swept", "trained", "calibrated"]);
+    assert_eq!(steps, ["layers", "swept", "trained", "calibrated"]);
     assert!(report.layers_timed.unwrap() > 0, "{report:?}");
     assert_eq!(report.sweeps.len(), 1);
     let counts = &report.sweeps[0].kinds;
@@ -109,6 +109,8 @@ fn the_quickstart_profiles_trains_calibrates_and_predicts_and_a_rerun_resumes() 
         counts.values().all(|c| c.measured > 0 && c.skipped == 0),
         "{counts:?}"
     );
+    let swept: usize = counts.values().map(|c| c.measured + c.failed).sum();
+    assert_eq!(rows, swept, "each row of the sweep is told as it is saved");
     assert_eq!(
         report.active_rounds, 0,
         "a zero budget runs no active round"
