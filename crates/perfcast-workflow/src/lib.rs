@@ -45,3 +45,20 @@ pub mod scale;
 pub mod train;
 
 pub use error::{Error, Result};
+
+/// `examples/sweeps/tiny.toml` (LeNet-5's kinds at toy sizes, timed briefly) narrowed to
+/// `modules`, `samples` configurations each: the tests' measurements take seconds.
+#[cfg(test)]
+pub(crate) fn tiny_sweep(
+    modules: &[perfcast_core::ModuleKind],
+    samples: usize,
+) -> perfcast_profile::Sweep {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/sweeps/tiny.toml"
+    );
+    let mut sweep = perfcast_profile::Sweep::from_file(std::path::Path::new(path)).expect("sweep");
+    sweep.modules = modules.to_vec();
+    sweep.samples = samples;
+    sweep
+}

@@ -109,26 +109,9 @@ mod tests {
         }
     }
 
-    const SWEEP: &str = r#"
-seed = 3
-samples = 3
-modules = ["relu"]
-phases = ["inference"]
-batch = [1]
-canary = false
-[timing]
-warmup_s = 0.0
-min_samples = 3
-max_time_s = 0.01
-[relu]
-c = [2]
-h = [4, 8, 16]
-w = [4]
-"#;
-
     fn plan(out: PathBuf) -> ProfilePlan {
         ProfilePlan {
-            sweep: Sweep::from_toml(SWEEP, Path::new("tiny.toml")).expect("sweep"),
+            sweep: crate::tiny_sweep(&[perfcast_core::ModuleKind::Tanh], 3),
             out,
             backend: Backend::Flex,
             device: Some(perfcast_core::testing::cpu_device()),
@@ -143,14 +126,18 @@ w = [4]
         let plan = plan(tmp.path().join("data"));
         let rows = Rows::default();
         let summary = run(&plan, &rows, &AtomicBool::new(false)).expect("profile");
-        let relu = &summary.kinds["relu"];
-        assert_eq!((relu.measured, relu.failed), (3, 0), "{summary:?}");
-        assert_eq!(*rows.0.lock().expect("rows"), 3);
+        let tanh = &summary.kinds["tanh"];
+        assert_eq!((tanh.measured, tanh.failed), (6, 0), "{summary:?}");
+        assert_eq!(
+            *rows.0.lock().expect("rows"),
+            6,
+            "3 configurations in 2 phases"
+        );
         assert!(plan.out.join("device.json").is_file());
 
         let again = run(&plan, &Rows::default(), &AtomicBool::new(false)).expect("resume");
-        let relu = &again.kinds["relu"];
-        assert_eq!((relu.measured, relu.skipped), (0, 3), "{again:?}");
+        let tanh = &again.kinds["tanh"];
+        assert_eq!((tanh.measured, tanh.skipped), (0, 6), "{again:?}");
     }
 
     #[test]

@@ -38,29 +38,11 @@ mod tests {
     use std::path::{Path, PathBuf};
 
     use perfcast_core::progress::{Observer, Silent};
-    use perfcast_profile::{Backend, Sweep};
+    use perfcast_profile::Backend;
     use perfcast_select::pipeline::Trained;
 
     use crate::observe::ExtraFiles;
     use crate::profile::{self, ProfilePlan};
-
-    /// Linear layers at toy sizes in both phases, timed briefly.
-    const SWEEP: &str = r#"
-seed = 5
-samples = 12
-modules = ["linear"]
-phases = ["inference", "training"]
-batch = [1, 2]
-canary = false
-[timing]
-warmup_s = 0.0
-min_samples = 3
-max_time_s = 0.01
-[linear]
-tokens = [1]
-in_features = { min = 4, max = 64 }
-out_features = { min = 4, max = 64 }
-"#;
 
     /// Names one extra file after the device, as the CLI's charts are drawn per device.
     struct Charts;
@@ -82,7 +64,7 @@ out_features = { min = 4, max = 64 }
     fn measured(root: &Path) -> PathBuf {
         let data = root.join("data");
         let plan = ProfilePlan {
-            sweep: Sweep::from_toml(SWEEP, Path::new("tiny.toml")).expect("sweep"),
+            sweep: crate::tiny_sweep(&[perfcast_core::ModuleKind::Linear], 12),
             out: data.clone(),
             backend: Backend::Flex,
             device: Some(perfcast_core::testing::cpu_device()),

@@ -13,36 +13,6 @@ use perfcast_workflow::Error;
 use perfcast_workflow::observe::{Done, StepObserver};
 use perfcast_workflow::quickstart::{self, QuickstartPlan};
 
-/// LeNet-5's kinds (conv2d, tanh, average pooling, linear) at toy sizes, timed briefly.
-const SWEEP: &str = r#"
-seed = 1
-samples = 12
-modules = ["conv2d", "tanh", "avgpool2d", "linear"]
-phases = ["inference", "training"]
-batch = [1, 2]
-canary = false
-[timing]
-warmup_s = 0.0
-min_samples = 3
-max_time_s = 0.01
-[conv2d]
-in_channels = { min = 1, max = 8 }
-input_hw = { min = 4, max = 16 }
-kernel = [1, 3]
-[tanh]
-c = { min = 1, max = 8 }
-h = [4, 8]
-w = [4, 8]
-[avgpool2d]
-channels = { min = 1, max = 8 }
-input_hw = { min = 4, max = 16 }
-kernel = [2]
-[linear]
-tokens = [1]
-in_features = { min = 4, max = 64 }
-out_features = { min = 4, max = 64 }
-"#;
-
 fn plan(dir: &Path) -> QuickstartPlan {
     let strings = |s: &[&str]| s.iter().map(|s| s.to_string()).collect();
     QuickstartPlan {
@@ -53,7 +23,13 @@ fn plan(dir: &Path) -> QuickstartPlan {
         calibration_batch: vec![1, 2, 4, 8],
         calibration_max_time_s: 0.05,
         budget_s: 0.0,
-        sweeps: vec![Sweep::from_toml(SWEEP, Path::new("tiny.toml")).unwrap()],
+        sweeps: vec![
+            Sweep::from_file(Path::new(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../examples/sweeps/tiny.toml"
+            )))
+            .unwrap(),
+        ],
         active_sweeps: Vec::new(),
         device: Some(perfcast_core::testing::cpu_device()),
         ..QuickstartPlan::new(
