@@ -46,6 +46,21 @@ pub mod train;
 
 pub use error::{Error, Result};
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether the caller's `interrupt` or the process's token asks the workflow to stop.
+pub(crate) fn stop_requested(interrupt: &AtomicBool) -> bool {
+    interrupt.load(Ordering::SeqCst) || perfcast_core::interrupt::requested()
+}
+
+/// [`Error::Stopped`] before `step` when a stop is requested.
+pub(crate) fn check(interrupt: &AtomicBool, step: &str) -> Result<()> {
+    if stop_requested(interrupt) {
+        return Err(Error::Stopped(step.to_string()));
+    }
+    Ok(())
+}
+
 /// `examples/sweeps/tiny.toml` (LeNet-5's kinds at toy sizes, timed briefly) narrowed to
 /// `modules`, `samples` configurations each: the tests' measurements take seconds.
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! on the anchor to other devices by a bundle's ratio (perfcast-calibrate).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
 use perfcast_calibrate::step_map::{MappedStep, map_step};
 use perfcast_core::progress::Observer;
@@ -14,17 +14,10 @@ use perfcast_models::devices_eval::{MapReport, map_profile, write_mapped};
 use perfcast_models::source::PhaseFilter;
 use serde::Serialize;
 
-use crate::{Error, Result};
+use crate::{Error, Result, check};
 
 /// Longest step [`network`] takes, ms (a day).
 const MAX_STEP_MS: f64 = 8.64e7;
-
-fn check(interrupt: &AtomicBool, step: &str) -> Result<()> {
-    if interrupt.load(Ordering::SeqCst) || perfcast_core::interrupt::requested() {
-        return Err(Error::Stopped(step.to_string()));
-    }
-    Ok(())
-}
 
 /// What [`profile`] maps.
 #[derive(Clone, Debug)]

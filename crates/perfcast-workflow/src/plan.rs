@@ -3,7 +3,7 @@
 //! [`plan_with_bundle`]) and the layouts from perfcast-scale's planner.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
 use perfcast_calibrate::layer_costs::plan_with_bundle;
 use perfcast_core::Network;
@@ -12,7 +12,7 @@ use perfcast_scale::Link;
 use perfcast_scale::plan::{PlanConfig, PlanReport, PriceTable};
 use serde::Serialize;
 
-use crate::{Error, Result};
+use crate::{Error, Result, check};
 
 /// What [`run`] plans.
 #[derive(Clone, Debug)]
@@ -128,9 +128,7 @@ pub fn run(job: &PlanJob, observer: &dyn Observer, interrupt: &AtomicBool) -> Re
         .as_deref()
         .map(PriceTable::from_file)
         .transpose()?;
-    if interrupt.load(Ordering::SeqCst) || perfcast_core::interrupt::requested() {
-        return Err(Error::Stopped("planning".into()));
-    }
+    check(interrupt, "planning")?;
     let (report, links) = plan_with_bundle(
         &job.network,
         &job.bundle,

@@ -11,7 +11,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use perfcast_calibrate::HostCosts;
@@ -237,7 +237,7 @@ impl Quickstart<'_> {
     }
 
     fn check(&self, step: &str) -> Result<()> {
-        if self.interrupt.load(Ordering::SeqCst) || perfcast_core::interrupt::requested() {
+        if crate::stop_requested(self.interrupt) {
             return Err(self.stopped(step.to_string()));
         }
         Ok(())

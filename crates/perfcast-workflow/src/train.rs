@@ -3,12 +3,12 @@
 //! named, one model per kind selected into it. The quickstart's training step is this call.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
 use perfcast_select::pipeline::{TrainPlan, TrainReport, train_and_select};
 
 use crate::observe::StepObserver;
-use crate::{Error, Result};
+use crate::{Error, Result, check};
 
 /// Trains and selects as `plan` says and writes the models, the report, the observer's
 /// [`StepObserver::train_files`] and the bundle. The process's interrupt token stops training
@@ -19,9 +19,7 @@ pub fn run(
     observer: Arc<dyn StepObserver>,
     interrupt: &AtomicBool,
 ) -> Result<TrainReport> {
-    if interrupt.load(Ordering::SeqCst) || perfcast_core::interrupt::requested() {
-        return Err(Error::Stopped("training".into()));
-    }
+    check(interrupt, "training")?;
     let trained = train_and_select(plan, observer.clone())?;
     let files = observer
         .train_files(&trained)
