@@ -28,13 +28,15 @@ impl std::fmt::Display for Hint {
     }
 }
 
-/// A message and its [`Hint`] as one error, for code that reports through `anyhow` (the CLI,
-/// the workflows) and has no error enum of its own to give a hint field.
+/// A message and its [`Hint`] as one error: with a `String` (the default), for code that
+/// reports through `anyhow` (the CLI, the workflows) and has no error enum of its own to give
+/// a hint field; with `Box<Error>`, the `Hinted` variant a crate's error enum shares
+/// (`Hinted(#[from] perfcast_core::Hinted<Box<Error>>)`, made by its `with_hint`).
 #[derive(Debug, thiserror::Error)]
 #[error("{message}{hint}")]
-pub struct Hinted {
+pub struct Hinted<M = String> {
     /// What is wrong, naming the value.
-    pub message: String,
+    pub message: M,
     /// What the user can do about it.
     pub hint: Hint,
 }
@@ -44,6 +46,16 @@ impl Hinted {
     pub fn new(message: impl Into<String>, hint: impl Into<String>) -> Hinted {
         Hinted {
             message: message.into(),
+            hint: Hint::new(hint),
+        }
+    }
+}
+
+impl<E> Hinted<Box<E>> {
+    /// `error` with the hint `hint`.
+    pub fn wrap(error: E, hint: impl Into<String>) -> Hinted<Box<E>> {
+        Hinted {
+            message: Box::new(error),
             hint: Hint::new(hint),
         }
     }

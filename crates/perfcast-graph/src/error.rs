@@ -42,28 +42,20 @@ pub enum Error {
     #[error("{0}")]
     Input(String),
     /// An error the user can fix, with what to do about it kept apart ([`Error::hint`]).
-    #[error("{error}{hint}")]
-    Hinted {
-        /// The error.
-        error: Box<Error>,
-        /// What the user can do about it.
-        hint: perfcast_core::Hint,
-    },
+    #[error(transparent)]
+    Hinted(#[from] perfcast_core::Hinted<Box<Error>>),
 }
 
 impl Error {
     /// This error with `hint`, what the user can do about it.
     pub fn with_hint(self, hint: impl Into<String>) -> Error {
-        Error::Hinted {
-            error: Box::new(self),
-            hint: perfcast_core::Hint::new(hint),
-        }
+        perfcast_core::Hinted::wrap(self, hint).into()
     }
 
     /// What the user can do about this error, where perfcast knows.
     pub fn hint(&self) -> Option<&str> {
         match self {
-            Error::Hinted { hint, .. } => hint.text(),
+            Error::Hinted(e) => e.hint.text(),
             Error::Core(e) => e.hint(),
             _ => None,
         }

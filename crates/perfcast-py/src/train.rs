@@ -7,14 +7,16 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use perfcast_core::progress::Silent;
+use perfcast_profile::Sweep;
 use perfcast_workflow::quickstart::QuickstartPlan;
 use pyo3::prelude::*;
 
 /// Profiles this machine into `data`, trains and selects a bundle (`checkpoints/<bundle>/`),
 /// calibrates it and predicts the networks, as `perfcast quickstart` does; returns the report
-/// as a dict. The GIL is released while it runs.
+/// as a dict. `sweep`, a sweep TOML (docs/profiling.md), replaces the random sweeps. The GIL
+/// is released while it runs.
 #[pyfunction]
-#[pyo3(signature = (data, bundle = "local".to_string(), samples = 40, fast = false, budget_s = None, models = None, networks = None))]
+#[pyo3(signature = (data, bundle = "local".to_string(), samples = 40, fast = false, budget_s = None, models = None, networks = None, sweep = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn quickstart<'py>(
     py: Python<'py>,
@@ -25,6 +27,7 @@ pub fn quickstart<'py>(
     budget_s: Option<f64>,
     models: Option<Vec<String>>,
     networks: Option<Vec<String>>,
+    sweep: Option<PathBuf>,
 ) -> PyResult<Bound<'py, PyAny>> {
     // The CLI's defaults wherever an argument is `None`.
     let mut plan = QuickstartPlan::new(samples, data, bundle).map_err(crate::input_err)?;
@@ -37,6 +40,9 @@ pub fn quickstart<'py>(
     }
     if let Some(networks) = networks {
         plan.networks = networks;
+    }
+    if let Some(path) = sweep {
+        plan.sweeps = vec![Sweep::from_file(&path).map_err(crate::input_err)?];
     }
     let report = py
         .detach(|| {

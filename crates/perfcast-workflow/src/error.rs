@@ -40,6 +40,9 @@ pub enum Error {
     /// From measuring.
     #[error(transparent)]
     Profile(#[from] perfcast_profile::Error),
+    /// From the models (the anchor mapping).
+    #[error(transparent)]
+    Models(#[from] perfcast_models::Error),
     /// From training and selection.
     #[error(transparent)]
     Select(#[from] perfcast_select::Error),

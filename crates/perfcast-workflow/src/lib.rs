@@ -10,9 +10,13 @@
 //! crate it calls: perfcast-profile (measuring), perfcast-select (training, selection, the
 //! bundle), perfcast-calibrate (host costs, network predictions).
 //!
-//! [`networks`] holds the whole-network jobs: `measure`, `calibrate` (host-cost terms fitted to
-//! measured runs) and `eval` (runs beside a bundle's predictions); [`scale`] times training
-//! runs over a grid for perfcast-scale's fitted expression.
+//! The commands' own jobs: [`profile`] (a sweep measured into a dataset), [`train`] (families
+//! fitted, cross-validated and selected into a bundle), [`plan`] (a training job laid out over
+//! devices and GPU counts), [`map`] (a profile or a step carried to another device),
+//! [`networks`] (`measure`, `calibrate`: host-cost terms fitted to measured runs, and `eval`:
+//! runs beside a bundle's predictions) and [`scale`] (training runs timed over a grid for
+//! perfcast-scale's fitted expression). Each step's result reaches the caller through
+//! [`observe::StepObserver`] as soon as it is known.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -31,8 +35,45 @@
 //! ```
 
 mod error;
+pub mod map;
 pub mod networks;
+pub mod observe;
+pub mod plan;
+pub mod profile;
 pub mod quickstart;
 pub mod scale;
+pub mod train;
 
 pub use error::{Error, Result};
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether the caller's `interrupt` or the process's token asks the workflow to stop.
+pub(crate) fn stop_requested(interrupt: &AtomicBool) -> bool {
+    interrupt.load(Ordering::SeqCst) || perfcast_core::interrupt::requested()
+}
+
+/// [`Error::Stopped`] before `step` when a stop is requested.
+pub(crate) fn check(interrupt: &AtomicBool, step: &str) -> Result<()> {
+    if stop_requested(interrupt) {
+        return Err(Error::Stopped(step.to_string()));
+    }
+    Ok(())
+}
+
+/// `examples/sweeps/tiny.toml` (LeNet-5's kinds at toy sizes, timed briefly) narrowed to
+/// `modules`, `samples` configurations each: the tests' measurements take seconds.
+#[cfg(test)]
+pub(crate) fn tiny_sweep(
+    modules: &[perfcast_core::ModuleKind],
+    samples: usize,
+) -> perfcast_profile::Sweep {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/sweeps/tiny.toml"
+    );
+    let mut sweep = perfcast_profile::Sweep::from_file(std::path::Path::new(path)).expect("sweep");
+    sweep.modules = modules.to_vec();
+    sweep.samples = samples;
+    sweep
+}

@@ -5,7 +5,7 @@
 //! `eval networks` parse into these plans and render the reports.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
 use perfcast_calibrate::HostCosts;
 use perfcast_calibrate::calibrate::{NetworksEval, calibrate_bundle, evaluate_networks, labelled};
@@ -17,7 +17,7 @@ use perfcast_profile::network_runs::{MeasurePlan, NoPeak, PeakMemory, measure_ne
 use perfcast_scale::memory::{Framework, cpu_run_bytes, cpu_training_peak};
 use serde::Serialize;
 
-use crate::{Error, Result};
+use crate::{Error, Result, check};
 
 /// The bundle the commands use when none is named, which the quickstart writes.
 pub const DEFAULT_BUNDLE: &str = "checkpoints/local";
@@ -71,13 +71,6 @@ pub struct MeasuredRun {
     pub predicted_peak_bytes: Option<f64>,
     /// The same under the reference (PyTorch) rules `perfcast plan` uses.
     pub predicted_peak_bytes_reference: Option<f64>,
-}
-
-fn check(interrupt: &AtomicBool, step: &str) -> Result<()> {
-    if interrupt.load(Ordering::SeqCst) || perfcast_core::interrupt::requested() {
-        return Err(Error::Stopped(step.to_string()));
-    }
-    Ok(())
 }
 
 /// Refuses, before anything is allocated, a thread count past [`MAX_THREADS`] and a batch

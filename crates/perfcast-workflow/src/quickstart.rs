@@ -9,36 +9,34 @@
 //! [`perfcast_select::pipeline`] (`perfcast train --bundle`), [`perfcast_calibrate::calibrate`]
 //! (`perfcast calibrate`) and [`perfcast_calibrate::calibrate::network_table`].
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use perfcast_calibrate::HostCosts;
 use perfcast_calibrate::calibrate::{calibrate_bundle, network_table};
-use perfcast_core::progress::{Observer, Silent};
-use perfcast_core::{DeviceSpec, ModuleKind, NetworkChoice};
+use perfcast_core::{DeviceSpec, NetworkChoice};
 use perfcast_data::DatasetDir;
 use perfcast_predict::{Bundle, Predictor};
 use perfcast_profile::canary::CanaryReport;
 use perfcast_profile::network_runs::{MeasurePlan, NoPeak, measure_networks, profile_layers};
 use perfcast_profile::overrides::{active_sweeps, quickstart_sweeps};
-use perfcast_profile::run::{Event, RunOptions, RunSummary, jobs_of, run_jobs};
-use perfcast_profile::{Backend, Sweep, probe};
-use perfcast_select::active::{ActiveChoice, ActivePlan, choose_round};
-use perfcast_select::pipeline::{TrainPlan, TrainReport, Trained, bundle_dir, train_and_select};
+use perfcast_profile::run::{RunOptions, RunSummary, jobs_of, run_jobs};
+use perfcast_profile::{Backend, Sweep};
+use perfcast_select::active::{ActivePlan, choose_round};
+use perfcast_select::pipeline::{TrainPlan, TrainReport, bundle_dir};
 use perfcast_select::select::Budget;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::observe::{Done, PROFILE_STAGE, StepObserver, sweep_events};
+use crate::profile::probe_device;
 
 /// Seconds kept for training and calibration after the last active round (about a minute on
 /// an idle 2-core machine); re-measuring disturbed rows stops there too, since in slow phases
 /// it alone could take the quickstart past its budget.
 pub const RESERVE_S: f64 = 75.0;
-
-/// The progress stage of the sweeps and active rounds (one row a unit).
-pub const PROFILE_STAGE: &str = "profile";
 
 /// What to run: every input of the quickstart, defaults from [`QuickstartPlan::new`].
 #[derive(Clone, Debug)]
@@ -168,64 +166,6 @@ impl QuickstartPlan {
     }
 }
 
-/// A step's result, handed to the observer as soon as it is known so the caller can show it
-/// while the next step runs; the same values are in the [`QuickstartReport`].
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum Done<'a> {
-    /// What the interference canary saw while the layers of one group of networks were timed.
-    Canary(&'a CanaryReport),
-    /// The networks' own layers are profiled: new measurements.
-    Layers {
-        /// Layer configurations timed.
-        timed: usize,
-    },
-    /// An active round chose these configurations (measured next).
-    ActiveRound(&'a [ActiveChoice]),
-    /// A sweep (random or an active round's) is measured.
-    Swept {
-        /// Its kinds.
-        modules: &'a [ModuleKind],
-        /// What it measured.
-        summary: &'a RunSummary,
-    },
-    /// Training, selection and the bundle are written.
-    Trained {
-        /// The report written beside the models.
-        report: &'a TrainReport,
-        /// Where the models and report are.
-        out: &'a Path,
-    },
-    /// The host-cost terms are fitted and stored in the bundle.
-    Calibrated {
-        /// The terms.
-        costs: &'a HostCosts,
-        /// Measured runs they were fitted to.
-        runs: usize,
-        /// The bundle they are stored in.
-        bundle: &'a Path,
-    },
-}
-
-/// Extra file contents written beside the trained models, relative path and bytes.
-pub type ExtraFiles = Vec<(PathBuf, Vec<u8>)>;
-
-/// The quickstart's observer: progress and notes ([`Observer`]), each step's result as it
-/// finishes, and any files to write beside the trained models (the CLI's charts).
-pub trait QuickstartObserver: Observer {
-    /// A step finished with this result.
-    fn done(&self, _step: Done<'_>) {}
-    /// Files written with the training report (none by default).
-    fn train_files(
-        &self,
-        _trained: &Trained,
-    ) -> std::result::Result<ExtraFiles, Box<dyn std::error::Error + Send + Sync>> {
-        Ok(Vec::new())
-    }
-}
-
-impl QuickstartObserver for Silent {}
-
 /// What the quickstart did.
 #[derive(Clone, Debug, Serialize)]
 pub struct QuickstartReport {
@@ -261,7 +201,7 @@ pub struct QuickstartReport {
 /// token) is set, the rows measured so far saved.
 pub fn run(
     plan: &QuickstartPlan,
-    observer: Arc<dyn QuickstartObserver>,
+    observer: Arc<dyn StepObserver>,
     interrupt: &AtomicBool,
 ) -> Result<QuickstartReport> {
     Quickstart {
@@ -275,7 +215,7 @@ pub fn run(
 
 struct Quickstart<'a> {
     plan: &'a QuickstartPlan,
-    observer: Arc<dyn QuickstartObserver>,
+    observer: Arc<dyn StepObserver>,
     interrupt: &'a AtomicBool,
     started: Instant,
 }
@@ -297,7 +237,7 @@ impl Quickstart<'_> {
     }
 
     fn check(&self, step: &str) -> Result<()> {
-        if self.interrupt.load(Ordering::SeqCst) || perfcast_core::interrupt::requested() {
+        if crate::stop_requested(self.interrupt) {
             return Err(self.stopped(step.to_string()));
         }
         Ok(())
@@ -320,17 +260,7 @@ impl Quickstart<'_> {
         let data = &plan.data;
         let device = match &plan.device {
             Some(d) => d.clone(),
-            None => {
-                self.note(format!(
-                    "measuring this device's peaks for `{}`...",
-                    data.join("device.json").display()
-                ));
-                let (device, _) = probe::local_cpu(Backend::Flex)?;
-                if let Some(warning) = probe::busy_warning() {
-                    self.note(warning);
-                }
-                device
-            }
+            None => probe_device(data, self.observer.as_ref())?,
         };
         DatasetDir::create_or_open(data, &device)?;
         let budget_s = if plan.fast { 0.0 } else { plan.budget_s };
@@ -426,22 +356,17 @@ impl Quickstart<'_> {
             dir.display()
         ));
         let train_plan = plan.train_plan();
-        let observer: Arc<dyn Observer> = self.observer.clone();
-        let trained = train_and_select(&train_plan, observer).map_err(|e| match e {
-            // Training checks the interrupt between fits and writes nothing when stopped.
-            perfcast_select::Error::Interrupted(at) => {
-                self.stopped(format!("step 4/5 (training, before {at})"))
-            }
-            e => e.into(),
-        })?;
-        let files = self
-            .observer
-            .train_files(&trained)
-            .map_err(|source| Error::Context {
-                context: format!("drawing the charts of `{}`", train_plan.out.display()),
-                source,
+        let train =
+            crate::train::run(&train_plan, self.observer.clone(), self.interrupt).map_err(|e| {
+                match e {
+                    // Training checks the interrupt between fits and writes nothing when stopped.
+                    Error::Select(perfcast_select::Error::Interrupted(at)) => {
+                        self.stopped(format!("step 4/5 (training, before {at})"))
+                    }
+                    Error::Stopped(_) => self.stopped("step 4/5 (training)".into()),
+                    e => e,
+                }
             })?;
-        let train = trained.write(files)?;
         self.observer.done(Done::Trained {
             report: &train,
             out: &train_plan.out,
@@ -508,33 +433,7 @@ impl Quickstart<'_> {
         step: &str,
     ) -> Result<RunSummary> {
         let observer = self.observer.as_ref();
-        let mut remeasured = 0;
-        let mut on_event = |event: Event<'_>| match event {
-            Event::Planned { total, skipped } => {
-                observer.begin(PROFILE_STAGE, total as u64);
-                if skipped > 0 {
-                    observer.note(&format!(
-                        "resuming: {skipped} rows already measured, {total} to go"
-                    ));
-                }
-            }
-            Event::Started { job } => observer.message(
-                PROFILE_STAGE,
-                &format!("{} ({})", job.sample.spec.describe(), job.phase),
-            ),
-            Event::Finished { .. } => observer.advance(PROFILE_STAGE, 1),
-            Event::Remeasuring { rows } => {
-                observer.note(&format!(
-                    "the canary found disturbed stretches: measuring their {rows} rows again"
-                ));
-                observer.begin(PROFILE_STAGE, rows as u64);
-                remeasured = 0;
-            }
-            Event::Remeasured { done } => {
-                observer.advance(PROFILE_STAGE, done.saturating_sub(remeasured) as u64);
-                remeasured = done;
-            }
-        };
+        let mut on_event = sweep_events(observer);
         let summary = run_jobs(sweep, jobs, options, &mut on_event, self.interrupt);
         observer.end(PROFILE_STAGE);
         let summary = summary.map_err(|e| match e {
@@ -610,6 +509,7 @@ impl RoundClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn the_default_plan_sizes_the_quickstart_s_sweeps() {

@@ -3,7 +3,7 @@
 //! (perfcast-profile), gathered into a runs file (perfcast-scale) that `scale fit` reads.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use perfcast_core::progress::Observer;
@@ -82,7 +82,7 @@ pub fn measure(
         NetworkSource::Zoo(name) => NetworkChoice::zoo(name, None)?,
     };
     network.check()?;
-    let stopped = || interrupt.load(Ordering::SeqCst) || perfcast_core::interrupt::requested();
+    let stopped = || crate::stop_requested(interrupt);
     if stopped() {
         return Err(Error::Stopped("measuring the runs".into()));
     }

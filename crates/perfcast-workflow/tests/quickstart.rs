@@ -10,37 +10,8 @@ use std::sync::{Arc, Mutex};
 use perfcast_core::progress::{Observer, Silent};
 use perfcast_profile::Sweep;
 use perfcast_workflow::Error;
-use perfcast_workflow::quickstart::{self, Done, QuickstartObserver, QuickstartPlan};
-
-/// LeNet-5's kinds (conv2d, tanh, average pooling, linear) at toy sizes, timed briefly.
-const SWEEP: &str = r#"
-seed = 1
-samples = 12
-modules = ["conv2d", "tanh", "avgpool2d", "linear"]
-phases = ["inference", "training"]
-batch = [1, 2]
-canary = false
-[timing]
-warmup_s = 0.0
-min_samples = 3
-max_time_s = 0.01
-[conv2d]
-in_channels = { min = 1, max = 8 }
-input_hw = { min = 4, max = 16 }
-kernel = [1, 3]
-[tanh]
-c = { min = 1, max = 8 }
-h = [4, 8]
-w = [4, 8]
-[avgpool2d]
-channels = { min = 1, max = 8 }
-input_hw = { min = 4, max = 16 }
-kernel = [2]
-[linear]
-tokens = [1]
-in_features = { min = 4, max = 64 }
-out_features = { min = 4, max = 64 }
-"#;
+use perfcast_workflow::observe::{Done, StepObserver};
+use perfcast_workflow::quickstart::{self, QuickstartPlan};
 
 fn plan(dir: &Path) -> QuickstartPlan {
     let strings = |s: &[&str]| s.iter().map(|s| s.to_string()).collect();
@@ -52,7 +23,13 @@ fn plan(dir: &Path) -> QuickstartPlan {
         calibration_batch: vec![1, 2, 4, 8],
         calibration_max_time_s: 0.05,
         budget_s: 0.0,
-        sweeps: vec![Sweep::from_toml(SWEEP, Path::new("tiny.toml")).unwrap()],
+        sweeps: vec![
+            Sweep::from_file(Path::new(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../examples/sweeps/tiny.toml"
+            )))
+            .unwrap(),
+        ],
         active_sweeps: Vec::new(),
         device: Some(perfcast_core::testing::cpu_device()),
         ..QuickstartPlan::new(
@@ -70,12 +47,13 @@ struct Steps(Mutex<Vec<&'static str>>);
 
 impl Observer for Steps {}
 
-impl QuickstartObserver for Steps {
+impl StepObserver for Steps {
     fn done(&self, step: Done<'_>) {
         let name = match step {
             Done::Canary(_) => "canary",
             Done::Layers { .. } => "layers",
             Done::ActiveRound(_) => "active",
+            Done::Row(_) => "row",
             Done::Swept { .. } => "swept",
             Done::Trained { .. } => "trained",
             Done::Calibrated { .. } => "calibrated",
@@ -92,15 +70,13 @@ fn the_quickstart_profiles_trains_calibrates_and_predicts_and_a_rerun_resumes() 
     let steps = Arc::new(Steps::default());
     let report = quickstart::run(&plan, steps.clone(), &AtomicBool::new(false)).unwrap();
 
-    let seen: Vec<_> = steps
-        .0
-        .lock()
-        .unwrap()
-        .iter()
-        .copied()
-        .filter(|s| *s != "canary")
+    let seen: Vec<_> = steps.0.lock().unwrap().clone();
+    let rows = seen.iter().filter(|s| **s == "row").count();
+    let steps: Vec<_> = seen
+        .into_iter()
+        .filter(|s| !["canary", "row"].contains(s))
         .collect();
-    assert_eq!(seen, ["layers", "swept", "trained", "calibrated"]);
+    assert_eq!(steps, ["layers", "swept", "trained", "calibrated"]);
     assert!(report.layers_timed.unwrap() > 0, "{report:?}");
     assert_eq!(report.sweeps.len(), 1);
     let counts = &report.sweeps[0].kinds;
@@ -109,6 +85,8 @@ fn the_quickstart_profiles_trains_calibrates_and_predicts_and_a_rerun_resumes() 
         counts.values().all(|c| c.measured > 0 && c.skipped == 0),
         "{counts:?}"
     );
+    let swept: usize = counts.values().map(|c| c.measured + c.failed).sum();
+    assert_eq!(rows, swept, "each row of the sweep is told as it is saved");
     assert_eq!(
         report.active_rounds, 0,
         "a zero budget runs no active round"

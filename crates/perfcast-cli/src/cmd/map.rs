@@ -1,22 +1,21 @@
 //! `perfcast map`: PROFET-style anchor mapping of a profile measured on one device (the anchor)
 //! to a device never measured, from both specs and a mapping fitted on devices that measured the
 //! same configurations (`perfcast eval anchor` scores the same mapping with devices left out).
-//! The mapping is [`perfcast_models::devices_eval::map_profile`].
+//! Arguments -> a [`ProfileMap`] or a [`StepMap`] -> [`perfcast_workflow::map`] -> a table.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
 
 use clap::Args;
 use perfcast_core::ModuleKind;
-use perfcast_data::{DatasetDir, resolve_datasets};
-use perfcast_models::devices_eval::{map_profile, write_mapped};
+use perfcast_workflow::map::{self, ProfileMap, StepMap};
 
 use super::devices_eval::PhaseChoice;
 use crate::Ui;
 use crate::output::{Format, emit, emit_json};
 use crate::progress::Bars;
 use crate::render;
-use perfcast_data::import::known::target_device;
 
 /// Arguments of `perfcast map`.
 ///
@@ -81,27 +80,23 @@ pub struct MapArgs {
 
 /// Runs `perfcast map`.
 pub fn run(a: MapArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
+    let interrupt = AtomicBool::new(false);
     if let Some(measured_ms) = a.measured_ms {
-        return map_network(&a, measured_ms, ui);
+        return map_network(&a, measured_ms, &interrupt, ui);
     }
-    let target = target_device(a.device_spec.as_deref(), a.device.as_deref())?
-        .ok_or_else(|| anyhow::anyhow!("name the target with `--device` or `--device-spec`"))?;
-    let Some(from) = &a.from else {
+    let Some(from) = a.from.clone() else {
         anyhow::bail!("give `--from <dataset>` (a profile) or `--measured-ms` (a network step)");
     };
-    let from = DatasetDir::open(from)?;
-    let train = resolve_datasets(&a.train)?;
-    let report = map_profile(
-        &from,
-        &train,
-        &target,
-        &a.modules,
-        a.phase.filter(),
-        Bars::new(ui).as_ref(),
-    )?;
-    if let Some(path) = &a.out {
-        write_mapped(path, &report.rows)?;
-    }
+    let plan = ProfileMap {
+        from,
+        train: a.train.clone(),
+        device: a.device.clone(),
+        device_spec: a.device_spec.clone(),
+        modules: a.modules.clone(),
+        phase: a.phase.filter(),
+        out: a.out.clone(),
+    };
+    let report = map::profile(&plan, Bars::new(ui).as_ref(), &interrupt)?;
     match a.format {
         Format::Json => {
             let totals: Vec<_> = report
@@ -124,79 +119,40 @@ pub fn run(a: MapArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
 }
 
 /// `perfcast map --measured-ms`: a step measured on the anchor, mapped to each target.
-fn map_network(a: &MapArgs, measured_ms: f64, ui: &Ui) -> anyhow::Result<ExitCode> {
-    anyhow::ensure!(
-        measured_ms.is_finite() && measured_ms > 0.0 && measured_ms <= 8.64e7,
-        "`--measured-ms` must be a positive time of at most a day, got {measured_ms}"
-    );
-    let anchor_name = a.anchor.as_deref().unwrap_or_default();
-    let anchor = perfcast_core::known::lookup(anchor_name)
-        .map_err(|e| anyhow::anyhow!("`--anchor`: {e}"))?;
-    let network_arg = a.network.as_deref().unwrap_or_default();
-    let network = if std::path::Path::new(network_arg).is_file() {
-        perfcast_core::Network::from_json_file(std::path::Path::new(network_arg))?
-    } else {
-        perfcast_core::NetworkChoice::zoo(network_arg, None)?.network
-    };
-    let context = perfcast_core::Context {
+fn map_network(
+    a: &MapArgs,
+    measured_ms: f64,
+    interrupt: &AtomicBool,
+    ui: &Ui,
+) -> anyhow::Result<ExitCode> {
+    let plan = StepMap {
+        network: a.network.clone().unwrap_or_default(),
         batch: a.batch,
-        phase: a.step,
-        threads: 1,
-        utilisation: 0.0,
-    };
-    context.validate()?;
-    let mut targets = Vec::new();
-    if let Some(path) = &a.device_spec {
-        targets.push(perfcast_core::DeviceSpec::read_file(path)?);
-    }
-    for name in a.device.iter().flat_map(|d| d.split(',')) {
-        targets.push(
-            perfcast_core::known::lookup(name.trim())
-                .map_err(|e| anyhow::anyhow!("`--device`: {e}"))?,
-        );
-    }
-    anyhow::ensure!(
-        !targets.is_empty(),
-        "name the targets with `--device a,b` or `--device-spec <file>`"
-    );
-    let (anchor_ms, out) = perfcast_calibrate::step_map::map_step(
-        &a.bundle,
-        &network,
-        &context,
+        step: a.step,
         measured_ms,
-        &anchor,
-        &targets,
-    )?;
+        anchor: a.anchor.clone().unwrap_or_default(),
+        devices: a
+            .device
+            .iter()
+            .flat_map(|d| d.split(','))
+            .map(|name| name.trim().to_string())
+            .collect(),
+        device_spec: a.device_spec.clone(),
+        bundle: a.bundle.clone(),
+    };
+    let report = map::network(&plan, interrupt)?;
     ui.info(format!(
         "`{}` at batch {} ({}) measured {} ms on `{}`; the bundle predicts {} ms there",
-        network.name,
-        a.batch,
-        a.step,
-        crate::output::sig3(measured_ms),
-        anchor.name,
-        crate::output::sig3(anchor_ms)
+        report.network,
+        report.batch,
+        report.step,
+        crate::output::sig3(report.measured_ms),
+        report.anchor,
+        crate::output::sig3(report.anchor_ms)
     ));
     match a.format {
-        Format::Json => emit_json(&out)?,
-        Format::Text => {
-            let mut t = format!(
-                "{:<32} {:>11} {:>11} {:>11} {:>11} {:>11}  method\n",
-                "target", "mapped", "bundle x", "FLOP x", "predicted", "roofline"
-            );
-            for r in &out {
-                t.push_str(&format!(
-                    "{:<32} {:>8} ms {:>8} ms {:>8} ms {:>8} ms {:>8} ms  {}\n",
-                    r.device,
-                    crate::output::sig3(r.mapped_ms),
-                    crate::output::sig3(r.bundle_ratio_ms),
-                    crate::output::sig3(r.flop_ratio_ms),
-                    crate::output::sig3(r.predicted_ms),
-                    crate::output::sig3(r.roofline_ms),
-                    r.method
-                ));
-            }
-            emit(&t)?;
-        }
+        Format::Json => emit_json(&report.targets)?,
+        Format::Text => emit(&render::devices::mapped_steps(&report.targets))?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,17 +1,16 @@
 //! `perfcast plan`: time, memory and cost of a training job per device, GPU count and
-//! parallel layout. Arguments -> devices with their predictors -> `perfcast_scale::plan::plan`
-//! -> table, JSON or plot.
+//! parallel layout. Arguments -> a [`PlanJob`] -> [`perfcast_workflow::plan`] -> table, JSON
+//! or plot.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
 
-use anyhow::Context as _;
 use clap::{Args, ValueEnum};
-use perfcast_calibrate::layer_costs::plan_with_bundle;
+use perfcast_scale::Optimizer;
 use perfcast_scale::memory::Recompute;
-use perfcast_scale::plan::{PlanConfig, PlanReport, PriceTable, SortBy};
-use perfcast_scale::{Link, Optimizer};
-use serde::Serialize;
+use perfcast_scale::plan::{PlanConfig, SortBy};
+use perfcast_workflow::plan::{self, PlanJob};
 
 use crate::Ui;
 use crate::output::{Format, emit, emit_json};
@@ -141,128 +140,51 @@ pub fn run(a: PlanArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         perfcast_core::Phase::Training,
         "nothing to plan",
     )?;
-    anyhow::ensure!(
-        a.global_batch >= 1,
-        "`--global-batch` must be at least 1, got 0"
-    );
-    anyhow::ensure!(
-        a.max_memory_fraction > 0.0 && a.max_memory_fraction <= 1.0,
-        "`--max-memory-fraction` must be in (0, 1], got {}",
-        a.max_memory_fraction
-    );
-    anyhow::ensure!(!a.gpus.is_empty(), "`--gpus` needs at least one count");
-    if a.micro_batches == Some(0) {
-        anyhow::bail!("`--micro-batches 0`: at least 1 micro-batch is needed");
-    }
-    if let Some(&bad) = a.gpus.iter().find(|&&g| g == 0) {
-        anyhow::bail!("`--gpus {bad}`: a GPU count must be at least 1");
-    }
-    anyhow::ensure!(
-        !a.devices.is_empty(),
-        "`--devices` needs at least one device"
-    );
-    let specs = a
-        .devices
-        .iter()
-        .map(|name| {
-            let spec = perfcast_data::import::known::target_device(None, Some(name))
-                .with_context(|| format!("`--devices {name}`"))?
-                .ok_or_else(|| anyhow::anyhow!("`--devices {name}`: no device"))?;
-            Ok((name.trim().to_string(), spec))
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    // One device named twice (or by two of its names) would plan every row twice.
-    for (i, (name, spec)) in specs.iter().enumerate() {
-        if let Some((first, _)) = specs[..i].iter().find(|(_, s)| s.name == spec.name) {
-            anyhow::bail!(
-                "`--devices`: `{first}` and `{name}` are both `{}`; name each device once",
-                spec.name
-            );
-        }
-    }
-    let mut counts = a.gpus.clone();
-    counts.sort_unstable();
-    if let Some(w) = counts.windows(2).find(|w| w[0] == w[1]) {
-        anyhow::bail!("`--gpus`: {} is named twice; name each count once", w[0]);
-    }
-    let link = a
-        .link
-        .as_deref()
-        .map(|l| Link::parse(l).with_context(|| format!("`--link {l}`")))
-        .transpose()?;
-    let collectives = a
-        .collectives
-        .as_deref()
-        .map(perfcast_scale::Collectives::from_file)
-        .transpose()?;
-    let prices = a
-        .price_file
-        .as_deref()
-        .map(PriceTable::from_file)
-        .transpose()?;
-    let config = PlanConfig {
-        global_batch: a.global_batch,
-        gpus: a.gpus.clone(),
-        optimizer: match a.optimizer {
-            OptimizerArg::Adam => Optimizer::Adam,
-            OptimizerArg::Momentum => Optimizer::Momentum,
-            OptimizerArg::Sgd => Optimizer::Sgd,
+    let job = PlanJob {
+        network,
+        devices: a.devices.clone(),
+        bundle: a.bundle.clone(),
+        price_file: a.price_file.clone(),
+        link: a.link.clone(),
+        collectives: a.collectives.clone(),
+        config: PlanConfig {
+            global_batch: a.global_batch,
+            gpus: a.gpus.clone(),
+            optimizer: match a.optimizer {
+                OptimizerArg::Adam => Optimizer::Adam,
+                OptimizerArg::Momentum => Optimizer::Momentum,
+                OptimizerArg::Sgd => Optimizer::Sgd,
+            },
+            max_memory_fraction: a.max_memory_fraction,
+            recompute: match a.recompute {
+                RecomputeArg::Auto => None,
+                RecomputeArg::None => Some(Recompute::None),
+                RecomputeArg::Selective => Some(Recompute::Selective),
+                RecomputeArg::Full => Some(Recompute::Full),
+            },
+            sequence_parallel: a.sequence_parallel,
+            gpus_per_node: a.gpus_per_node,
+            sort: match a.sort {
+                SortArg::Time => SortBy::Time,
+                SortArg::Cost => SortBy::Cost,
+            },
+            micro_batches: a.micro_batches,
+            fusion: a.fusion,
+            ..PlanConfig::default()
         },
-        max_memory_fraction: a.max_memory_fraction,
-        recompute: match a.recompute {
-            RecomputeArg::Auto => None,
-            RecomputeArg::None => Some(Recompute::None),
-            RecomputeArg::Selective => Some(Recompute::Selective),
-            RecomputeArg::Full => Some(Recompute::Full),
-        },
-        sequence_parallel: a.sequence_parallel,
-        gpus_per_node: a.gpus_per_node,
-        sort: match a.sort {
-            SortArg::Time => SortBy::Time,
-            SortArg::Cost => SortBy::Cost,
-        },
-        micro_batches: a.micro_batches,
-        collectives,
-        fusion: a.fusion,
-        ..PlanConfig::default()
     };
-    let (report, links) = plan_with_bundle(
-        &network,
-        &a.bundle,
-        &specs,
-        link.as_ref(),
-        a.price_file.as_deref().zip(prices.as_ref()),
-        &config,
-        Bars::new(ui).as_ref(),
-    )?;
+    let outcome = plan::run(&job, Bars::new(ui).as_ref(), &AtomicBool::new(false))?;
     if let Some(path) = &a.plot {
-        render::charts::plan(path, &report)?;
+        render::charts::plan(path, &outcome.report)?;
         ui.info(format!("wrote `{}`", path.display()));
     }
     match a.format {
-        Format::Json => {
-            #[derive(Serialize)]
-            struct Out<'a> {
-                #[serde(flatten)]
-                report: &'a PlanReport,
-                links: &'a [(String, Link)],
-                prices: Option<&'a PriceTable>,
-                bundle: &'a Path,
-                message: Option<String>,
-            }
-            emit_json(&Out {
-                report: &report,
-                links: &links,
-                prices: prices.as_ref(),
-                bundle: &a.bundle,
-                message: report.no_fit_message(),
-            })?
-        }
+        Format::Json => emit_json(&outcome)?,
         Format::Text => emit(&render::plan::plan(
-            &report,
-            &links,
-            prices.as_ref(),
-            &a.bundle,
+            &outcome.report,
+            &outcome.links,
+            outcome.prices.as_ref(),
+            &outcome.bundle,
             a.top,
         ))?,
     }

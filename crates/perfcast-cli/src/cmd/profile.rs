@@ -1,19 +1,19 @@
-//! `perfcast profile`: measure a sweep of module configurations into a dataset.
+//! `perfcast profile`: arguments -> a [`ProfilePlan`] -> [`perfcast_workflow::profile`] -> the
+//! summary; progress, the active round's choice and (`-v`) each row drawn from the observer.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
 
-use anyhow::Context as _;
 use clap::Args;
-use perfcast_core::{CpuTopology, Hinted, ModuleKind, Phase, slugify};
+use perfcast_core::{CpuTopology, ModuleKind, Phase, slugify};
 use perfcast_profile::overrides::SweepOverrides;
-use perfcast_profile::run::{RunOptions, jobs_of, plan, run_jobs};
-use perfcast_profile::{Backend, Sweep, probe};
-use perfcast_select::active::{ActivePlan, choose_round};
+use perfcast_profile::{Backend, Sweep};
+use perfcast_select::active::ActivePlan;
+use perfcast_workflow::profile::{self, ProfilePlan};
 
 use crate::Ui;
-use crate::output::{Format, emit, emit_json, progress};
+use crate::output::{Format, emit, emit_json};
+use crate::progress::{Steps, interrupt_flag};
 use crate::render;
 
 /// Arguments of `perfcast profile`.
@@ -92,92 +92,23 @@ fn build_sweep(args: &ProfileArgs) -> anyhow::Result<Sweep> {
 }
 
 pub fn run(args: ProfileArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
-    let sweep = build_sweep(&args)?;
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("datasets").join(slugify(&CpuTopology::detect().model)));
-    if !args.backend.available() {
-        return Err(Hinted::new(
-            format!("backend `{}` is not in this build", args.backend),
-            "rebuild with `cargo build --release --features wgpu`",
-        )
-        .into());
-    }
-    let options = RunOptions::for_sweep(
-        &sweep,
-        &out,
-        args.backend,
-        probe_device(&out, ui)?,
-        args.resume,
-    );
-    let active = args.active.then(|| ActivePlan {
-        per_second: !args.active_spread_only,
-        ..ActivePlan::default()
-    });
-    profile(&sweep, &options, active.as_ref(), args.format, ui)
-}
-
-/// The process's one interrupt token ([`perfcast_core::interrupt`]), with the Ctrl-C handler
-/// installed once: `ctrlc` keeps the first handler and refuses a second, so a handler per
-/// sweep would leave every sweep after the first deaf to Ctrl-C. Once set the token stays set:
-/// the process is stopping. A second Ctrl-C exits at once.
-pub fn interrupt_flag() -> &'static AtomicBool {
-    static INSTALLED: std::sync::Once = std::sync::Once::new();
-    INSTALLED.call_once(|| {
-        let _ = ctrlc::set_handler(|| {
-            if perfcast_core::interrupt::requested() {
-                eprintln!("interrupted twice: stopped at once");
-                std::process::exit(130);
-            }
-            perfcast_core::interrupt::request();
-        });
-    });
-    perfcast_core::interrupt::token()
-}
-
-/// Measures `sweep` as `options` say, or the configurations `active` selection chooses from
-/// its ranges, with a progress bar; Ctrl-C stops after the row in flight. Prints the summary.
-pub fn profile(
-    sweep: &Sweep,
-    options: &RunOptions,
-    active: Option<&ActivePlan>,
-    format: Format,
-    ui: &Ui,
-) -> anyhow::Result<ExitCode> {
-    let out = &options.out;
-    let interrupted = interrupt_flag();
-    let jobs = match active {
-        Some(plan) => {
-            let choices = choose_round(sweep, out, &options.device, plan)?;
-            ui.info(render::profile::active_round(&choices).trim_end());
-            let chosen: Vec<_> = choices.into_iter().flat_map(|c| c.chosen).collect();
-            jobs_of(&chosen, &sweep.phases)
-        }
-        None => plan(sweep)?,
+    let plan = ProfilePlan {
+        sweep: build_sweep(&args)?,
+        out: args.out.clone().unwrap_or_else(|| {
+            PathBuf::from("datasets").join(slugify(&CpuTopology::detect().model))
+        }),
+        backend: args.backend,
+        device: None,
+        resume: args.resume,
+        active: args.active.then(|| ActivePlan {
+            per_second: !args.active_spread_only,
+            ..ActivePlan::default()
+        }),
     };
-    let bar = progress(ui, 0, "profile");
-    let mut on_event = crate::progress::profile_events(&bar, ui);
-    let summary = run_jobs(sweep, jobs, options, &mut on_event, interrupted);
-    bar.finish_and_clear();
-    let summary = summary.with_context(|| format!("profiling into `{}`", out.display()))?;
-    match format {
+    let summary = profile::run(&plan, Steps::new(ui, false).as_ref(), interrupt_flag())?;
+    match args.format {
         Format::Json => emit_json(&summary)?,
-        Format::Text => emit(&render::profile::summary(&sweep.modules, &summary))?,
+        Format::Text => emit(&render::profile::summary(&plan.sweep.modules, &summary))?,
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// This device's spec with measured peaks (a few seconds), warning when other processes keep
-/// cores busy.
-pub fn probe_device(out: &Path, ui: &Ui) -> anyhow::Result<perfcast_core::DeviceSpec> {
-    ui.info(format!(
-        "measuring this device's peaks for `{}`...",
-        out.join("device.json").display()
-    ));
-    let (device, _) = probe::local_cpu(Backend::Flex)?;
-    if let Some(warning) = probe::busy_warning() {
-        ui.info(warning);
-    }
-    Ok(device)
 }

@@ -3,18 +3,14 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::Args;
-use perfcast_core::progress::Observer;
 use perfcast_profile::overrides::parse_duration_s;
-use perfcast_select::pipeline::Trained;
-use perfcast_workflow::quickstart::{self, Done, ExtraFiles, QuickstartObserver, QuickstartPlan};
+use perfcast_workflow::quickstart::{self, QuickstartPlan};
 
-use super::profile;
 use crate::Ui;
 use crate::output::emit;
-use crate::progress::Bars;
+use crate::progress::{Steps, interrupt_flag};
 use crate::render;
 
 /// Arguments of `perfcast quickstart`.
@@ -84,76 +80,14 @@ impl QuickstartArgs {
     }
 }
 
-/// The workflow's progress as bars, and each step's table printed when the step finishes.
-struct View {
-    ui: Ui,
-    bars: Arc<Bars>,
-}
-
-impl Observer for View {
-    fn begin(&self, stage: &str, total: u64) {
-        self.bars.begin(stage, total);
-    }
-    fn message(&self, stage: &str, text: &str) {
-        self.bars.message(stage, text);
-    }
-    fn advance(&self, stage: &str, n: u64) {
-        self.bars.advance(stage, n);
-    }
-    fn end(&self, stage: &str) {
-        self.bars.end(stage);
-    }
-    fn note(&self, text: &str) {
-        self.bars.note(text);
-    }
-}
-
-impl QuickstartObserver for View {
-    fn done(&self, step: Done<'_>) {
-        // Tables go to stdout between steps; a stdout that fails (a closed pipe) fails the
-        // final table too, which ends the run as every command does.
-        let _ = match step {
-            Done::Canary(c) => emit(&render::profile::canary_line(c)),
-            Done::ActiveRound(choices) => {
-                self.ui
-                    .info(render::profile::active_round(choices).trim_end());
-                Ok(())
-            }
-            Done::Swept { modules, summary } => emit(&render::profile::summary(modules, summary)),
-            Done::Trained { report, out } => emit(&render::train::train(report, out)),
-            Done::Calibrated {
-                costs,
-                runs,
-                bundle,
-            } => emit(&render::networks::calibrated(costs, runs, Some(bundle))),
-            _ => Ok(()),
-        };
-    }
-
-    fn train_files(
-        &self,
-        trained: &Trained,
-    ) -> Result<ExtraFiles, Box<dyn std::error::Error + Send + Sync>> {
-        let mut charts = Vec::new();
-        for held in trained.held_out() {
-            charts.extend(render::charts::train(&held, &trained.device.name)?);
-        }
-        Ok(charts)
-    }
-}
-
 pub fn run(a: QuickstartArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
     let data = PathBuf::from("datasets").join(perfcast_core::slugify(
         &perfcast_core::CpuTopology::detect().model,
     ));
     let plan = a.plan(data)?;
     // Installed before any step, so that Ctrl-C in any of them is seen, not only in a sweep.
-    let interrupt = profile::interrupt_flag();
-    let view = Arc::new(View {
-        ui: ui.clone(),
-        bars: Bars::new(ui),
-    });
-    let report = quickstart::run(&plan, view, interrupt)?;
+    let interrupt = interrupt_flag();
+    let report = quickstart::run(&plan, Steps::new(ui, true), interrupt)?;
     emit(&render::networks::quickstart(
         &report.networks,
         report.calibrated,

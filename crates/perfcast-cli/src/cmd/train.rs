@@ -1,17 +1,18 @@
 //! `perfcast train` and `perfcast eval --models`: arguments -> a [`TrainPlan`] ->
-//! [`perfcast_select::pipeline`] -> charts and a report.
+//! [`perfcast_workflow::train`] (the charts drawn by the observer) -> the report.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
 
 use clap::Args;
 use perfcast_core::ModuleKind;
 use perfcast_models::split::Split;
-use perfcast_select::pipeline::{TrainPlan, score_saved, train_and_select};
+use perfcast_select::pipeline::{TrainPlan, score_saved};
 
 use crate::Ui;
 use crate::output::{Format, emit, emit_json};
-use crate::progress::Bars;
+use crate::progress::Steps;
 use crate::render;
 
 /// Arguments of `perfcast train`.
@@ -121,18 +122,11 @@ impl TrainArgs {
 }
 
 pub fn train(args: TrainArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
-    run_plan(&args.plan(), args.format, ui)
-}
-
-/// Trains, writes the models, charts, report and bundle, and prints the report.
-pub fn run_plan(plan: &TrainPlan, format: Format, ui: &Ui) -> anyhow::Result<ExitCode> {
-    let trained = train_and_select(plan, Bars::new(ui))?;
-    let mut charts = Vec::new();
-    for held in trained.held_out() {
-        charts.extend(render::charts::train(&held, &trained.device.name)?);
-    }
-    let report = trained.write(charts)?;
-    match format {
+    let plan = args.plan();
+    // No Ctrl-C handler: a first Ctrl-C ends training at once, as it always has.
+    let report =
+        perfcast_workflow::train::run(&plan, Steps::new(ui, false), &AtomicBool::new(false))?;
+    match args.format {
         Format::Json => emit_json(&report)?,
         Format::Text => emit(&render::train::train(&report, &plan.out))?,
     }
