@@ -241,6 +241,18 @@ pub fn spread_queries() -> Vec<(ModuleSpec, crate::Context)> {
         };
         out.push((spread(ModuleKind::Conv2d, i), context(1 + i % 5, phase)));
     }
+    // Rows per sample filling whole 32-row tiles: a CPU backend runs one GEMM per sample.
+    for phase in [Phase::Inference, Phase::Training] {
+        out.push((
+            ModuleSpec::Linear(Linear {
+                tokens: 64,
+                in_features: 96,
+                out_features: 40,
+                bias: true,
+            }),
+            context(4, phase),
+        ));
+    }
     // Far outside: extrapolated at the nearest trained configuration.
     out.push((
         ModuleSpec::Linear(Linear {

@@ -903,6 +903,20 @@ impl Predictor {
         Ok(p)
     }
 
+    /// A CPU query its backend runs as one call per sample ([`per_sample_calls`]): the same
+    /// module at batch 1 and the number of calls; `None` for every other query.
+    fn per_sample(&self, spec: &ModuleSpec, context: &Context) -> Option<(Context, f64)> {
+        if self.gpu() {
+            return None;
+        }
+        let calls = per_sample_calls(spec, context.batch)?;
+        let one = Context {
+            batch: 1,
+            ..context.clone()
+        };
+        Some((one, calls as f64))
+    }
+
     /// Whether a query's training step is composed from forward kernels.
     fn composed(&self, spec: &ModuleSpec, context: &Context) -> bool {
         context.phase == Phase::Training && self.forward_only.contains(&spec.kind())
@@ -1035,6 +1049,11 @@ impl Predictor {
         if !refs.is_empty() {
             return self.predict_transferred(spec, context, refs);
         }
+        if let Some((one, calls)) = self.per_sample(spec, context) {
+            let mut p = as_given(self, spec, &one)?;
+            p.ms *= calls;
+            return self.bounded(p, spec, context);
+        }
         match self.gpu().then(|| canonical(spec, context)).flatten() {
             Some((s, c)) => self.bounded(as_given(self, &s, &c)?, &s, &c),
             None => self.bounded(as_given(self, spec, context)?, spec, context),
@@ -1053,6 +1072,7 @@ impl Predictor {
         if !self.gpu()
             && !spec.kind().is_zero_cost()
             && !self.composed(spec, context)
+            && self.per_sample(spec, context).is_none()
             && let Some((p, floor)) = self.predict_inside(spec, context)?
         {
             return self.bounded_at(p, floor, spec);
@@ -1063,11 +1083,24 @@ impl Predictor {
     /// [`Predictor::predict_many_as_given`] on the queries' canonical forms, bounded.
     fn predict_many(&self, queries: &[(&ModuleSpec, &Context)]) -> Result<Vec<ModulePrediction>> {
         if !self.gpu() {
-            let out = self.predict_many_as_given(queries)?;
+            let split: Vec<Option<(Context, f64)>> =
+                queries.iter().map(|(s, c)| self.per_sample(s, c)).collect();
+            let asked: Vec<(&ModuleSpec, &Context)> = queries
+                .iter()
+                .zip(&split)
+                .map(|(&(s, c), one)| (s, one.as_ref().map_or(c, |(one, _)| one)))
+                .collect();
+            let out = self.predict_many_as_given(&asked)?;
             return out
                 .into_iter()
                 .zip(queries)
-                .map(|(p, (s, c))| self.bounded(p, s, c))
+                .zip(&split)
+                .map(|((mut p, (s, c)), one)| {
+                    if let Some((_, calls)) = one {
+                        p.ms *= calls;
+                    }
+                    self.bounded(p, s, c)
+                })
                 .collect();
         }
         if queries
@@ -1511,10 +1544,17 @@ impl Predictor {
             .iter()
             .map(|(s, c)| if gpu { canonical(s, c) } else { None })
             .collect();
+        let split: Vec<Option<(Context, f64)>> =
+            given.iter().map(|(s, c)| self.per_sample(s, c)).collect();
         let queries: Vec<(&ModuleSpec, &Context)> = given
             .iter()
             .zip(&canon)
-            .map(|(q, k)| k.as_ref().map_or(*q, |(s, c)| (s, c)))
+            .zip(&split)
+            .map(|((q, k), one)| match (k, one) {
+                (Some((s, c)), _) => (s, c),
+                (None, Some((one, _))) => (q.0, one),
+                (None, None) => *q,
+            })
             .collect();
         let (kind_of, by_kind) = by_kind(&queries);
         let mut extras = Extras::default();
@@ -1541,7 +1581,20 @@ impl Predictor {
         }
         Some(ContextPlan {
             kinds: queries.iter().map(|(s, _)| s.kind()).collect(),
-            floors: queries.iter().map(|(s, c)| self.least_ms(s, c)).collect(),
+            // A query split per sample is bounded as asked, as the reference path bounds it.
+            floors: queries
+                .iter()
+                .zip(&given)
+                .zip(&split)
+                .map(|((q, g), one)| match one {
+                    Some(_) => self.least_ms(g.0, g.1),
+                    None => self.least_ms(q.0, q.1),
+                })
+                .collect(),
+            calls: split
+                .iter()
+                .map(|one| one.as_ref().map_or(1.0, |(_, calls)| *calls))
+                .collect(),
             kind_of,
             rows,
             phases,
@@ -1575,9 +1628,15 @@ impl Predictor {
         SCRATCH.set(scratch);
         self.assemble(plan.kinds.iter().copied(), &plan.kind_of, ms, &plan.extras)
             .into_iter()
+            .zip(&plan.calls)
             .zip(&plan.floors)
             .zip(&network.unique)
-            .map(|((p, floor), spec)| self.bounded_at(p, *floor, spec))
+            .map(|(((mut p, calls), floor), spec)| {
+                if *calls != 1.0 {
+                    p.ms *= calls;
+                }
+                self.bounded_at(p, *floor, spec)
+            })
             .collect()
     }
 
@@ -1709,6 +1768,9 @@ struct ContextPlan {
     /// `ModuleKind::ALL`.
     kinds: Vec<ModuleKind>,
     kind_of: Vec<usize>,
+    /// Per distinct module: the calls its answer is multiplied by (a CPU linear layer run
+    /// once per sample, [`per_sample_calls`]; 1 otherwise).
+    calls: Vec<f64>,
     /// Per distinct module: the least time the spec allows its (canonical) query.
     floors: Vec<f64>,
     /// The rows models read, their phases and distinct modules, one after another.
@@ -1728,6 +1790,24 @@ type PlanEntry = ((u64, Context), Arc<Option<ContextPlan>>);
 
 /// Per predictor and context, a prepared network's plans.
 type ContextPlans = Mutex<Vec<PlanEntry>>;
+
+/// How many calls burn's CPU backends make for a module over `batch` samples where they run
+/// one per sample, `None` where they run one for the whole batch: a linear layer whose
+/// matmul policy keeps the samples apart ([`crate::compose::linear_gemm_rows`]). Its answer is
+/// that many times the same layer's at batch 1: a model reading the whole batch as one GEMM's
+/// rows would miss what every call repeats (the weights read and packed again).
+pub fn per_sample_calls(spec: &ModuleSpec, batch: usize) -> Option<usize> {
+    match spec {
+        ModuleSpec::Linear(l)
+            if batch > 1
+                && crate::compose::linear_gemm_rows(batch, l.tokens, l.out_features)
+                    == l.tokens =>
+        {
+            Some(batch)
+        }
+        _ => None,
+    }
+}
 
 /// The query's canonical form ([`canonical`]), or the query as given where it has none.
 fn canonical_or_given<'a>(
