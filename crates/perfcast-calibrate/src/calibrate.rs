@@ -73,12 +73,7 @@ pub fn compare(
 ) -> Result<Vec<Compared>> {
     runs.iter()
         .map(|(label, r)| {
-            let context = Context {
-                batch: r.batch,
-                phase: r.phase,
-                threads: r.threads,
-                utilisation: 0.0,
-            };
+            let context = run_context(r);
             let p = predictor.predict_network(&r.network, &context)?;
             // Plain: the layers alone; composed: with the host costs under evaluation (the
             // bundle's, or those of a leave-one-network-out fit).
@@ -152,14 +147,9 @@ pub fn calibrate(
             .map(|((label, r), c)| {
                 // The uncached-weights term is measured by the device probe, not fitted: the
                 // other terms explain what it leaves.
-                let uncached = uncached_of(predictor, r);
-                (
-                    (
-                        RunShape::of(&r.network, c.plain_ms),
-                        r.timing.median_ms - uncached,
-                    ),
-                    label.clone(),
-                )
+                let shape = RunShape::of(&r.network, c.plain_ms);
+                let uncached = predictor.uncached_weights_ms(&shape, &run_context(r));
+                ((shape, r.timing.median_ms - uncached), label.clone())
             })
             .unzip();
         if data.is_empty() {
@@ -207,15 +197,14 @@ pub fn calibrate(
     Ok(costs)
 }
 
-/// The uncached-weights term of a measured run ([`Predictor::uncached_weights_ms`]).
-fn uncached_of(predictor: &Predictor, r: &NetworkRecord) -> f64 {
-    let context = Context {
+/// The context a measured run was timed in.
+fn run_context(r: &NetworkRecord) -> Context {
+    Context {
         batch: r.batch,
         phase: r.phase,
         threads: r.threads,
         utilisation: 0.0,
-    };
-    predictor.uncached_weights_ms(&RunShape::of(&r.network, 0.0), &context)
+    }
 }
 
 /// Fits the host-cost terms of `bundle` (loaded from `dir`) to measured `runs` and, unless

@@ -1632,9 +1632,7 @@ impl Predictor {
             .zip(&plan.floors)
             .zip(&network.unique)
             .map(|(((mut p, calls), floor), spec)| {
-                if *calls != 1.0 {
-                    p.ms *= calls;
-                }
+                p.ms *= calls;
                 self.bounded_at(p, *floor, spec)
             })
             .collect()

@@ -200,10 +200,10 @@ pub fn uncached_weights(backend: Backend, cache_bytes: f64) -> Result<UncachedWe
     uncached_weights_with(backend, cache_bytes, 768, &UNCACHED_ROWS)
 }
 
-/// The middle value of `v` (the upper one of an even count); 0 when empty.
+/// The median of `v`, which it sorts.
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
+    perfcast_data::summary::quantile(v, 0.5)
 }
 
 /// The local CPU's spec with measured peaks.
@@ -218,7 +218,10 @@ pub fn local_cpu(backend: Backend) -> Result<(DeviceSpec, Peaks)> {
         .unwrap_or(0.0);
     let mut caches = topo.caches.clone();
     let cache_bytes = if cache_mb > 0.0 { cache_mb } else { 32.0 } * 1024.0 * 1024.0;
+    // Under the peaks lock too: a second process probing at once would evict the cached case.
+    let alone = peaks_lock();
     caches.uncached_weights = Some(uncached_weights(backend, cache_bytes)?);
+    drop(alone);
     let spec = DeviceSpec {
         name: topo.model.clone(),
         kind: DeviceKind::Cpu,
