@@ -42,14 +42,19 @@ train DATA OUT *ARGS:
 
 # The shipped cross-device GPU bundle checkpoints/gpu: the utilisation model (`util`) on
 # NeuSight's forward kernels (7 GPUs), DeepBench's forward kernels and conv training steps
-# (fwd + bwd-data + bwd-filter, 10 GPUs) and the H100's NeuSight-format kernels of
-# bench/gpu/h100. Its conv rows are left out: with them every other GPU's conv MAPE rose by
-# 4-10 points (docs/accuracy.md). So is Justus: its TensorFlow layer times are 5-8x the kernel
-# times of the same GPUs (framework overhead). `just import-all import-h100` first;
-# target/models-gpu keeps the report
+# (fwd + bwd-data + bwd-filter, 10 GPUs), the H100's NeuSight-format kernels of bench/gpu/h100
+# and Vidur's fp16 kernels. The H100's conv rows are left out: with them every other GPU's conv
+# MAPE rose by 4-10 points (docs/accuracy.md). Justus's TensorFlow conv rows join only for the
+# GPUs no kernel-level source measured (K40, K80, M60), with the framework's factor taken out:
+# a conv2d-only bundle on the kernel sources (target/gpu-kernels) prices the reference GPUs'
+# kernels, `datasets strip-overhead` divides it out. `just import-all import-h100` first;
+# target/models-gpu keeps the report.
+JUSTUS_REFS := "geforce-gtx-1080-ti,tesla-p100-pcie-16gb,tesla-v100-pcie-16gb"
 DB := "datasets/deepbench/geforce-gtx-1080-ti datasets/deepbench/geforce-gtx-titan-x datasets/deepbench/radeon-instinct-mi25 datasets/deepbench/radeon-vega-frontier-edition datasets/deepbench/tesla-m40 datasets/deepbench/tesla-p100-pcie-16gb datasets/deepbench/tesla-t4 datasets/deepbench/tesla-v100-sxm2-16gb datasets/deepbench/titan-x-pascal datasets/deepbench/titan-xp"
 gpu-bundle:
-    cargo run --release --bin perfcast -- train --data datasets/neusight {{DB}} datasets/h100-ns datasets/vidur --models util --folds 3 --seed 0 --out target/models-gpu --force --bundle checkpoints/gpu --max-model-kb 8192 --cost-weight 0 --no-progress
+    cargo run --release --bin perfcast -- train --data datasets/neusight {{DB}} datasets/h100-ns datasets/vidur --modules conv2d --models util --folds 3 --seed 0 --out target/gpu-kernels-models --force --bundle target/gpu-kernels --max-model-kb 8192 --cost-weight 0 --no-progress
+    cargo run --release --bin perfcast -- datasets strip-overhead --data datasets/justus --bundle target/gpu-kernels --reference {{JUSTUS_REFS}} --modules conv2d --out datasets/justus-kernels --force
+    cargo run --release --bin perfcast -- train --data datasets/neusight {{DB}} datasets/h100-ns datasets/vidur datasets/justus-kernels --models util --folds 3 --seed 0 --out target/models-gpu --force --bundle checkpoints/gpu --max-model-kb 8192 --cost-weight 0 --no-progress
 
 # The GPU issue's splits (A100 extrapolation, NVIDIA to AMD, leave one GPU out) for the util model
 gpu-splits:

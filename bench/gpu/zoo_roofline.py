@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The zoo CNNs' training steps as a GPU bundle predicts them on every DeepBench and NeuSight
-GPU (and the H100), against the spec roofline of the same work: the ratio predicted / roofline
+"""The zoo CNNs' training steps as a GPU bundle predicts them on every DeepBench, NeuSight and
+Justus GPU (and the H100), against the spec roofline of the same work: the ratio predicted / roofline
 per network and GPU. A ratio below 1 would be a prediction faster than the device can run.
 
 Usage: python3 bench/gpu/zoo_roofline.py PERFCAST BUNDLE [--batch 64] [--json OUT]
@@ -17,7 +17,8 @@ GPUS = ["geforce-gtx-1080-ti", "geforce-gtx-titan-x", "radeon-instinct-mi25",
         "radeon-vega-frontier-edition", "tesla-m40", "tesla-p100-pcie-16gb", "tesla-t4",
         "tesla-v100-sxm2-16gb", "titan-x-pascal", "titan-xp", "amd-instinct-mi100",
         "amd-instinct-mi210", "nvidia-a100-80gb-pcie", "nvidia-a100-pcie-40gb", "tesla-p4",
-        "tesla-v100-pcie-32gb", "nvidia-h100-80gb-hbm3"]
+        "tesla-v100-pcie-32gb", "nvidia-h100-80gb-hbm3", "tesla-k40", "tesla-k80-one-gk210",
+        "tesla-m60-one-gm204"]
 
 table = {}
 for gpu in GPUS:

@@ -3,9 +3,10 @@
 //! stores them in the bundle (`perfcast calibrate`), and sets measured runs beside predictions
 //! (`perfcast eval networks`); [`score`] scores a bundle's answers on any device's measured rows
 //! (`perfcast eval bundle`); [`step_map`] carries a step timed on one GPU to others
-//! (`perfcast map --measured-ms`); [`layer_costs`] turns a bundle's per-layer predictions into
-//! perfcast-scale's compute costs (`scale predict`, `plan`); [`bench`] times the predictor
-//! (`perfcast bundle bench`).
+//! (`perfcast map --measured-ms`); [`overhead`] turns layer timings measured through a
+//! framework into kernel rows (`perfcast datasets strip-overhead`); [`layer_costs`] turns a
+//! bundle's per-layer predictions into perfcast-scale's compute costs (`scale predict`,
+//! `plan`); [`bench`] times the predictor (`perfcast bundle bench`).
 //!
 //! It sits above perfcast-predict (which loads bundles and answers queries) and beside
 //! perfcast-select (which trains and writes bundles): it reads bundles and never fits module
@@ -28,6 +29,7 @@ pub mod calibrate;
 pub mod compose;
 mod error;
 pub mod layer_costs;
+pub mod overhead;
 pub mod score;
 pub mod step_map;
 

@@ -206,3 +206,89 @@ fn eval_bundle_scores_the_gpu_bundle_on_imported_rows_and_never_beats_the_bound(
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
+
+#[test]
+fn strip_overhead_turns_framework_rows_into_kernel_rows_beside_their_factors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let justus = tmp.path().join("justus");
+    let sample =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/perfcast-data/tests/data/justus");
+    let o = run(&[
+        "import",
+        "justus",
+        sample.to_str().unwrap(),
+        "--out",
+        justus.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let bundle = Path::new(env!("CARGO_MANIFEST_DIR")).join("../checkpoints/gpu");
+    let out = tmp.path().join("kernels");
+    let strip = |reference: &str, multiple: &str, out: &Path| {
+        run(&[
+            "datasets",
+            "strip-overhead",
+            "--data",
+            justus.to_str().unwrap(),
+            "--bundle",
+            bundle.to_str().unwrap(),
+            "--reference",
+            reference,
+            "--modules",
+            "conv2d",
+            "--min-floor-multiple",
+            multiple,
+            "--min-reference-rows",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+            "--format",
+            "json",
+        ])
+    };
+    // The sample holds a few rows per GPU: every row above its GPU's floor counts.
+    let o = strip(
+        "geforce-gtx-1080-ti,tesla-p100-pcie-16gb,tesla-v100-pcie-16gb",
+        "1",
+        &out,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for f in report["factors"].as_array().unwrap() {
+        assert_eq!(f["kind"], "conv2d");
+        let factor = f["factor"].as_f64().unwrap();
+        assert!(factor.is_finite() && factor > 0.0, "{f}");
+    }
+    assert!(out.join("overhead.json").is_file());
+    let k40 = DatasetDir::open(out.join("tesla-k40")).unwrap();
+    let rows = k40.read(ModuleKind::Conv2d).unwrap();
+    assert!(!rows.is_empty());
+    assert!(
+        rows.iter()
+            .all(|r| r.backend.ends_with("(overhead removed)"))
+    );
+    assert!(!out.join("tesla-p100-pcie-16gb").exists());
+
+    // A reference that is not among the datasets, an impossible floor multiple, and an output
+    // that exists: one-line errors, exit 2, and the output left as it was.
+    let fresh = tmp.path().join("fresh");
+    for (reference, multiple, dest, says) in [
+        ("tesla-h100", "1", &fresh, "tesla-h100"),
+        ("tesla-p100-pcie-16gb", "0.5", &fresh, "0.5"),
+        ("tesla-p100-pcie-16gb", "1", &out, "already exists"),
+    ] {
+        let o = strip(reference, multiple, dest);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        let err = stderr(&o);
+        let lines: Vec<&str> = err
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with("hint:"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{err}");
+        assert!(
+            lines[0].starts_with("error:") && lines[0].contains(says),
+            "{err}"
+        );
+    }
+    assert_eq!(k40.read(ModuleKind::Conv2d).unwrap(), rows);
+    assert!(!fresh.exists());
+}

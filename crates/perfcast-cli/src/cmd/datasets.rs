@@ -1,4 +1,5 @@
-//! `perfcast datasets`: summaries of a dataset, and a repeatability check by re-measuring.
+//! `perfcast datasets`: summaries of a dataset, a repeatability check by re-measuring, and
+//! framework timings stripped to kernel rows.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,6 +39,63 @@ pub enum DatasetsCommand {
     /// should agree about as well as on the other devices. A device whose linear/bmm ratio is
     /// more than 1.5x off the others' median is flagged (exit 1).
     Check(CheckArgs),
+    /// Turn layer timings measured through a framework into kernel rows a GPU bundle can learn
+    ///
+    /// Such timings hold the kernels plus a per-call floor plus the framework's own work
+    /// around them (TensorFlow's layout transposes, bias and activation kernels, the update
+    /// step). On the reference devices, which kernel-level sources also measured, the bundle's
+    /// answer stands for the kernels: per kind and phase the framework's factor is the median
+    /// of (time - floor) / answer there, averaged (geometric mean) over the references. Every
+    /// other device's rows at least `--min-floor-multiple` times its floor are written as
+    /// (time - floor) / factor, at most `--max-rows` per device, kind and phase; the factors
+    /// go to `overhead.json` in the output.
+    ///
+    /// Example: `perfcast datasets strip-overhead --data datasets/justus --bundle
+    /// target/gpu-kernels --reference geforce-gtx-1080-ti,tesla-p100-pcie-16gb,
+    /// tesla-v100-pcie-16gb --modules conv2d --out datasets/justus-kernels`
+    StripOverhead(StripArgs),
+}
+
+/// Arguments of `perfcast datasets strip-overhead`.
+#[derive(Debug, Args)]
+pub struct StripArgs {
+    /// Dataset directories, one per device, or folders of them (`datasets/justus`)
+    #[arg(long, required = true, num_args = 1..)]
+    data: Vec<PathBuf>,
+    /// The bundle whose answers stand for the kernels on the references
+    #[arg(long)]
+    bundle: PathBuf,
+    /// Dataset folder names of the devices kernel-level sources also measured
+    #[arg(long, required = true, value_delimiter = ',')]
+    reference: Vec<String>,
+    /// Module kinds (default: every kind of the datasets)
+    #[arg(long, value_delimiter = ',')]
+    modules: Vec<perfcast_core::ModuleKind>,
+    /// Where to write the stripped datasets (one per non-reference device)
+    #[arg(long)]
+    out: PathBuf,
+    /// Replace an earlier output at `--out`
+    #[arg(long)]
+    force: bool,
+    /// At most this many rows per device, kind and phase (a seeded sample; 0: all)
+    #[arg(long, default_value_t = 1000)]
+    max_rows: usize,
+    /// Quantile of a device's times taken as its per-call floor
+    #[arg(long, default_value_t = 0.02)]
+    floor_quantile: f64,
+    /// Keep rows whose time is at least this multiple of the floor
+    #[arg(long, default_value_t = 3.0)]
+    min_floor_multiple: f64,
+    /// A reference counts for a kind and phase only with at least this many rows above its
+    /// floor
+    #[arg(long, default_value_t = 20)]
+    min_reference_rows: usize,
+    /// Seed of the sample
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Output format
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
 }
 
 /// Arguments of `perfcast datasets check`.
@@ -138,7 +196,40 @@ pub fn run(command: DatasetsCommand, ui: &Ui) -> anyhow::Result<ExitCode> {
         DatasetsCommand::Remeasure(args) => remeasure(args, ui),
         DatasetsCommand::Merge(args) => merge(args),
         DatasetsCommand::Check(args) => check(args),
+        DatasetsCommand::StripOverhead(args) => strip(args),
     }
+}
+
+/// Strips a framework's overhead ([`perfcast_calibrate::overhead::strip_overhead`]).
+fn strip(args: StripArgs) -> anyhow::Result<ExitCode> {
+    use perfcast_calibrate::overhead::{StripSettings, strip_overhead};
+    perfcast_data::import::refuse_existing(&args.out, args.force)?;
+    let dirs = perfcast_data::resolve_datasets(&args.data)?;
+    let settings = StripSettings {
+        floor_quantile: args.floor_quantile,
+        min_floor_multiple: args.min_floor_multiple,
+        max_rows: (args.max_rows > 0).then_some(args.max_rows),
+        min_reference_rows: args.min_reference_rows,
+        seed: args.seed,
+    };
+    let (report, rows) = strip_overhead(
+        &args.bundle,
+        &dirs,
+        &args.reference,
+        &args.modules,
+        &settings,
+    )?;
+    let notes = serde_json::to_string_pretty(&report)?;
+    rows.write_with(
+        &args.out,
+        args.force,
+        &[(perfcast_calibrate::overhead::REPORT_FILE, notes.as_bytes())],
+    )?;
+    match args.format {
+        Format::Json => emit_json(&report)?,
+        Format::Text => emit(&render::datasets::strip(&report, &args.out))?,
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {

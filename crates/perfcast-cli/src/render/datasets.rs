@@ -1,7 +1,8 @@
-//! `perfcast datasets show | check | remeasure | merge` as text.
+//! `perfcast datasets show | check | remeasure | merge | strip-overhead` as text.
 
 use std::path::Path;
 
+use perfcast_calibrate::overhead::StripReport;
 use perfcast_core::DeviceSpec;
 use perfcast_data::consistency::GemmConsistency;
 use perfcast_data::merge::MergeReport;
@@ -159,5 +160,48 @@ pub fn merge(r: &MergeReport) -> String {
             ));
         }
     }
+    t
+}
+
+/// `datasets strip-overhead`: the framework's factors, then what each device kept.
+pub fn strip(r: &StripReport, out: &Path) -> String {
+    let mut t =
+        String::from("framework factor per kind and phase (time - floor) / bundle answer:\n");
+    for f in &r.factors {
+        let refs: Vec<String> = f
+            .references
+            .iter()
+            .map(|x| format!("{} {} ({} rows)", x.device, sig3(x.factor), x.rows))
+            .collect();
+        t.push_str(&format!(
+            "  {:<8} {:<9} {:>6}   {}\n",
+            f.kind.name(),
+            f.phase.name(),
+            sig3(f.factor),
+            refs.join(", ")
+        ));
+    }
+    t.push_str(&format!(
+        "\n{:<28} {:<8} {:<9} {:>9} {:>7} {:>12} {:>11} {:>8}\n",
+        "device", "kind", "phase", "floor", "read", "above floor", "below bound", "written"
+    ));
+    for s in &r.tables {
+        t.push_str(&format!(
+            "{:<28} {:<8} {:<9} {:>9} {:>7} {:>12} {:>11} {:>8}\n",
+            s.device,
+            s.kind.name(),
+            s.phase.name(),
+            fmt_ms(s.floor_ms),
+            s.rows_read,
+            s.rows_above_floor,
+            s.below_bound,
+            s.rows_written
+        ));
+    }
+    t.push_str(&format!(
+        "\nwritten to {} (factors in {})\n",
+        out.display(),
+        perfcast_calibrate::overhead::REPORT_FILE
+    ));
     t
 }

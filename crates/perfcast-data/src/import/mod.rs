@@ -142,7 +142,8 @@ pub struct DeviceRows {
 }
 
 impl DeviceRows {
-    fn new(id: &str, device: Option<DeviceSpec>) -> DeviceRows {
+    /// No rows yet of the device `id` (`device` its spec).
+    pub fn new(id: &str, device: Option<DeviceSpec>) -> DeviceRows {
         DeviceRows {
             id: id.to_string(),
             device,
@@ -152,7 +153,7 @@ impl DeviceRows {
     }
 
     /// Adds an imported row (a row of batch 0 is skipped and counted instead).
-    pub(crate) fn push(&mut self, record: Record) {
+    pub fn push(&mut self, record: Record) {
         if record.context.batch == 0 {
             self.skip(record.spec.kind(), "batch 0");
             return;
@@ -164,7 +165,7 @@ impl DeviceRows {
     }
 
     /// Counts a skipped row of `kind` under `reason`.
-    pub(crate) fn skip(&mut self, kind: ModuleKind, reason: impl Into<String>) {
+    pub fn skip(&mut self, kind: ModuleKind, reason: impl Into<String>) {
         *self
             .skipped
             .entry(kind)
@@ -260,7 +261,8 @@ pub struct KindCount {
 }
 
 impl Import {
-    pub(crate) fn new(source: &str, input: &Path) -> Import {
+    /// No devices yet, read by `source` from `input`.
+    pub fn new(source: &str, input: &Path) -> Import {
         Import {
             source: source.to_string(),
             input: input.to_path_buf(),
@@ -309,6 +311,17 @@ impl Import {
     /// must look like an earlier import (only dataset directories and [`IMPORT_FILE`]), and it is
     /// swapped out atomically ([`crate::outdir::replace_with`]) and deleted.
     pub fn write(&self, out: &Path, force: bool) -> Result<ImportSummary> {
+        self.write_with(out, force, &[])
+    }
+
+    /// [`Import::write`], with `extra` files (name, contents) written beside [`IMPORT_FILE`] in
+    /// the same staged directory.
+    pub fn write_with(
+        &self,
+        out: &Path,
+        force: bool,
+        extra: &[(&str, &[u8])],
+    ) -> Result<ImportSummary> {
         check_out(out, force)?;
         let summary = self.summary(out);
         let tmp = crate::outdir::stage_beside(out, "import")?;
@@ -336,6 +349,9 @@ impl Import {
         let json = serde_json::to_string_pretty(&summary)
             .map_err(|e| Error::unreadable(&tmp.path().join(IMPORT_FILE), e))?;
         write_atomic(&tmp.path().join(IMPORT_FILE), json.as_bytes())?;
+        for (name, contents) in extra {
+            write_atomic(&tmp.path().join(name), contents)?;
+        }
         crate::outdir::mark(tmp.path(), crate::outdir::OutputKind::Import)?;
         crate::outdir::replace_with(tmp, out)?;
         Ok(summary)
@@ -365,10 +381,14 @@ pub fn check_out(out: &Path, force: bool) -> Result<()> {
         return Err(refuse("it is not a directory".into()));
     }
     let entries = std::fs::read_dir(out).map_err(|e| cannot_read(out, &e))?;
+    // A marked import may hold JSON notes beside its summary ([`Import::write_with`]).
+    let marked = out.join(crate::outdir::MARKER).is_file();
     for entry in entries.flatten() {
         let path = entry.path();
-        let is_import_file =
-            entry.file_name() == IMPORT_FILE || entry.file_name() == crate::outdir::MARKER;
+        let is_note = marked && path.is_file() && path.extension().is_some_and(|e| e == "json");
+        let is_import_file = is_note
+            || entry.file_name() == IMPORT_FILE
+            || entry.file_name() == crate::outdir::MARKER;
         let is_dataset = path.join(crate::DEVICE_FILE).is_file();
         if !(is_import_file || is_dataset) {
             return Err(refuse(format!(
