@@ -95,9 +95,16 @@ pub fn conv_work_saving(spec: &ModuleSpec) -> f64 {
 /// once and the output written once; a training step also reads the output's gradient and
 /// writes the input's).
 pub fn least_time_s(spec: &ModuleSpec, context: &Context, device: &DeviceSpec) -> f64 {
+    let (compute, memory) = least_time_parts_s(spec, context, device);
+    compute.max(memory)
+}
+
+/// The two sides of [`least_time_s`], seconds: the least work at the peak, and the least
+/// traffic at the memory bandwidth.
+pub fn least_time_parts_s(spec: &ModuleSpec, context: &Context, device: &DeviceSpec) -> (f64, f64) {
     // A view moves and computes nothing, forward or backward.
     if spec.kind().is_zero_cost() {
-        return 0.0;
+        return (0.0, 0.0);
     }
     let d = features::derive(spec, context.batch);
     let training = context.phase == Phase::Training;
@@ -108,7 +115,10 @@ pub fn least_time_s(spec: &ModuleSpec, context: &Context, device: &DeviceSpec) -
     } else {
         traffic
     } * device.element_scale();
-    (flops / (device.peak_gflops * 1e9)).max(bytes / (device.mem_bandwidth_gbs * 1e9))
+    (
+        flops / (device.peak_gflops * 1e9),
+        bytes / (device.mem_bandwidth_gbs * 1e9),
+    )
 }
 
 /// The shortest time, seconds, in which a CPU can run `spec` by compute alone: the least work

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
-use perfcast_calibrate::step_map::{MappedStep, map_step};
+use perfcast_calibrate::step_map::{MappedStep, StepParts, map_step};
 use perfcast_core::progress::Observer;
 use perfcast_core::{Context, DeviceSpec, ModuleKind, Network, NetworkChoice, Phase};
 use perfcast_data::{DatasetDir, resolve_datasets};
@@ -96,6 +96,8 @@ pub struct StepMapReport {
     pub anchor: String,
     /// The bundle's prediction on the anchor, ms.
     pub anchor_ms: f64,
+    /// What the bundle attributes its prediction on the anchor to.
+    pub anchor_parts: StepParts,
     /// Each target's mapped time beside the bundle's and the FLOP ratio's.
     pub targets: Vec<MappedStep>,
 }
@@ -138,7 +140,7 @@ pub fn network(plan: &StepMap, interrupt: &AtomicBool) -> Result<StepMapReport> 
         ));
     }
     check(interrupt, "mapping the step")?;
-    let (anchor_ms, targets) = map_step(
+    let (anchor_step, targets) = map_step(
         &plan.bundle,
         &network,
         &context,
@@ -152,7 +154,8 @@ pub fn network(plan: &StepMap, interrupt: &AtomicBool) -> Result<StepMapReport> 
         step: plan.step,
         measured_ms,
         anchor: anchor.name,
-        anchor_ms,
+        anchor_ms: anchor_step.predicted_ms,
+        anchor_parts: anchor_step.parts,
         targets,
     })
 }
@@ -183,6 +186,24 @@ mod tests {
         assert_eq!(report.targets.len(), 2);
         for t in &report.targets {
             assert!(t.mapped_ms > 0.0 && t.mapped_ms >= t.roofline_ms, "{t:?}");
+            assert!(t.parts_ratio_ms > 0.0, "{t:?}");
+        }
+        // The parts add up to the bundle's answer on the anchor; a training step has launch
+        // floors and host costs.
+        let parts = report.anchor_parts;
+        assert!(
+            (parts.total_ms() / report.anchor_ms - 1.0).abs() < 1e-9,
+            "{parts:?} vs {}",
+            report.anchor_ms
+        );
+        assert!(parts.launch_ms > 0.0 && parts.host_ms > 0.0, "{parts:?}");
+        // Mapped to the anchor itself, every ratio gives back the measured step.
+        let mut plan = step();
+        plan.devices = vec!["t4".into()];
+        let own = network(&plan, &AtomicBool::new(false)).expect("map");
+        let t = &own.targets[0];
+        for ms in [t.bundle_ratio_ms, t.flop_ratio_ms, t.parts_ratio_ms] {
+            assert!((ms / 2.0 - 1.0).abs() < 1e-9, "{t:?}");
         }
     }
 

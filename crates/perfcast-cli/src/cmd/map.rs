@@ -141,14 +141,20 @@ fn map_network(
         bundle: a.bundle.clone(),
     };
     let report = map::network(&plan, interrupt)?;
+    let parts = &report.anchor_parts;
+    let share = |ms: f64| 100.0 * ms / parts.total_ms().max(f64::MIN_POSITIVE);
     ui.info(format!(
-        "`{}` at batch {} ({}) measured {} ms on `{}`; the bundle predicts {} ms there",
+        "`{}` at batch {} ({}) measured {} ms on `{}`; the bundle predicts {} ms there: \
+         compute {:.0}%, memory {:.0}%, overhead {:.0}%",
         report.network,
         report.batch,
         report.step,
         crate::output::sig3(report.measured_ms),
         report.anchor,
-        crate::output::sig3(report.anchor_ms)
+        crate::output::sig3(report.anchor_ms),
+        share(parts.compute_ms),
+        share(parts.memory_ms),
+        share(parts.overhead_ms())
     ));
     match a.format {
         Format::Json => emit_json(&report.targets)?,

@@ -179,19 +179,21 @@ pub fn local(spec: &DeviceSpec, peaks: &Peaks, backend: Backend) -> String {
 }
 
 /// Steps mapped from an anchor to other devices (`perfcast map --measured-ms`): the mapped
-/// time beside the bundle's ratio, the FLOP ratio, the bundle's own prediction and the roofline.
+/// time beside the bundle's ratio, the FLOP ratio, the parts ratio, the bundle's own
+/// prediction and the roofline.
 pub fn mapped_steps(rows: &[perfcast_calibrate::step_map::MappedStep]) -> String {
     let mut t = format!(
-        "{:<32} {:>11} {:>11} {:>11} {:>11} {:>11}  method\n",
-        "target", "mapped", "bundle x", "FLOP x", "predicted", "roofline"
+        "{:<32} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  method\n",
+        "target", "mapped", "bundle x", "FLOP x", "parts x", "predicted", "roofline"
     );
     for r in rows {
         t.push_str(&format!(
-            "{:<32} {:>8} ms {:>8} ms {:>8} ms {:>8} ms {:>8} ms  {}\n",
+            "{:<32} {:>8} ms {:>8} ms {:>8} ms {:>8} ms {:>8} ms {:>8} ms  {}\n",
             r.device,
             sig3(r.mapped_ms),
             sig3(r.bundle_ratio_ms),
             sig3(r.flop_ratio_ms),
+            sig3(r.parts_ratio_ms),
             sig3(r.predicted_ms),
             sig3(r.roofline_ms),
             r.method
