@@ -201,6 +201,7 @@ pub fn fit_phase_with(
             .map(|u| u.large_tensor_bytes)
             .filter(|b| b.is_finite()),
         input_gbs: None,
+        host_floor: None,
         runs: runs.len(),
         plain_mape: 0.0,
         fit_mape: 0.0,
@@ -340,6 +341,7 @@ mod tests {
             layer_scale: 1.1,
             update_ms_per_mparam: 3.0,
             input_gbs: None,
+            host_floor: None,
             runs: 0,
             plain_mape: 0.0,
             fit_mape: 0.0,
@@ -395,6 +397,7 @@ mod tests {
             layer_scale: 1.0,
             update_ms_per_mparam: 2.0,
             input_gbs: None,
+            host_floor: None,
             runs: 1,
             plain_mape: 0.0,
             fit_mape: 0.0,

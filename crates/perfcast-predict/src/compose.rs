@@ -11,6 +11,9 @@
 //!         + uncached weights                                  (inference, see below)
 //! ```
 //!
+//! A GPU step's host side ([`HostFloor`]) runs ahead of the GPU, so it is not a term but a
+//! floor: the step waits for the host only when the host's work is longer than the rest.
+//!
 //! A layer timed alone keeps weights that fit the cache hot between repetitions; in a network
 //! whose weights pass the last-level cache they come from memory on every pass. The device's
 //! probe ([`perfcast_core::UncachedWeights`]) says what that costs a linear layer's GEMM per MB
@@ -53,6 +56,9 @@ pub struct PhaseCosts {
     /// terms fold the copy into `per_run_ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_gbs: Option<f64>,
+    /// A GPU step's host side, which the GPU runs behind ([`HostFloor`]); `None`: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_floor: Option<HostFloor>,
     /// Calibration runs the terms were fitted on (0: [`PhaseCosts::gpu_defaults`]).
     pub runs: usize,
     /// MAPE (%) of the plain sum on the calibration runs.
@@ -70,6 +76,26 @@ pub struct PhaseCosts {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cv_plain_mape: Option<f64>,
 }
+
+/// The framework's host work in a GPU step: launching every layer's kernels (forward and
+/// backward), the loss, the optimiser and the gradients' reset. The GPU runs behind it, so a
+/// step takes the longer of the host's work and the GPU's; small networks and small inputs are
+/// paced by the host.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostFloor {
+    /// Host work per step besides the layers, ms.
+    pub per_step_ms: f64,
+    /// Host work per layer, ms.
+    pub per_layer_ms: f64,
+}
+
+/// A GPU training step's host work per step and per layer, ms: PyTorch eager on the H100's
+/// host, fitted on its whole CNN steps (docs/accuracy.md).
+pub const GPU_HOST_FLOOR: HostFloor = HostFloor {
+    per_step_ms: 1.0,
+    per_layer_ms: 0.08,
+};
 
 /// Bytes one parameter's update streams: the parameter, its gradient and its velocity.
 const UPDATE_BYTES_PER_PARAM: f64 = 12.0;
@@ -106,7 +132,8 @@ impl PhaseCosts {
     /// A GPU training step's framework terms from the device's spec alone, for a bundle never
     /// calibrated on whole networks: the input batch copied host to device at
     /// [`GPU_PAGEABLE_COPY_GBS`], the optimiser update streaming its state at half the memory
-    /// bandwidth, a fixed per-step cost; layers as predicted.
+    /// bandwidth, a fixed per-step cost, and the host's dispatch ([`GPU_HOST_FLOOR`]) as the
+    /// least the rest can take; layers as predicted.
     pub fn gpu_defaults(device: &perfcast_core::DeviceSpec) -> PhaseCosts {
         PhaseCosts {
             per_run_ms: GPU_PER_STEP_MS,
@@ -119,6 +146,7 @@ impl PhaseCosts {
             update_large_ms_per_mparam: 0.0,
             large_tensor_bytes: None,
             input_gbs: Some(GPU_PAGEABLE_COPY_GBS),
+            host_floor: Some(GPU_HOST_FLOOR),
             runs: 0,
             plain_mape: 0.0,
             fit_mape: 0.0,
@@ -270,6 +298,13 @@ pub struct Composed {
     /// Linear layers' weights read from memory instead of cache, ms ([`uncached_weights_ms`]).
     #[serde(default)]
     pub uncached_weights_ms: f64,
+    /// The host's work in the step ([`HostFloor`]), ms; 0 without one.
+    #[serde(default)]
+    pub host_floor_ms: f64,
+    /// What the step waits on the host beyond the GPU's own work (the host floor less
+    /// everything but the copy, when positive), ms.
+    #[serde(default)]
+    pub host_bound_ms: f64,
     /// Whether the terms are [`PhaseCosts::gpu_defaults`] rather than calibrated.
     #[serde(default)]
     pub from_spec: bool,
@@ -300,7 +335,14 @@ impl PhaseCosts {
             (batch * run.input_elems) as f64 * perfcast_core::features::F32_BYTES
                 / (gbs.max(1e-9) * 1e6)
         });
-        let total = layer_sum_ms + self.per_run_ms + scale_ms + dispatch_ms + update_ms + copy_ms;
+        let device = layer_sum_ms + self.per_run_ms + scale_ms + dispatch_ms + update_ms;
+        let host_floor_ms = self
+            .host_floor
+            .as_ref()
+            .map_or(0.0, |h| h.per_step_ms + h.per_layer_ms * run.layers as f64);
+        // The copy from pageable memory holds the host, so it adds to either side.
+        let host_bound_ms = (host_floor_ms - device).max(0.0);
+        let total = device + host_bound_ms + copy_ms;
         Composed {
             layer_sum_ms,
             per_run_ms: self.per_run_ms,
@@ -309,6 +351,8 @@ impl PhaseCosts {
             update_ms,
             copy_ms,
             uncached_weights_ms: 0.0,
+            host_floor_ms,
+            host_bound_ms,
             from_spec: self.runs == 0,
             total_ms: total.max(FLOOR_SHARE * layer_sum_ms),
         }
@@ -362,6 +406,8 @@ pub fn plain(run: &RunShape) -> Composed {
         update_ms: 0.0,
         copy_ms: 0.0,
         uncached_weights_ms: 0.0,
+        host_floor_ms: 0.0,
+        host_bound_ms: 0.0,
         from_spec: false,
         total_ms: run.layer_sum_ms,
     }

@@ -132,10 +132,19 @@ pub fn network(p: &NetworkPrediction) -> String {
                     "linear weights read from memory, not cache".to_string(),
                     c.uncached_weights_ms,
                 ),
+                (
+                    "host: dispatch",
+                    format!(
+                        "waiting on the framework's {} of host work",
+                        fmt_ms(c.host_floor_ms)
+                    ),
+                    c.host_bound_ms,
+                ),
             ];
             for (name, what, ms) in terms {
                 if name == "host: update" && p.context.phase == Phase::Inference
                     || name == "uncached weights" && ms == 0.0
+                    || name == "host: dispatch" && c.host_floor_ms == 0.0
                 {
                     continue;
                 }
@@ -157,8 +166,8 @@ pub fn network(p: &NetworkPrediction) -> String {
             ));
             if c.from_spec {
                 t.push_str(
-                    "host terms from the device spec (pageable input copy, SGD-momentum update); \
-                     `perfcast calibrate` fits them to measured steps\n",
+                    "host terms from the device spec (pageable input copy, SGD-momentum update, \
+                     PyTorch eager's dispatch); `perfcast calibrate` fits them to measured steps\n",
                 );
             }
         }

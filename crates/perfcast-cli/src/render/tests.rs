@@ -216,6 +216,7 @@ fn phase_costs(per_run_ms: f64, update: f64, cv: Option<f64>) -> PhaseCosts {
         update_large_ms_per_mparam: update * 2.0,
         large_tensor_bytes: Some(32.0 * 1024.0 * 1024.0),
         input_gbs: None,
+        host_floor: None,
         runs: 8,
         plain_mape: 21.5,
         fit_mape: 4.25,

@@ -1,5 +1,6 @@
 //! A GPU training step on the shipped bundle: the framework's step terms a bundle never
-//! calibrated still pays (the input copy, the optimiser update), and a training step on a GPU
+//! calibrated still pays (the input copy, the optimiser update, the host's dispatch as a
+//! floor), and a training step on a GPU
 //! without training rows of its kind taken from its own forward pass.
 
 use perfcast_core::{Context, Conv2d, DeviceSpec, ModuleSpec, Phase, zoo};
@@ -49,6 +50,9 @@ fn an_uncalibrated_gpu_training_step_pays_its_input_copy_and_update() {
     );
     let sum = step.layer_sum_ms + c.per_run_ms + c.update_ms + c.copy_ms;
     assert!((step.total_ms - sum).abs() < 1e-9 * sum);
+    // At 224 px the GPU's work outlasts the host's dispatch.
+    assert_eq!(c.host_bound_ms, 0.0);
+    assert!(c.host_floor_ms > 1.0 && c.host_floor_ms < c.total_ms - c.copy_ms);
     assert!(step.roofline_ms > 0.0 && step.roofline_ms <= step.layer_sum_ms);
     // Inference is the layers alone, never below their roofline either.
     let fwd = p
@@ -58,6 +62,24 @@ fn an_uncalibrated_gpu_training_step_pays_its_input_copy_and_update() {
     assert_eq!(fwd.total_ms, fwd.layer_sum_ms);
     assert!(fwd.roofline_ms > 0.0 && fwd.roofline_ms <= fwd.layer_sum_ms);
     assert!(fwd.roofline_ms < step.roofline_ms);
+}
+
+#[test]
+fn a_small_network_s_training_step_on_a_fast_gpu_waits_on_the_host() {
+    let p = predictor("h100");
+    let net = zoo::build("lenet5", Some(32)).unwrap();
+    let step = p
+        .predict_network(&net, &context(64, Phase::Training))
+        .unwrap();
+    let c = step.composed.as_ref().expect("step terms");
+    let floor = perfcast_predict::compose::GPU_HOST_FLOOR;
+    let host = floor.per_step_ms + floor.per_layer_ms * net.layers.len() as f64;
+    assert!((c.host_floor_ms - host).abs() < 1e-12, "{c:?}");
+    // The kernels take less than the host's dispatch, so the step is the host's plus the copy.
+    assert!(c.host_bound_ms > 0.0, "{c:?}");
+    assert!((step.total_ms - (host + c.copy_ms)).abs() < 1e-9, "{c:?}");
+    // Never below the GPU's own work either.
+    assert!(step.total_ms > step.layer_sum_ms + c.update_ms + c.copy_ms);
 }
 
 #[test]
