@@ -23,7 +23,7 @@ pub struct StepParts {
     pub memory_ms: f64,
     /// The layers' launch floors.
     pub launch_ms: f64,
-    /// Host costs: per step, per layer, the input's copy.
+    /// Host costs: per step, per layer, the input's copy, the wait on the host's dispatch.
     pub host_ms: f64,
     /// The device's launch floor the layers' floors were counted with, ms per layer.
     pub floor_ms: f64,
@@ -105,7 +105,7 @@ pub fn step_parts(
         parts.compute_ms *= stretch;
         parts.launch_ms *= stretch;
         parts.memory_ms = parts.memory_ms * stretch + c.update_ms + c.uncached_weights_ms;
-        parts.host_ms = c.per_run_ms + c.dispatch_ms + c.copy_ms;
+        parts.host_ms = c.per_run_ms + c.dispatch_ms + c.copy_ms + c.host_bound_ms;
     }
     parts
 }

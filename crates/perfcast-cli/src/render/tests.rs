@@ -167,6 +167,8 @@ fn predict_network_composed_with_host_terms() {
         update_ms: 2.25,
         copy_ms: 0.0,
         uncached_weights_ms: 0.0,
+        host_floor_ms: 0.0,
+        host_bound_ms: 0.0,
         from_spec: false,
         total_ms: 20.3325,
     };
@@ -178,6 +180,32 @@ fn predict_network_composed_with_host_terms() {
     assert!(dispatch.ends_with(" 0 us"), "{dispatch}");
     assert!(text.contains("20.3 ms"), "the composed total: {text}");
     filtered(|| insta::assert_snapshot!(text));
+}
+
+#[test]
+fn a_gpu_step_from_the_spec_shows_its_wait_on_the_host() {
+    let composed = Composed {
+        layer_sum_ms: 0.7,
+        per_run_ms: 0.1,
+        scale_ms: 0.0,
+        dispatch_ms: 0.0,
+        update_ms: 0.05,
+        copy_ms: 0.2,
+        uncached_weights_ms: 0.0,
+        host_floor_ms: 1.88,
+        host_bound_ms: 1.03,
+        from_spec: true,
+        total_ms: 2.08,
+    };
+    let text = super::predict::network(&network(Phase::Training, Some(composed)));
+    let wait = text
+        .lines()
+        .find(|l| l.starts_with("host: dispatch"))
+        .expect("the wait on the host");
+    assert!(wait.contains("1.88 ms of host work"), "{wait}");
+    assert!(wait.ends_with("1.03 ms"), "{wait}");
+    // Spec terms hold no per-layer or scale term.
+    assert!(!text.contains("host: per layer"), "{text}");
 }
 
 #[test]
@@ -433,6 +461,8 @@ fn compared(network: &str, phase: Phase, measured_ms: f64, plain_ms: f64) -> Com
             update_ms: 0.0,
             copy_ms: 0.0,
             uncached_weights_ms: 0.0,
+            host_floor_ms: 0.0,
+            host_bound_ms: 0.0,
             from_spec: false,
             total_ms: composed_ms,
         }),
