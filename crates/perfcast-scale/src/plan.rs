@@ -128,6 +128,22 @@ pub struct PlanConfig {
     /// kernel no score matrix is kept for the backward pass (it is recomputed inside it).
     #[serde(default)]
     pub fusion: Fusion,
+    /// The framework's host work per GPU, which the GPUs run behind: a floor on the step
+    /// (`None`: no floor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostDispatch>,
+}
+
+/// A framework's host work in a training step on one GPU: launching its layers' kernels for
+/// every micro-batch, the loss, the optimiser. The GPU runs behind the host, so a step takes at
+/// least this long whatever its kernels take.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostDispatch {
+    /// Per step, seconds.
+    pub per_step_s: f64,
+    /// Per layer and micro-batch, seconds.
+    pub per_layer_s: f64,
 }
 
 impl Default for PlanConfig {
@@ -152,6 +168,7 @@ impl Default for PlanConfig {
             micro_batches: None,
             collectives: None,
             fusion: Fusion::None,
+            host: None,
         }
     }
 }
@@ -222,6 +239,12 @@ pub struct PlanRow {
     pub bubble_s: f64,
     /// Optimiser update.
     pub update_s: f64,
+    /// The host's work on the busiest GPU ([`HostDispatch`]), seconds; 0 without one.
+    #[serde(default)]
+    pub host_s: f64,
+    /// What the step waits on the host beyond the GPUs' own work, seconds (in `step_s`).
+    #[serde(default)]
+    pub host_bound_s: f64,
     /// TP all-reduces on the critical path.
     pub tp_comm_s: f64,
     /// PP activation and gradient sends on the critical path.
@@ -840,7 +863,14 @@ fn evaluate(
     let update_s = config
         .optimizer
         .update_s(params_max, device.spec.mem_bandwidth_gbs);
-    let step_s = pipeline + dp_exposed + update_s;
+    let busy_s = pipeline + dp_exposed + update_s;
+    // Every GPU of a stage launches the stage's layers for each of its micro-batches.
+    let widest = stages.iter().map(|r| r.len()).max().unwrap_or(0);
+    let host_s = config
+        .host
+        .map_or(0.0, |h| h.per_step_s + h.per_layer_s * (m * widest) as f64);
+    let host_bound_s = (host_s - busy_s).max(0.0);
+    let step_s = busy_s + host_bound_s;
     let capacity_bytes = device.spec.memory_gb * GIB * config.max_memory_fraction;
     let gpus = dp * tp * pp;
     Ok(PlanRow {
@@ -855,6 +885,8 @@ fn evaluate(
         exposed_comm_s: m as f64 * (tp_s + pp_s) + dp_exposed,
         bubble_s,
         update_s,
+        host_s,
+        host_bound_s,
         tp_comm_s: m as f64 * tp_s,
         pp_comm_s: m as f64 * pp_s,
         dp_comm_s,
@@ -1068,6 +1100,51 @@ mod tests {
                     .iter()
                     .any(|q| q.step_s < p.step_s && q.cost_per_1000_steps < p.cost_per_1000_steps)
             );
+        }
+    }
+
+    #[test]
+    fn a_step_waits_on_the_host_only_when_its_dispatch_outlasts_the_gpus() {
+        let net = gpt(4, 128, 256, 4);
+        let base = PlanConfig {
+            global_batch: 16,
+            gpus: vec![1, 2],
+            ..PlanConfig::default()
+        };
+        let without = plan_on(&net, 80.0, &base);
+        assert!(
+            without
+                .rows
+                .iter()
+                .all(|r| r.host_s == 0.0 && r.host_bound_s == 0.0)
+        );
+        // A host far slower than the kernels paces every plan; a negligible one none.
+        for (per_step_s, per_layer_s, binds) in [(0.5, 1.0, true), (0.0, 1e-12, false)] {
+            let config = PlanConfig {
+                host: Some(HostDispatch {
+                    per_step_s,
+                    per_layer_s,
+                }),
+                ..base.clone()
+            };
+            let with = plan_on(&net, 80.0, &config);
+            assert_eq!(with.rows.len(), without.rows.len());
+            for row in &with.rows {
+                // The busiest stage's layers, for each of its micro-batches.
+                let m = row.layout.micro_batches as f64;
+                let most = per_step_s + per_layer_s * m * net.layers.len() as f64;
+                let least = per_step_s + per_layer_s * m;
+                assert!(row.host_s >= least && row.host_s <= most, "{row:?}");
+                if binds {
+                    assert!(row.host_bound_s > 0.0, "{row:?}");
+                    assert!(
+                        (row.step_s - row.host_s).abs() < 1e-12 * row.step_s,
+                        "{row:?}"
+                    );
+                } else {
+                    assert_eq!(row.host_bound_s, 0.0, "{row:?}");
+                }
+            }
         }
     }
 

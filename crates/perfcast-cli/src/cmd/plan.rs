@@ -170,6 +170,14 @@ pub fn run(a: PlanArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
             },
             micro_batches: a.micro_batches,
             fusion: a.fusion,
+            // The host's dispatch was measured for eager PyTorch; fused graphs launch less.
+            host: (a.fusion == perfcast_core::fusion::Fusion::None).then(|| {
+                let h = perfcast_predict::compose::GPU_HOST_FLOOR;
+                perfcast_scale::plan::HostDispatch {
+                    per_step_s: h.per_step_ms / 1e3,
+                    per_layer_s: h.per_layer_ms / 1e3,
+                }
+            }),
             ..PlanConfig::default()
         },
     };

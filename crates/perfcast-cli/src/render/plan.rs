@@ -118,6 +118,19 @@ pub fn plan(
          all-reduce not hidden behind the backward pass; mem: peak per GPU / allowed; * on the \
          time-cost Pareto front\n",
     );
+    let waiting = r.rows.iter().filter(|row| row.host_bound_s > 0.0).count();
+    if waiting > 0 {
+        let most = r
+            .rows
+            .iter()
+            .max_by(|a, b| a.host_bound_s.total_cmp(&b.host_bound_s))
+            .map_or(0.0, |row| row.host_bound_s);
+        t.push_str(&format!(
+            "{waiting} plan(s) wait on the framework's host dispatch (eager: 1 ms per step and \
+             80 us per layer and micro-batch), up to {} per step; `--fusion compile` launches less\n",
+            fmt_ms(most * 1e3)
+        ));
+    }
     if !r.skipped.is_empty() {
         t.push_str(&format!(
             "{} layout(s) not planned, e.g. {} x {} {}: {}\n",
