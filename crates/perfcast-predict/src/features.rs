@@ -505,10 +505,25 @@ pub fn gpu_canonical(
 /// is bit-identical and the prediction path skips most logarithms.
 #[inline]
 pub fn log1p_pos(v: f64) -> f64 {
+    log1p_in(log1p_table(), v)
+}
+
+/// The table [`log1p_pos`] looks whole numbers up in, for [`log1p_in`]: a loop over a row
+/// takes it once instead of checking its initialisation per value.
+#[inline]
+pub fn log1p_table() -> &'static [f64] {
+    &LOG1P_SMALL
+}
+
+/// [`log1p_pos`] with its table ([`log1p_table`]) at hand; the same bits.
+#[inline(always)]
+pub fn log1p_in(table: &[f64], v: f64) -> f64 {
     if v > 0.0 {
         let k = v as u32;
-        if (k as usize) < LOG1P_TABLE && f64::from(k) == v {
-            return LOG1P_SMALL[k as usize];
+        if let Some(t) = table.get(k as usize)
+            && f64::from(k) == v
+        {
+            return *t;
         }
         v.ln_1p()
     } else {

@@ -18,7 +18,7 @@ use crate::bundle::Bundle;
 use crate::compose::RunShape;
 use crate::error::{Error, Result};
 use crate::features::{MAX_ROW, cpu_floor_ms_of_row, row, row_into};
-use crate::medn::{Encoded, FittedMedn};
+use crate::medn::{Encoded, EncodedRows, FittedMedn};
 use crate::regressor::Regressor;
 
 /// Efficiencies of the spec-only roofline used for kinds a bundle has no model for.
@@ -684,7 +684,7 @@ impl Predictor {
                 index.clear();
                 let built = self.build_rows(k, chunk, queries, rows, phases, index, &mut extras)?;
                 if built {
-                    self.eval_rows(&mut eval, k, rows, phases, index)?;
+                    self.eval_rows(&mut eval, k, rows, phases, index, None)?;
                 }
             }
         }
@@ -761,7 +761,8 @@ impl Predictor {
 
     /// Predicts rows [`Predictor::build_rows`] built for kind index `k` into `eval`: a kind
     /// whose MEDN is shared encodes them into its group's batch (run when the group changes
-    /// or the batch is full), any other model predicts them at once.
+    /// or the batch is full), any other model predicts them at once. `encoded`, when given,
+    /// holds the rows as that MEDN encodes them ([`Predictor::encode_chunk`]).
     fn eval_rows<'a>(
         &'a self,
         eval: &mut Eval<'_, 'a>,
@@ -769,6 +770,7 @@ impl Predictor {
         rows: &[f64],
         phases: &[Phase],
         index: &[usize],
+        encoded: Option<&EncodedRows>,
     ) -> Result<()> {
         let group = self.medn_group[k];
         if let Some((g, medn)) = eval.waiting
@@ -792,11 +794,23 @@ impl Predictor {
                     *slot(&mut eval.blended, eval.ms.len(), i, None) = Some(rest);
                 }
             }
-            let width =
-                crate::regressor::check_tasks(m.schema(), rows.len(), phases.len(), index.len())?;
-            for ((x, phase), &i) in rows.chunks_exact(width).zip(phases).zip(index) {
-                m.encode_row(x, *phase, eval.batch)?;
-                eval.pending.push(i);
+            match encoded.filter(|e| e.len() == index.len()) {
+                Some(e) => {
+                    eval.batch.push_rows(e)?;
+                    eval.pending.extend_from_slice(index);
+                }
+                None => {
+                    let width = crate::regressor::check_tasks(
+                        m.schema(),
+                        rows.len(),
+                        phases.len(),
+                        index.len(),
+                    )?;
+                    for ((x, phase), &i) in rows.chunks_exact(width).zip(phases).zip(index) {
+                        m.encode_row(x, *phase, eval.batch)?;
+                        eval.pending.push(i);
+                    }
+                }
             }
             eval.waiting = Some((g, m));
             if eval.batch.len() >= KIND_CHUNK {
@@ -816,6 +830,22 @@ impl Predictor {
             }
         }
         Ok(())
+    }
+
+    /// The rows of a chunk of kind index `k` as the MEDN that runs them in its group's batch
+    /// encodes them; `None` for any other model, or rows it cannot encode (predicting them
+    /// then says why).
+    fn encode_chunk(&self, k: usize, rows: &[f64], phases: &[Phase]) -> Option<EncodedRows> {
+        self.medn_group[k]?;
+        let m = medn_of(&self.bundle, ModuleKind::ALL[k])?;
+        let width =
+            crate::regressor::check_tasks(m.schema(), rows.len(), phases.len(), phases.len())
+                .ok()?;
+        let mut batch = Encoded::default();
+        for (x, phase) in rows.chunks_exact(width).zip(phases) {
+            m.encode_row(x, *phase, &mut batch).ok()?;
+        }
+        Some(batch.take_rows())
     }
 
     /// The predictions of queries of `kinds` (`kind_of`: each one's index in
@@ -1579,7 +1609,12 @@ impl Predictor {
                 }
             }
         }
+        let encoded = chunks
+            .iter()
+            .map(|(k, r, i)| self.encode_chunk(*k, &rows[r.clone()], &phases[i.clone()]))
+            .collect();
         Some(ContextPlan {
+            encoded,
             kinds: queries.iter().map(|(s, _)| s.kind()).collect(),
             // A query split per sample is bounded as asked, as the reference path bounds it.
             floors: queries
@@ -1615,13 +1650,14 @@ impl Predictor {
         let mut scratch = SCRATCH.take();
         let Scratch { out, batch, .. } = &mut scratch;
         let mut eval = Eval::new(plan.kinds.len(), out, batch);
-        for (k, r, i) in &plan.chunks {
+        for ((k, r, i), encoded) in plan.chunks.iter().zip(&plan.encoded) {
             self.eval_rows(
                 &mut eval,
                 *k,
                 &plan.rows[r.clone()],
                 &plan.phases[i.clone()],
                 &plan.index[i.clone()],
+                encoded.as_ref(),
             )?;
         }
         let ms = eval.finish();
@@ -1773,6 +1809,9 @@ struct ContextPlan {
     floors: Vec<f64>,
     /// The rows models read, their phases and distinct modules, one after another.
     rows: Vec<f64>,
+    /// Per chunk whose kind's MEDN runs in its group's batch: its rows encoded for the
+    /// network, so a repeat does not encode them again.
+    encoded: Vec<Option<EncodedRows>>,
     phases: Vec<Phase>,
     index: Vec<usize>,
     /// Per run of one kind: its index in `ModuleKind::ALL`, its values in `rows` and its
