@@ -10,14 +10,14 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use perfcast_core::canonical::{canonical, least_cpu_compute_time_s, least_time_s};
-use perfcast_core::{Context, DeviceSpec, ModuleKind, ModuleSpec, Network, Phase, features};
+use perfcast_core::{Context, DeviceSpec, Dims, ModuleKind, ModuleSpec, Network, Phase, features};
 use serde::{Deserialize, Serialize};
 
 use crate::blend::Blend;
 use crate::bundle::Bundle;
 use crate::compose::RunShape;
 use crate::error::{Error, Result};
-use crate::features::{MAX_ROW, cpu_floor_ms_of_row, row, row_into};
+use crate::features::{MAX_ROW, cpu_floor_ms_of_row, row, row_into, row_into_shaped};
 use crate::medn::{Encoded, EncodedRows, FittedMedn};
 use crate::regressor::Regressor;
 
@@ -543,9 +543,10 @@ impl Predictor {
 
     /// One module in one context.
     pub fn predict_module(&self, spec: &ModuleSpec, context: &Context) -> Result<ModulePrediction> {
-        spec.validate()?;
+        // Validating the spec is deriving its output shape; the feature row reuses it.
+        let shape = spec.output_dims()?;
         context.validate()?;
-        self.predict_one(spec, context)
+        self.predict_one(spec, context, &shape)
     }
 
     /// [`Predictor::predict_module`] through the reference path: one feature row per query,
@@ -577,16 +578,21 @@ impl Predictor {
         spec: &ModuleSpec,
         context: &Context,
         device: &perfcast_core::DeviceSpec,
+        shape: Option<&Dims>,
         out: &mut Vec<f64>,
     ) {
+        let row = |context: &Context, out: &mut Vec<f64>| match shape {
+            Some(shape) => row_into_shaped(spec, context, device, shape, out),
+            None => row_into(spec, context, device, out),
+        };
         if model.multi_task() && context.phase != Phase::Training {
             let training = Context {
                 phase: Phase::Training,
                 ..context.clone()
             };
-            row_into(spec, &training, device, out);
+            row(&training, out);
         } else {
-            row_into(spec, context, device, out);
+            row(context, out);
         }
     }
 
@@ -597,7 +603,7 @@ impl Predictor {
         spec: &ModuleSpec,
         context: &Context,
     ) -> Result<ModulePrediction> {
-        if let Some((p, _)) = self.predict_inside(spec, context)? {
+        if let Some((p, _)) = self.predict_inside(spec, context, None)? {
             return Ok(p);
         }
         let mut out = self.predict_many(&[(spec, context)])?;
@@ -611,6 +617,7 @@ impl Predictor {
         &self,
         spec: &ModuleSpec,
         context: &Context,
+        shape: Option<&Dims>,
     ) -> Result<Option<(ModulePrediction, f64)>> {
         let kind = spec.kind();
         let Some(model) = self.bundle.model(kind) else {
@@ -618,7 +625,7 @@ impl Predictor {
         };
         let device = &self.bundle.manifest.device;
         let mut x = Vec::with_capacity(MAX_ROW);
-        Self::row_for(model, spec, context, device, &mut x);
+        Self::row_for(model, spec, context, device, shape, &mut x);
         if self.outside(kind, &x) {
             return Ok(None);
         }
@@ -726,7 +733,7 @@ impl Predictor {
         for &i in chunk {
             let (spec, context) = queries[i];
             let start = rows.len();
-            Self::row_for(model, spec, context, device, rows);
+            Self::row_for(model, spec, context, device, None, rows);
             if outside_of(checks, &rows[start..]) {
                 let warned = self.range_warnings(kind, &rows[start..]);
                 *slot(&mut extras.warnings, n, i, Vec::new()) = warned;
@@ -746,7 +753,7 @@ impl Predictor {
                     *slot(&mut extras.scale, n, i, None) = Some((e.roofline, e.near_roofline));
                     rows.truncate(start);
                     if multi {
-                        Self::row_for(model, &e.spec, &e.context, device, rows);
+                        Self::row_for(model, &e.spec, &e.context, device, None, rows);
                     } else {
                         rows.extend_from_slice(&e.row);
                     }
@@ -1096,14 +1103,19 @@ impl Predictor {
     }
 
     /// [`Predictor::predict_one_as_given`] through [`Predictor::answer`].
-    fn predict_one(&self, spec: &ModuleSpec, context: &Context) -> Result<ModulePrediction> {
+    fn predict_one(
+        &self,
+        spec: &ModuleSpec,
+        context: &Context,
+        shape: &Dims,
+    ) -> Result<ModulePrediction> {
         // A CPU query asked as given (no canonical form, no composition): its row gives the
         // compute floor too, so its shapes are derived once instead of again for the bound.
         if !self.gpu()
             && !spec.kind().is_zero_cost()
             && !self.composed(spec, context)
             && self.per_sample(spec, context).is_none()
-            && let Some((p, floor)) = self.predict_inside(spec, context)?
+            && let Some((p, floor)) = self.predict_inside(spec, context, Some(shape))?
         {
             return self.bounded_at(p, floor, spec);
         }
