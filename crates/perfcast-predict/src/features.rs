@@ -5,7 +5,7 @@
 //! Rows are raw (no logs): each model applies its own transform, so trees, k-NN and ridge see
 //! the same inputs.
 
-use perfcast_core::{Context, DeviceSpec, ModuleKind, ModuleSpec, Phase, features};
+use perfcast_core::{Context, DeviceSpec, Dims, ModuleKind, ModuleSpec, Phase, features};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -256,7 +256,19 @@ pub const MAX_ROW: usize = 14 + COMMON.len() + CONV_EXTRA.len();
 /// output shape is inferred once and shared by every feature that needs it.
 pub fn row_into(spec: &ModuleSpec, context: &Context, device: &DeviceSpec, out: &mut Vec<f64>) {
     let shape = spec.output_dims().unwrap_or_default();
-    let d = features::derive_with(spec, context.batch, &shape);
+    row_into_shaped(spec, context, device, &shape, out);
+}
+
+/// [`row_into`] with the spec's output shape already derived (by its validation), so a
+/// one-module query derives and checks it once.
+pub fn row_into_shaped(
+    spec: &ModuleSpec,
+    context: &Context,
+    device: &DeviceSpec,
+    shape: &Dims,
+    out: &mut Vec<f64>,
+) {
+    let d = features::derive_with(spec, context.batch, shape);
     let training = context.phase == Phase::Training;
     // Derived counts fp32 elements; a half-precision device view moves half the bytes.
     let bytes = (d.bytes_read + d.bytes_written) * device.element_scale();
@@ -288,13 +300,13 @@ pub fn row_into(spec: &ModuleSpec, context: &Context, device: &DeviceSpec, out: 
         device.mem_bandwidth_gbs,
         roofline_s * 1e3,
     ]);
-    let (gm, gn, gk) = gemm_dims_of(spec, context.batch, &shape);
+    let (gm, gn, gk) = gemm_dims_of(spec, context.batch, shape);
     out.extend_from_slice(&[gm, gn, gk, gm.min(gn).min(gk)]);
     out.extend_from_slice(&[alignment(gm), alignment(gn), alignment(gk)]);
     out.extend_from_slice(&conv_algorithm_flags(spec));
     if spec.kind() == ModuleKind::Conv2d {
-        out.extend_from_slice(&conv_backward_of(spec, context, &shape));
-        out.push(im2col_mib_of(spec, context.batch, &shape));
+        out.extend_from_slice(&conv_backward_of(spec, context, shape));
+        out.push(im2col_mib_of(spec, context.batch, shape));
     }
 }
 
@@ -505,10 +517,25 @@ pub fn gpu_canonical(
 /// is bit-identical and the prediction path skips most logarithms.
 #[inline]
 pub fn log1p_pos(v: f64) -> f64 {
+    log1p_in(log1p_table(), v)
+}
+
+/// The table [`log1p_pos`] looks whole numbers up in, for [`log1p_in`]: a loop over a row
+/// takes it once instead of checking its initialisation per value.
+#[inline]
+pub fn log1p_table() -> &'static [f64] {
+    &LOG1P_SMALL
+}
+
+/// [`log1p_pos`] with its table ([`log1p_table`]) at hand; the same bits.
+#[inline(always)]
+pub fn log1p_in(table: &[f64], v: f64) -> f64 {
     if v > 0.0 {
         let k = v as u32;
-        if (k as usize) < LOG1P_TABLE && f64::from(k) == v {
-            return LOG1P_SMALL[k as usize];
+        if let Some(t) = table.get(k as usize)
+            && f64::from(k) == v
+        {
+            return *t;
         }
         v.ln_1p()
     } else {

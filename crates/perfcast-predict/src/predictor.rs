@@ -10,15 +10,15 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use perfcast_core::canonical::{canonical, least_cpu_compute_time_s, least_time_s};
-use perfcast_core::{Context, DeviceSpec, ModuleKind, ModuleSpec, Network, Phase, features};
+use perfcast_core::{Context, DeviceSpec, Dims, ModuleKind, ModuleSpec, Network, Phase, features};
 use serde::{Deserialize, Serialize};
 
 use crate::blend::Blend;
 use crate::bundle::Bundle;
 use crate::compose::RunShape;
 use crate::error::{Error, Result};
-use crate::features::{MAX_ROW, cpu_floor_ms_of_row, row, row_into};
-use crate::medn::{Encoded, FittedMedn};
+use crate::features::{MAX_ROW, cpu_floor_ms_of_row, row, row_into, row_into_shaped};
+use crate::medn::{Encoded, EncodedRows, FittedMedn};
 use crate::regressor::Regressor;
 
 /// Efficiencies of the spec-only roofline used for kinds a bundle has no model for.
@@ -543,9 +543,10 @@ impl Predictor {
 
     /// One module in one context.
     pub fn predict_module(&self, spec: &ModuleSpec, context: &Context) -> Result<ModulePrediction> {
-        spec.validate()?;
+        // Validating the spec is deriving its output shape; the feature row reuses it.
+        let shape = spec.output_dims()?;
         context.validate()?;
-        self.predict_one(spec, context)
+        self.predict_one(spec, context, &shape)
     }
 
     /// [`Predictor::predict_module`] through the reference path: one feature row per query,
@@ -577,16 +578,21 @@ impl Predictor {
         spec: &ModuleSpec,
         context: &Context,
         device: &perfcast_core::DeviceSpec,
+        shape: Option<&Dims>,
         out: &mut Vec<f64>,
     ) {
+        let row = |context: &Context, out: &mut Vec<f64>| match shape {
+            Some(shape) => row_into_shaped(spec, context, device, shape, out),
+            None => row_into(spec, context, device, out),
+        };
         if model.multi_task() && context.phase != Phase::Training {
             let training = Context {
                 phase: Phase::Training,
                 ..context.clone()
             };
-            row_into(spec, &training, device, out);
+            row(&training, out);
         } else {
-            row_into(spec, context, device, out);
+            row(context, out);
         }
     }
 
@@ -597,7 +603,7 @@ impl Predictor {
         spec: &ModuleSpec,
         context: &Context,
     ) -> Result<ModulePrediction> {
-        if let Some((p, _)) = self.predict_inside(spec, context)? {
+        if let Some((p, _)) = self.predict_inside(spec, context, None)? {
             return Ok(p);
         }
         let mut out = self.predict_many(&[(spec, context)])?;
@@ -611,6 +617,7 @@ impl Predictor {
         &self,
         spec: &ModuleSpec,
         context: &Context,
+        shape: Option<&Dims>,
     ) -> Result<Option<(ModulePrediction, f64)>> {
         let kind = spec.kind();
         let Some(model) = self.bundle.model(kind) else {
@@ -618,7 +625,7 @@ impl Predictor {
         };
         let device = &self.bundle.manifest.device;
         let mut x = Vec::with_capacity(MAX_ROW);
-        Self::row_for(model, spec, context, device, &mut x);
+        Self::row_for(model, spec, context, device, shape, &mut x);
         if self.outside(kind, &x) {
             return Ok(None);
         }
@@ -684,7 +691,7 @@ impl Predictor {
                 index.clear();
                 let built = self.build_rows(k, chunk, queries, rows, phases, index, &mut extras)?;
                 if built {
-                    self.eval_rows(&mut eval, k, rows, phases, index)?;
+                    self.eval_rows(&mut eval, k, rows, phases, index, None)?;
                 }
             }
         }
@@ -726,7 +733,7 @@ impl Predictor {
         for &i in chunk {
             let (spec, context) = queries[i];
             let start = rows.len();
-            Self::row_for(model, spec, context, device, rows);
+            Self::row_for(model, spec, context, device, None, rows);
             if outside_of(checks, &rows[start..]) {
                 let warned = self.range_warnings(kind, &rows[start..]);
                 *slot(&mut extras.warnings, n, i, Vec::new()) = warned;
@@ -746,7 +753,7 @@ impl Predictor {
                     *slot(&mut extras.scale, n, i, None) = Some((e.roofline, e.near_roofline));
                     rows.truncate(start);
                     if multi {
-                        Self::row_for(model, &e.spec, &e.context, device, rows);
+                        Self::row_for(model, &e.spec, &e.context, device, None, rows);
                     } else {
                         rows.extend_from_slice(&e.row);
                     }
@@ -761,7 +768,8 @@ impl Predictor {
 
     /// Predicts rows [`Predictor::build_rows`] built for kind index `k` into `eval`: a kind
     /// whose MEDN is shared encodes them into its group's batch (run when the group changes
-    /// or the batch is full), any other model predicts them at once.
+    /// or the batch is full), any other model predicts them at once. `encoded`, when given,
+    /// holds the rows as that MEDN encodes them ([`Predictor::encode_chunk`]).
     fn eval_rows<'a>(
         &'a self,
         eval: &mut Eval<'_, 'a>,
@@ -769,6 +777,7 @@ impl Predictor {
         rows: &[f64],
         phases: &[Phase],
         index: &[usize],
+        encoded: Option<&EncodedRows>,
     ) -> Result<()> {
         let group = self.medn_group[k];
         if let Some((g, medn)) = eval.waiting
@@ -792,11 +801,23 @@ impl Predictor {
                     *slot(&mut eval.blended, eval.ms.len(), i, None) = Some(rest);
                 }
             }
-            let width =
-                crate::regressor::check_tasks(m.schema(), rows.len(), phases.len(), index.len())?;
-            for ((x, phase), &i) in rows.chunks_exact(width).zip(phases).zip(index) {
-                m.encode_row(x, *phase, eval.batch)?;
-                eval.pending.push(i);
+            match encoded.filter(|e| e.len() == index.len()) {
+                Some(e) => {
+                    eval.batch.push_rows(e)?;
+                    eval.pending.extend_from_slice(index);
+                }
+                None => {
+                    let width = crate::regressor::check_tasks(
+                        m.schema(),
+                        rows.len(),
+                        phases.len(),
+                        index.len(),
+                    )?;
+                    for ((x, phase), &i) in rows.chunks_exact(width).zip(phases).zip(index) {
+                        m.encode_row(x, *phase, eval.batch)?;
+                        eval.pending.push(i);
+                    }
+                }
             }
             eval.waiting = Some((g, m));
             if eval.batch.len() >= KIND_CHUNK {
@@ -816,6 +837,22 @@ impl Predictor {
             }
         }
         Ok(())
+    }
+
+    /// The rows of a chunk of kind index `k` as the MEDN that runs them in its group's batch
+    /// encodes them; `None` for any other model, or rows it cannot encode (predicting them
+    /// then says why).
+    fn encode_chunk(&self, k: usize, rows: &[f64], phases: &[Phase]) -> Option<EncodedRows> {
+        self.medn_group[k]?;
+        let m = medn_of(&self.bundle, ModuleKind::ALL[k])?;
+        let width =
+            crate::regressor::check_tasks(m.schema(), rows.len(), phases.len(), phases.len())
+                .ok()?;
+        let mut batch = Encoded::default();
+        for (x, phase) in rows.chunks_exact(width).zip(phases) {
+            m.encode_row(x, *phase, &mut batch).ok()?;
+        }
+        Some(batch.take_rows())
     }
 
     /// The predictions of queries of `kinds` (`kind_of`: each one's index in
@@ -1066,14 +1103,19 @@ impl Predictor {
     }
 
     /// [`Predictor::predict_one_as_given`] through [`Predictor::answer`].
-    fn predict_one(&self, spec: &ModuleSpec, context: &Context) -> Result<ModulePrediction> {
+    fn predict_one(
+        &self,
+        spec: &ModuleSpec,
+        context: &Context,
+        shape: &Dims,
+    ) -> Result<ModulePrediction> {
         // A CPU query asked as given (no canonical form, no composition): its row gives the
         // compute floor too, so its shapes are derived once instead of again for the bound.
         if !self.gpu()
             && !spec.kind().is_zero_cost()
             && !self.composed(spec, context)
             && self.per_sample(spec, context).is_none()
-            && let Some((p, floor)) = self.predict_inside(spec, context)?
+            && let Some((p, floor)) = self.predict_inside(spec, context, Some(shape))?
         {
             return self.bounded_at(p, floor, spec);
         }
@@ -1579,7 +1621,12 @@ impl Predictor {
                 }
             }
         }
+        let encoded = chunks
+            .iter()
+            .map(|(k, r, i)| self.encode_chunk(*k, &rows[r.clone()], &phases[i.clone()]))
+            .collect();
         Some(ContextPlan {
+            encoded,
             kinds: queries.iter().map(|(s, _)| s.kind()).collect(),
             // A query split per sample is bounded as asked, as the reference path bounds it.
             floors: queries
@@ -1615,13 +1662,14 @@ impl Predictor {
         let mut scratch = SCRATCH.take();
         let Scratch { out, batch, .. } = &mut scratch;
         let mut eval = Eval::new(plan.kinds.len(), out, batch);
-        for (k, r, i) in &plan.chunks {
+        for ((k, r, i), encoded) in plan.chunks.iter().zip(&plan.encoded) {
             self.eval_rows(
                 &mut eval,
                 *k,
                 &plan.rows[r.clone()],
                 &plan.phases[i.clone()],
                 &plan.index[i.clone()],
+                encoded.as_ref(),
             )?;
         }
         let ms = eval.finish();
@@ -1773,6 +1821,9 @@ struct ContextPlan {
     floors: Vec<f64>,
     /// The rows models read, their phases and distinct modules, one after another.
     rows: Vec<f64>,
+    /// Per chunk whose kind's MEDN runs in its group's batch: its rows encoded for the
+    /// network, so a repeat does not encode them again.
+    encoded: Vec<Option<EncodedRows>>,
     phases: Vec<Phase>,
     index: Vec<usize>,
     /// Per run of one kind: its index in `ModuleKind::ALL`, its values in `rows` and its

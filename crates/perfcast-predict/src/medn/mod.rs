@@ -129,7 +129,8 @@ impl TileInputs {
             return;
         }
         // ln(x) of x >= 1 through the table of ln(1 + k).
-        let ln = |x: f64| crate::features::log1p_pos(x - 1.0);
+        let table = crate::features::log1p_table();
+        let ln = |x: f64| crate::features::log1p_in(table, x - 1.0);
         let size = ln(m) + ln(n);
         for ((tm, tn), o) in GEMM_TILES.iter().zip(out.chunks_exact_mut(2)) {
             let (bm, bn) = ((m / tm).ceil(), (n / tn).ceil());
@@ -318,19 +319,20 @@ impl FittedMedn {
     fn encode_columns(&self, canonical: &[f64], z: &mut [f32]) {
         let width = self.input_width();
         let (mean, inv_std) = (&self.scaler.mean[..width], &self.scaler.inv_std[..width]);
-        let standard =
-            |v: f64, c: usize| ((crate::features::log1p_pos(v) - mean[c]) * inv_std[c]) as f32;
+        let table = crate::features::log1p_table();
+        let log = |v: f64| crate::features::log1p_in(table, v);
         match &self.shared {
             Some(m) => {
                 for (v, &c) in canonical.iter().zip(&m.columns) {
-                    z[c] = standard(*v, c);
+                    z[c] = ((log(*v) - mean[c]) * inv_std[c]) as f32;
                 }
-                z[m.indicator] = standard(1.0, m.indicator);
+                let c = m.indicator;
+                z[c] = ((log(1.0) - mean[c]) * inv_std[c]) as f32;
             }
             None => {
                 let cols = canonical.len();
-                for (c, (o, v)) in z[..cols].iter_mut().zip(canonical).enumerate() {
-                    *o = standard(*v, c);
+                for (((o, v), m), s) in z[..cols].iter_mut().zip(canonical).zip(mean).zip(inv_std) {
+                    *o = ((log(*v) - m) * s) as f32;
                 }
                 if let Some(t) = &self.tiles {
                     let mut extra = [0.0; TILE_INPUTS];
@@ -396,6 +398,59 @@ impl Encoded {
         self.z.clear();
         self.routes.clear();
         self.zero.clear();
+    }
+}
+
+/// Rows encoded once and kept (a prepared network's plan), to append to an [`Encoded`] batch
+/// again and again without encoding them each time.
+#[derive(Clone, Debug, Default)]
+pub struct EncodedRows {
+    z: Vec<f32>,
+    width: usize,
+    routes: Vec<(usize, usize, usize)>,
+}
+
+impl EncodedRows {
+    /// Rows held.
+    pub fn len(&self) -> usize {
+        self.routes.len()
+    }
+
+    /// Whether no row is held.
+    pub fn is_empty(&self) -> bool {
+        self.routes.is_empty()
+    }
+}
+
+impl Encoded {
+    /// The rows waiting, taken out for keeping; leaves `self` cleared.
+    pub fn take_rows(&mut self) -> EncodedRows {
+        let rows = EncodedRows {
+            z: std::mem::take(&mut self.z),
+            width: self.width,
+            routes: std::mem::take(&mut self.routes),
+        };
+        self.clear();
+        rows
+    }
+
+    /// Appends rows kept by [`Encoded::take_rows`], as if encoded again by the same model.
+    /// Errors when their width differs from the rows waiting.
+    pub fn push_rows(&mut self, rows: &EncodedRows) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        if self.is_empty() {
+            self.width = rows.width;
+        } else if self.width != rows.width {
+            return Err(Error::InvalidData(format!(
+                "a MEDN input of width {} in a batch of width {}",
+                rows.width, self.width
+            )));
+        }
+        self.z.extend_from_slice(&rows.z);
+        self.routes.extend_from_slice(&rows.routes);
+        Ok(())
     }
 }
 
