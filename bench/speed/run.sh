@@ -25,6 +25,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"; [ -n "${server:-}" ] && kill "$server" 2>/dev/null || true' EXIT
 
 echo "== $(date -u +%FT%TZ) $(uname -n), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), bundle $BUNDLE"
+echo "== binary $BIN, built $(date -u -r "$BIN" +%FT%TZ) (set PERFCAST_BIN to time another)"
 echo "== perfcast bundle bench $BUNDLE: medians of $RUNS runs"
 for i in $(seq "$RUNS"); do
     "$BIN" bundle bench "$BUNDLE" --format json > "$tmp/bench-$i.json"
