@@ -128,42 +128,35 @@ pub struct StripReport {
 
 /// The measured rows of one dataset, grouped by kind and phase.
 struct DeviceData {
-    dir: DatasetDir,
     device: perfcast_core::DeviceSpec,
-    groups: BTreeMap<(ModuleKind, bool), Vec<Record>>,
+    groups: BTreeMap<(ModuleKind, Phase), Vec<Record>>,
 }
 
 fn read(dir: &DatasetDir, modules: &[ModuleKind]) -> Result<DeviceData> {
     let device = dir.device()?;
-    let mut groups: BTreeMap<(ModuleKind, bool), Vec<Record>> = BTreeMap::new();
+    let mut groups: BTreeMap<(ModuleKind, Phase), Vec<Record>> = BTreeMap::new();
     for kind in dir.kinds() {
         if !modules.is_empty() && !modules.contains(&kind) {
             continue;
         }
         for r in dir.read(kind)? {
             if r.timing().is_some() {
-                let training = r.context.phase == Phase::Training;
-                groups.entry((kind, training)).or_default().push(r);
+                groups.entry((kind, r.context.phase)).or_default().push(r);
             }
         }
     }
-    Ok(DeviceData {
-        dir: dir.clone(),
-        device,
-        groups,
-    })
-}
-
-fn phase_of(training: bool) -> Phase {
-    if training {
-        Phase::Training
-    } else {
-        Phase::Inference
-    }
+    Ok(DeviceData { device, groups })
 }
 
 fn time(r: &Record) -> f64 {
     r.timing().map_or(f64::NAN, |t| t.median_ms)
+}
+
+impl StripSettings {
+    /// Whether a row of `t` ms stands far enough above its device's floor to be stripped.
+    fn above_floor(&self, t: f64, floor: f64) -> bool {
+        t > floor && t >= self.min_floor_multiple * floor
+    }
 }
 
 fn floor_ms(rows: &[Record], q: f64) -> f64 {
@@ -216,7 +209,7 @@ pub fn strip_overhead(
         ));
     }
     let q = settings.floor_quantile;
-    let mut per_key: BTreeMap<(ModuleKind, bool), Vec<ReferenceFactor>> = BTreeMap::new();
+    let mut per_key: BTreeMap<(ModuleKind, Phase), Vec<ReferenceFactor>> = BTreeMap::new();
     for dir in refs {
         let data = read(dir, modules)?;
         let predictor = Predictor::new(Bundle::load_for_device(bundle, &data.device)?);
@@ -225,7 +218,7 @@ pub fn strip_overhead(
             let mut ratios = Vec::new();
             for r in rows {
                 let t = time(r);
-                if t > floor && t >= settings.min_floor_multiple * floor {
+                if settings.above_floor(t, floor) {
                     let p = predictor.predict_module(&r.spec, &r.context)?.ms;
                     ratios.push((t - floor) / p);
                 }
@@ -244,12 +237,12 @@ pub fn strip_overhead(
     }
     let factors: Vec<FrameworkFactor> = per_key
         .into_iter()
-        .map(|((kind, training), references)| {
+        .map(|((kind, phase), references)| {
             let mean_ln =
                 references.iter().map(|r| r.factor.ln()).sum::<f64>() / references.len() as f64;
             FrameworkFactor {
                 kind,
-                phase: phase_of(training),
+                phase,
                 factor: mean_ln.exp(),
                 references,
             }
@@ -263,9 +256,8 @@ pub fn strip_overhead(
     let mut rng = SplitMix64::new(settings.seed);
     for dir in others {
         let data = read(dir, modules)?;
-        let mut rows_out = DeviceRows::new(&name(&data.dir), Some(data.device.clone()));
-        for ((kind, training), rows) in &data.groups {
-            let (kind, phase) = (*kind, phase_of(*training));
+        let mut rows_out = DeviceRows::new(&name(dir), Some(data.device.clone()));
+        for (&(kind, phase), rows) in &data.groups {
             let Some(factor) = factors.iter().find(|f| f.kind == kind && f.phase == phase) else {
                 rows_out.skip(
                     kind,
@@ -278,7 +270,7 @@ pub fn strip_overhead(
             let (mut above, mut below) = (0, 0);
             for r in rows {
                 let t = time(r);
-                if t <= floor || t < settings.min_floor_multiple * floor {
+                if !settings.above_floor(t, floor) {
                     continue;
                 }
                 above += 1;
@@ -321,4 +313,13 @@ pub fn strip_overhead(
         tables,
     };
     Ok((report, import))
+}
+
+/// Writes `rows` as datasets under `out` (replacing an earlier output only with `force`), with
+/// `report` beside them in [`REPORT_FILE`], all in one staged directory.
+pub fn write_stripped(out: &Path, force: bool, report: &StripReport, rows: &Import) -> Result<()> {
+    let notes = serde_json::to_string_pretty(report)
+        .map_err(|e| Error::Input(format!("`{}`: {e}", out.display())))?;
+    rows.write_with(out, force, &[(REPORT_FILE, notes.as_bytes())])?;
+    Ok(())
 }

@@ -68,10 +68,12 @@ pub fn step_parts(
     device: &DeviceSpec,
 ) -> StepParts {
     let floor = launch_floor_ms(predictor, context.phase, device);
-    let per_layer = prediction.layers.len() == network.layers.len();
-    let whole = network.layers.iter().fold((0.0, 0.0), |(c, m), l| {
-        let (lc, lm) = least_time_parts_s(&l.spec, context, device);
-        (c + lc, m + lm)
+    // Fused layers do not line up with the network's: their shares are the whole network's.
+    let whole = (prediction.layers.len() != network.layers.len()).then(|| {
+        network.layers.iter().fold((0.0, 0.0), |(c, m), l| {
+            let (lc, lm) = least_time_parts_s(&l.spec, context, device);
+            (c + lc, m + lm)
+        })
     });
     let mut parts = StepParts {
         floor_ms: floor,
@@ -85,11 +87,8 @@ pub fn step_parts(
             0.0
         };
         parts.launch_ms += p - kernel;
-        let (c, m) = if per_layer {
-            least_time_parts_s(&network.layers[i].spec, context, device)
-        } else {
-            whole
-        };
+        let (c, m) =
+            whole.unwrap_or_else(|| least_time_parts_s(&network.layers[i].spec, context, device));
         let compute = if c + m > 0.0 { c / (c + m) } else { 0.5 };
         parts.compute_ms += kernel * compute;
         parts.memory_ms += kernel * (1.0 - compute);

@@ -219,12 +219,7 @@ fn strip(args: StripArgs) -> anyhow::Result<ExitCode> {
         &args.modules,
         &settings,
     )?;
-    let notes = serde_json::to_string_pretty(&report)?;
-    rows.write_with(
-        &args.out,
-        args.force,
-        &[(perfcast_calibrate::overhead::REPORT_FILE, notes.as_bytes())],
-    )?;
+    perfcast_calibrate::overhead::write_stripped(&args.out, args.force, &report, &rows)?;
     match args.format {
         Format::Json => emit_json(&report)?,
         Format::Text => emit(&render::datasets::strip(&report, &args.out))?,

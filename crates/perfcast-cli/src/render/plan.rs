@@ -119,15 +119,17 @@ pub fn plan(
          time-cost Pareto front\n",
     );
     let waiting = r.rows.iter().filter(|row| row.host_bound_s > 0.0).count();
-    if waiting > 0 {
+    if let (true, Some(host)) = (waiting > 0, r.config.host) {
         let most = r
             .rows
             .iter()
             .max_by(|a, b| a.host_bound_s.total_cmp(&b.host_bound_s))
             .map_or(0.0, |row| row.host_bound_s);
         t.push_str(&format!(
-            "{waiting} plan(s) wait on the framework's host dispatch (eager: 1 ms per step and \
-             80 us per layer and micro-batch), up to {} per step; `--fusion compile` launches less\n",
+            "{waiting} plan(s) wait on the framework's host dispatch (eager: {} per step and {} \
+             per layer and micro-batch), up to {} per step; `--fusion compile` launches less\n",
+            fmt_ms(host.per_step_s * 1e3),
+            fmt_ms(host.per_layer_s * 1e3),
             fmt_ms(most * 1e3)
         ));
     }
