@@ -16,6 +16,7 @@
 //! assert!(derived.flops > 1e9);
 //! ```
 
+pub mod arch;
 pub mod atomic;
 pub mod canonical;
 pub mod catalogue;

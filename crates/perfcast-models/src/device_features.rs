@@ -127,6 +127,26 @@ fn extend_set(data: &TrainSet, params: &CrossDeviceParams) -> Result<(TrainSet, 
     Ok((set, how.floor_ms))
 }
 
+/// Whether the rows' devices share architecture generations: the median generation holds at
+/// least two of them. Where most generations hold one device, the generation names the device,
+/// and a model that splits on it cannot answer a device it never saw.
+fn generations_shared(data: &TrainSet, devices: &[DeviceSpec]) -> Result<bool> {
+    let cols = Cols::of(&data.schema)?;
+    let mut per_year: BTreeMap<u16, usize> = BTreeMap::new();
+    for ((peak, bw), _) in launch_floors_ms(data, &cols) {
+        let (peak, bw) = (f64::from_bits(peak), f64::from_bits(bw));
+        if let Some(d) = devices
+            .iter()
+            .find(|d| d.peak_gflops == peak && d.mem_bandwidth_gbs == bw)
+        {
+            *per_year.entry(perfcast_core::arch::year_of(d)).or_default() += 1;
+        }
+    }
+    let mut counts: Vec<usize> = per_year.into_values().collect();
+    counts.sort_unstable();
+    Ok(counts.get(counts.len() / 2).is_some_and(|&n| n >= 2))
+}
+
 /// The smallest launch floor of each vendor's devices among the rows' ([`launch_floors_ms`];
 /// devices found in `devices` by peak and bandwidth, vendors by [`crate::gpu_util::vendor`]).
 /// Launch costs follow the driver stack more than the chip: NeuSight's AMD GPUs pay about
@@ -248,7 +268,9 @@ impl CrossDeviceParams {
             // `phase`: a training step's backward kernels run at utilisations of their own;
             // `dtype`: tensor-core kernels in half precision too.
             // `cycles`: row reductions paced by their SMs where bandwidth per SM-cycle is high.
-            fields: ["util", "phase", "dtype", "cycles"]
+            // `generation`: kernels run at their architecture's efficiencies, which the spec
+            // does not carry.
+            fields: ["util", "phase", "dtype", "cycles", "generation"]
                 .map(String::from)
                 .to_vec(),
             devices: devices.to_vec(),
@@ -401,6 +423,13 @@ impl CrossDeviceParams {
     pub fn fit(&self, data: &TrainSet) -> Result<FittedCrossDevice> {
         self.validate()?;
         regressor::check_train_set(data, 2)?;
+        if self.fields.iter().any(|f| f == "generation")
+            && !generations_shared(data, &self.devices)?
+        {
+            let mut without = self.clone();
+            without.fields.retain(|f| f != "generation");
+            return without.fit(data);
+        }
         let (extended, floor_ms) = extend_set(data, self)?;
         let inner = self.inner.fit(&extended)?;
         let (vendor_floors_ms, launch_ratio, phase_devices) = if self.scale == Scale::Utilisation {
@@ -829,6 +858,35 @@ mod tests {
         for r in test.x.iter_rows().take(50) {
             assert_eq!(back.predict_row(r).unwrap(), model.predict_row(r).unwrap());
         }
+    }
+
+    #[test]
+    fn the_generation_is_read_only_where_generations_hold_several_devices() {
+        let fields = |devices: &[DeviceSpec]| {
+            let sets: Vec<TrainSet> = devices.iter().map(|d| set(d, 120)).collect();
+            let data = concat(&sets.iter().collect::<Vec<_>>()).unwrap();
+            let model = CrossDeviceParams::utilisation(devices).fit(&data).unwrap();
+            let saved = model.to_saved();
+            let saved = saved.downcast_ref::<SavedCrossDevice>().unwrap();
+            saved.fields.clone()
+        };
+        // Kepler, Maxwell, Pascal: one device each, so the year would name the device.
+        let one_each = [
+            gpu("Tesla K40", 4_290.0, 288.0),
+            gpu("Tesla M40", 6_840.0, 288.0),
+            gpu("Tesla P100", 9_300.0, 732.0),
+        ];
+        assert!(!fields(&one_each).iter().any(|f| f == "generation"));
+        // Two of each generation: the year groups them.
+        let two_each = [
+            gpu("Tesla K40", 4_290.0, 288.0),
+            gpu("Tesla K80", 4_370.0, 240.0),
+            gpu("Tesla M40", 6_840.0, 288.0),
+            gpu("Tesla M60", 4_820.0, 160.0),
+            gpu("Tesla P100", 9_300.0, 732.0),
+            gpu("TITAN Xp", 12_150.0, 548.0),
+        ];
+        assert!(fields(&two_each).iter().any(|f| f == "generation"));
     }
 
     #[test]

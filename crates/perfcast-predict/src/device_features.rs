@@ -39,9 +39,24 @@ pub use crate::features::DEVICE_BLOCK;
 /// `dtype` adds the element width in bytes of the type the device is seen in and whether that
 /// type runs on tensor cores (every type but fp32): a half-precision GEMM on tensor cores
 /// reaches its peak by other tiles and at other sizes than an fp32 one on the vector units.
+/// `generation` adds the launch year of the device's architecture ([`perfcast_core::arch`]):
+/// peak and bandwidth do not tell a Maxwell from a Kepler of the same spec, and kernels run at
+/// their generation's efficiencies.
 pub const SPEC_FIELDS: &[&str] = &[
-    "sms", "shaders", "clock", "memory", "cache", "waves", "tiles", "per_sm", "util", "power",
-    "phase", "dtype", "cycles",
+    "sms",
+    "shaders",
+    "clock",
+    "memory",
+    "cache",
+    "waves",
+    "tiles",
+    "per_sm",
+    "util",
+    "power",
+    "phase",
+    "dtype",
+    "cycles",
+    "generation",
 ];
 
 /// Tile sizes (square) the `tiles` field counts waves of.
@@ -273,6 +288,7 @@ impl Cols {
                         .map_or(0.0, |w| (w / (device.peak_gflops / 1e3)).max(1e-9).log2());
                 }
                 "phase" => out[n] = x[self.training],
+                "generation" => out[n] = generation(device),
                 "cycles" => {
                     let least = self.least_ms(x);
                     out[n] = self
@@ -324,6 +340,35 @@ fn field_names(kind: perfcast_core::ModuleKind, fields: &[String]) -> Vec<String
         }
     }
     out
+}
+
+/// The launch year of the device's architecture ([`perfcast_core::arch::year_of`]), remembered
+/// per device name: every row of a query asks for the same device.
+fn generation(device: &DeviceSpec) -> f64 {
+    thread_local! {
+        static YEARS: std::cell::RefCell<Vec<(String, [u64; 2], f64)>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let key = [
+        device.peak_gflops.to_bits(),
+        device.mem_bandwidth_gbs.to_bits(),
+    ];
+    YEARS.with(|years| {
+        let mut years = years.borrow_mut();
+        if let Some((_, _, y)) = years
+            .iter()
+            .find(|(name, k, _)| *k == key && *name == device.name)
+        {
+            return *y;
+        }
+        let y = f64::from(perfcast_core::arch::year_of(device));
+        // A server answering many ad-hoc specs must not grow without end.
+        if years.len() >= 64 {
+            years.clear();
+        }
+        years.push((device.name.clone(), key, y));
+        y
+    })
 }
 
 /// Names of the `per_sm` field's features.
