@@ -118,6 +118,9 @@ pub fn architecture(name: &str) -> Option<Architecture> {
             KEPLER
         });
     }
+    if has("vega") {
+        return Some(VEGA);
+    }
     tokens.iter().find_map(|t| model_number(t))
 }
 
@@ -162,13 +165,9 @@ fn model_number(token: &str) -> Option<Architecture> {
     })
 }
 
-/// The architecture's year, or `None` for a name [`architecture`] does not know; AMD's Vega
-/// boards that name no number ("Radeon Vega Frontier Edition") are Vega.
+/// The architecture's year, or `None` for a name [`architecture`] does not know.
 pub fn architecture_year(name: &str) -> Option<u16> {
-    architecture(name).map(|a| a.year).or_else(|| {
-        let lower = name.to_ascii_lowercase();
-        lower.contains("vega").then_some(VEGA.year)
-    })
+    architecture(name).map(|a| a.year)
 }
 
 /// The architecture year of a GPU spec: its name's ([`architecture_year`]), else that of the

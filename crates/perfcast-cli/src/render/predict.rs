@@ -278,11 +278,12 @@ pub fn bench(lines: &[BenchLine]) -> String {
 }
 
 /// The known devices as a table (`perfcast predict --list-devices`); `launch us` is the
-/// measured launch floor where one exists (`-` otherwise).
+/// measured launch floor where one exists (`-` otherwise), `arch` the architecture the GPU
+/// util model reads the generation of.
 pub fn devices_table() -> String {
     let tf = |v: Option<f64>| v.map_or("-".to_string(), |g| format!("{:.1}", g / 1e3));
     let mut t = format!(
-        "{:<32} {:<30} {:>7} {:>7} {:>7} {:>7} {:>7} {:>6} {:>5} {:>5} {:>6} {:>9}\n",
+        "{:<32} {:<30} {:>7} {:>7} {:>7} {:>7} {:>7} {:>6} {:>5} {:>5} {:>6} {:>9}  {}\n",
         "name",
         "--device",
         "fp32",
@@ -294,11 +295,12 @@ pub fn devices_table() -> String {
         "SMs",
         "GB",
         "link",
-        "launch us"
+        "launch us",
+        "arch"
     );
     for s in perfcast_data::import::known::known() {
         t.push_str(&format!(
-            "{:<32} {:<30} {:>7} {:>7} {:>7} {:>7} {:>7} {:>6} {:>5} {:>5} {:>6} {:>9}\n",
+            "{:<32} {:<30} {:>7} {:>7} {:>7} {:>7} {:>7} {:>6} {:>5} {:>5} {:>6} {:>9}  {}\n",
             s.name,
             s.slug(),
             tf(Some(s.peak_gflops)),
@@ -312,7 +314,8 @@ pub fn devices_table() -> String {
             s.links
                 .peer_gbs
                 .map_or("-".to_string(), |g| format!("{g:.0}")),
-            s.launch_us.map_or("-".to_string(), |us| format!("{us:.1}"))
+            s.launch_us.map_or("-".to_string(), |us| format!("{us:.1}")),
+            perfcast_core::arch::architecture(&s.name).map_or("-", |a| a.name)
         ));
     }
     t.push_str(
