@@ -749,21 +749,28 @@ impl Bundle {
                     ))
                 })?;
             }
+            // Spec and context are validated with the prediction, which derives the shape once;
+            // an error is then named by its first row, as a check before predicting would.
             let spec = ModuleSpec::from_config(kind, &ints)
-                .and_then(|s| s.validate().map(|()| s))
                 .map_err(|e| input_err(format!("row {r}: {e}")))?;
             let mut c = defaults.clone();
             if let Some(b) = &batches {
                 c.batch = b[r];
-                c.validate()
-                    .map_err(|e| input_err(format!("row {r}: {e}")))?;
             }
             queries.push((spec, c));
         }
         let p = self.predictor(device)?;
-        let out = py
-            .detach(|| p.predict_modules(&queries))
-            .map_err(input_err)?;
+        let out = py.detach(|| p.predict_modules(&queries)).map_err(|e| {
+            match queries.iter().enumerate().find_map(|(r, (s, c))| {
+                s.validate()
+                    .and_then(|()| c.validate())
+                    .err()
+                    .map(|v| (r, v))
+            }) {
+                Some((r, v)) => input_err(format!("row {r}: {v}")),
+                None => input_err(e),
+            }
+        })?;
         Ok(f64_bytes(py, out.iter().map(|m| m.ms)))
     }
 
