@@ -81,6 +81,46 @@ def test_a_thousand_random_modules_match_the_cli(gpu_bundle, cli, tmp_path):
     assert detail["ms"] == expected[0] and detail["kind"] == modules[0]["kind"]
 
 
+def test_plain_dicts_read_directly_answer_as_through_json(gpu_bundle):
+    # A dict of plain ints, lists, tuples and bools is read straight into a spec; a context key
+    # sends the same module through the JSON path, which must agree on every answer and error.
+    rng = random.Random(13)
+    modules = [random_module(rng) for _ in range(300)]
+    modules += [
+        {"kind": "conv2d", "in_channels": 3, "out_channels": 8, "input_hw": (32, 24), "kernel": 3,
+         "stride": 2, "padding": (1, 0), "dilation": [2, 1], "groups": 1, "bias": False},
+        {"kind": "maxpool2d", "channels": 8, "input_hw": [9, 7], "kernel": [2, 3]},
+        {"kind": "avgpool2d", "channels": 8, "input_hw": 16, "kernel": 2, "stride": [2, 1], "padding": 1},
+        {"kind": "batchnorm2d", "channels": 16, "input_hw": [8, 8]},
+        {"kind": "rmsnorm", "tokens": 4, "features": 64},
+        {"kind": "matmul", "m": 64, "k": 32, "n": 16, "trans_a": True, "trans_b": False},
+        {"kind": "leaky_relu", "shape": (2, 3, 4)},
+        {"kind": "relu", "shape": [2, 3.0, 4]},
+        {"kind": "relu", "shape": [2, np.int64(3), 4]},
+    ]
+    for m in modules:
+        via_json = {**m, "batch": 2}
+        assert gpu_bundle.predict_detail(m, batch=2) == gpu_bundle.predict_detail(via_json), m
+        assert perfcast.describe(m, batch=2) == perfcast.describe(via_json, batch=2)
+    assert gpu_bundle.predict_many(modules, batch=2).tolist() == gpu_bundle.predict_many(
+        [{**m, "batch": 2} for m in modules]).tolist()
+    bad = [
+        {"kind": "relu", "shape": [2, True, 4]},
+        {"kind": "relu", "shape": [2, 0, 4]},
+        {"kind": "relu", "shape": [2, 3]},
+        {"kind": "linear", "in_features": 8, "out_features": 8, "bias": 1},
+        {"kind": "linear", "in_features": 8, "out_features": 8, "typo": 1},
+        {"kind": "conv2d", "in_channels": 3, "out_channels": 8, "input_hw": [4, 4], "kernel": 9},
+        {"kind": "Conv2d", "in_channels": 3, "out_channels": 8, "input_hw": 8, "kernel": 3},
+    ]
+    for m in bad:
+        with pytest.raises(perfcast.InputError) as plain:
+            gpu_bundle.predict(m)
+        with pytest.raises(perfcast.InputError) as general:
+            gpu_bundle.predict_many([m])
+        assert str(plain.value).split(": ", 1)[1] == str(general.value).split(": ", 1)[1], m
+
+
 def test_columns_answer_as_the_same_modules_one_by_one(gpu_bundle):
     rng = np.random.default_rng(3)
     n = 500

@@ -315,6 +315,12 @@ struct Extras {
     warnings: Vec<Vec<String>>,
     fallback: Vec<Option<ModulePrediction>>,
     scale: Vec<Option<(f64, f64)>>,
+    /// Per query, the CPU compute floor read off its own row when `shapes` were given (NaN
+    /// where none was read): the bound then derives no shapes.
+    floors: Vec<f64>,
+    /// The queries' validated output shapes, in order, when the caller has them: the rows
+    /// take them instead of deriving them again, and the floors are read off the rows.
+    shaped: bool,
 }
 
 /// `v[i]`, with `v` sized to `n` (filled with `empty`) on first use.
@@ -664,9 +670,23 @@ impl Predictor {
         &self,
         queries: &[(&ModuleSpec, &Context)],
     ) -> Result<Vec<ModulePrediction>> {
+        self.predict_many_shaped(queries, None).map(|(out, _)| out)
+    }
+
+    /// [`Predictor::predict_many_as_given`] of CPU queries whose output shapes (`shapes`, in
+    /// order) validation derived: the rows take them, and each query's compute floor is read
+    /// off its row (returned, NaN where none was read).
+    fn predict_many_shaped(
+        &self,
+        queries: &[(&ModuleSpec, &Context)],
+        shapes: Option<&[Dims]>,
+    ) -> Result<(Vec<ModulePrediction>, Vec<f64>)> {
         let n = queries.len();
         let (kind_of, by_kind) = by_kind(queries);
-        let mut extras = Extras::default();
+        let mut extras = Extras {
+            shaped: shapes.is_some_and(|s| s.len() == n),
+            ..Extras::default()
+        };
         // This thread's buffers of the last call, emptied: a batch's rows and encoded MEDN
         // inputs run to hundreds of KiB, which a fresh allocation maps and faults in on every
         // call (and two threads doing so wait on each other in the kernel).
@@ -689,7 +709,8 @@ impl Predictor {
                 rows.clear();
                 phases.clear();
                 index.clear();
-                let built = self.build_rows(k, chunk, queries, rows, phases, index, &mut extras)?;
+                let built =
+                    self.build_rows(k, chunk, queries, shapes, rows, phases, index, &mut extras)?;
                 if built {
                     self.eval_rows(&mut eval, k, rows, phases, index, None)?;
                 }
@@ -697,7 +718,8 @@ impl Predictor {
         }
         let ms = eval.finish();
         SCRATCH.set(scratch);
-        Ok(self.assemble(queries.iter().map(|(s, _)| s.kind()), &kind_of, ms, &extras))
+        let out = self.assemble(queries.iter().map(|(s, _)| s.kind()), &kind_of, ms, &extras);
+        Ok((out, extras.floors))
     }
 
     /// The rows of `chunk` (queries of kind index `k`) appended to `rows`, their phases to
@@ -712,6 +734,7 @@ impl Predictor {
         k: usize,
         chunk: &[usize],
         queries: &[(&ModuleSpec, &Context)],
+        shapes: Option<&[Dims]>,
         rows: &mut Vec<f64>,
         phases: &mut Vec<Phase>,
         index: &mut Vec<usize>,
@@ -733,7 +756,12 @@ impl Predictor {
         for &i in chunk {
             let (spec, context) = queries[i];
             let start = rows.len();
-            Self::row_for(model, spec, context, device, None, rows);
+            let shape = shapes.filter(|_| extras.shaped).map(|s| &s[i]);
+            Self::row_for(model, spec, context, device, shape, rows);
+            if shape.is_some() {
+                let floor = cpu_floor_ms_of_row(spec, context.phase, &rows[start..], device);
+                *slot(&mut extras.floors, n, i, f64::NAN) = floor;
+            }
             if outside_of(checks, &rows[start..]) {
                 let warned = self.range_warnings(kind, &rows[start..]);
                 *slot(&mut extras.warnings, n, i, Vec::new()) = warned;
@@ -1124,6 +1152,16 @@ impl Predictor {
 
     /// [`Predictor::predict_many_as_given`] on the queries' canonical forms, bounded.
     fn predict_many(&self, queries: &[(&ModuleSpec, &Context)]) -> Result<Vec<ModulePrediction>> {
+        self.predict_many_valid(queries, None)
+    }
+
+    /// [`Predictor::predict_many`], given the queries' output shapes (`shapes`, in order) when
+    /// validation derived them: a CPU query's row then takes its shape and gives its bound.
+    fn predict_many_valid(
+        &self,
+        queries: &[(&ModuleSpec, &Context)],
+        shapes: Option<&[Dims]>,
+    ) -> Result<Vec<ModulePrediction>> {
         if !self.gpu() {
             let split: Vec<Option<(Context, f64)>> =
                 queries.iter().map(|(s, c)| self.per_sample(s, c)).collect();
@@ -1132,16 +1170,22 @@ impl Predictor {
                 .zip(&split)
                 .map(|(&(s, c), one)| (s, one.as_ref().map_or(c, |(one, _)| one)))
                 .collect();
-            let out = self.predict_many_as_given(&asked)?;
+            let (out, floors) = self.predict_many_shaped(&asked, shapes)?;
             return out
                 .into_iter()
                 .zip(queries)
                 .zip(&split)
-                .map(|((mut p, (s, c)), one)| {
+                .enumerate()
+                .map(|(i, ((mut p, (s, c)), one))| {
                     if let Some((_, calls)) = one {
                         p.ms *= calls;
+                        return self.bounded(p, s, c);
                     }
-                    self.bounded(p, s, c)
+                    // A floor read off the query's own row is the one `bounded` derives.
+                    match floors.get(i).filter(|f| !f.is_nan()) {
+                        Some(&floor) => self.bounded_at(p, floor, s),
+                        None => self.bounded(p, s, c),
+                    }
                 })
                 .collect();
         }
@@ -1324,13 +1368,19 @@ impl Predictor {
         type Share = (Result<()>, Result<Vec<ModulePrediction>>);
         // Checks then predicts one share.
         let work = |part: &[(ModuleSpec, Context)]| -> Share {
+            // Validating a spec is deriving its output shape, which its row then reuses.
+            let mut shapes = Vec::with_capacity(part.len());
             for (spec, context) in part {
-                if let Err(e) = spec.validate().and_then(|()| context.validate()) {
-                    return (Err(e.into()), Ok(Vec::new()));
+                match spec
+                    .output_dims()
+                    .and_then(|d| context.validate().map(|()| d))
+                {
+                    Ok(d) => shapes.push(d),
+                    Err(e) => return (Err(e.into()), Ok(Vec::new())),
                 }
             }
             let refs: Vec<(&ModuleSpec, &Context)> = part.iter().map(|(s, c)| (s, c)).collect();
-            (Ok(()), self.predict_many(&refs))
+            (Ok(()), self.predict_many_valid(&refs, Some(&shapes)))
         };
         let threads = threads.clamp(1, queries.len().max(1));
         let shares: Vec<&[(ModuleSpec, Context)]> = if threads == 1 {
@@ -1610,6 +1660,7 @@ impl Predictor {
                         k,
                         chunk,
                         &queries,
+                        None,
                         &mut rows,
                         &mut phases,
                         &mut index,

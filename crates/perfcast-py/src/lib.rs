@@ -261,6 +261,206 @@ fn module(value: Value, what: &str) -> PyResult<ModuleQuery> {
     Ok(q)
 }
 
+/// A module dict's fields looked up by interned name, counting the ones found.
+struct Fields<'a, 'py> {
+    dict: &'a Bound<'py, PyDict>,
+    found: usize,
+}
+
+impl<'py> Fields<'_, 'py> {
+    fn get(&mut self, key: &Bound<'py, PyString>) -> Option<Option<Bound<'py, PyAny>>> {
+        match self.dict.get_item(key) {
+            Ok(Some(v)) => {
+                self.found += 1;
+                Some(Some(v))
+            }
+            Ok(None) => Some(None),
+            Err(_) => None,
+        }
+    }
+
+    /// A size: a plain int, or `default` when absent (None: not the plain form).
+    fn int(&mut self, key: &Bound<'py, PyString>, default: Option<usize>) -> Option<usize> {
+        match self.get(key)? {
+            Some(v) => whole(&v),
+            None => default,
+        }
+    }
+
+    /// A pair field: an int for both, or a list or tuple of two ints.
+    fn pair(
+        &mut self,
+        key: &Bound<'py, PyString>,
+        default: Option<[usize; 2]>,
+    ) -> Option<[usize; 2]> {
+        match self.get(key)? {
+            Some(v) => pair_of(&v),
+            None => default,
+        }
+    }
+
+    /// An optional pair field, None when absent.
+    fn opt_pair(&mut self, key: &Bound<'py, PyString>) -> Option<Option<[usize; 2]>> {
+        match self.get(key)? {
+            Some(v) => pair_of(&v).map(Some),
+            None => Some(None),
+        }
+    }
+
+    fn flag(&mut self, key: &Bound<'py, PyString>, default: bool) -> Option<bool> {
+        match self.get(key)? {
+            Some(v) => v.cast_exact::<PyBool>().ok().map(|b| b.is_true()),
+            None => Some(default),
+        }
+    }
+}
+
+/// A plain Python int (not a bool, not negative) as a size.
+fn whole(v: &Bound<'_, PyAny>) -> Option<usize> {
+    v.cast_exact::<PyInt>()
+        .ok()?
+        .extract::<u64>()
+        .ok()?
+        .try_into()
+        .ok()
+}
+
+fn sizes<const N: usize>(v: &Bound<'_, PyAny>) -> Option<[usize; N]> {
+    let mut out = [0; N];
+    if let Ok(l) = v.cast::<PyList>() {
+        if l.len() != N {
+            return None;
+        }
+        for (o, x) in out.iter_mut().zip(l.iter()) {
+            *o = whole(&x)?;
+        }
+    } else {
+        let t = v.cast::<PyTuple>().ok()?;
+        if t.len() != N {
+            return None;
+        }
+        for (o, x) in out.iter_mut().zip(t.iter()) {
+            *o = whole(&x)?;
+        }
+    }
+    Some(out)
+}
+
+fn pair_of(v: &Bound<'_, PyAny>) -> Option<[usize; 2]> {
+    whole(v).map(|x| [x, x]).or_else(|| sizes::<2>(v))
+}
+
+/// A module dict in its plain form (a known `kind`, only that kind's fields, plain ints, lists
+/// or tuples of them and bools) read straight into the spec serde would make of it, without
+/// building JSON; None for anything else, which the JSON path then reads or refuses by name.
+/// The spec is not validated.
+fn plain_spec(dict: &Bound<'_, PyDict>) -> Option<ModuleSpec> {
+    use perfcast_core::{
+        BatchNorm2d, Conv2d, Elementwise, Embedding, LayerNorm, Linear, Matmul, Pool2d,
+    };
+    let py = dict.py();
+    let tag = dict.get_item(pyo3::intern!(py, "kind")).ok()??;
+    let name = tag.cast_exact::<PyString>().ok()?.to_cow().ok()?;
+    // The spec's own tag names (serde's), not the aliases `ModuleKind::from_str` takes.
+    let kind = ModuleKind::deserialize(
+        serde::de::value::StrDeserializer::<serde::de::value::Error>::new(&name),
+    )
+    .ok()?;
+    let mut f = Fields { dict, found: 1 };
+    macro_rules! k {
+        ($name:literal) => {
+            pyo3::intern!(py, $name)
+        };
+    }
+    let spec = match kind {
+        ModuleKind::Conv2d => ModuleSpec::Conv2d(Conv2d {
+            in_channels: f.int(k!("in_channels"), None)?,
+            out_channels: f.int(k!("out_channels"), None)?,
+            input_hw: f.pair(k!("input_hw"), None)?,
+            kernel: f.pair(k!("kernel"), None)?,
+            stride: f.pair(k!("stride"), Some([1, 1]))?,
+            padding: f.pair(k!("padding"), Some([0, 0]))?,
+            dilation: f.pair(k!("dilation"), Some([1, 1]))?,
+            groups: f.int(k!("groups"), Some(1))?,
+            bias: f.flag(k!("bias"), true)?,
+        }),
+        ModuleKind::Linear => ModuleSpec::Linear(Linear {
+            tokens: f.int(k!("tokens"), Some(1))?,
+            in_features: f.int(k!("in_features"), None)?,
+            out_features: f.int(k!("out_features"), None)?,
+            bias: f.flag(k!("bias"), true)?,
+        }),
+        ModuleKind::Matmul => ModuleSpec::Matmul(Matmul {
+            heads: f.int(k!("heads"), Some(1))?,
+            m: f.int(k!("m"), None)?,
+            k: f.int(k!("k"), None)?,
+            n: f.int(k!("n"), None)?,
+            trans_a: f.flag(k!("trans_a"), false)?,
+            trans_b: f.flag(k!("trans_b"), false)?,
+        }),
+        ModuleKind::MaxPool2d | ModuleKind::AvgPool2d => {
+            let p = Pool2d {
+                channels: f.int(k!("channels"), None)?,
+                input_hw: f.pair(k!("input_hw"), None)?,
+                kernel: f.pair(k!("kernel"), None)?,
+                stride: f.opt_pair(k!("stride"))?,
+                padding: f.pair(k!("padding"), Some([0, 0]))?,
+            };
+            if kind == ModuleKind::MaxPool2d {
+                ModuleSpec::MaxPool2d(p)
+            } else {
+                ModuleSpec::AvgPool2d(p)
+            }
+        }
+        ModuleKind::BatchNorm2d => ModuleSpec::BatchNorm2d(BatchNorm2d {
+            channels: f.int(k!("channels"), None)?,
+            input_hw: f.pair(k!("input_hw"), None)?,
+        }),
+        ModuleKind::LayerNorm | ModuleKind::RmsNorm => {
+            let l = LayerNorm {
+                tokens: f.int(k!("tokens"), Some(1))?,
+                features: f.int(k!("features"), None)?,
+            };
+            if kind == ModuleKind::LayerNorm {
+                ModuleSpec::LayerNorm(l)
+            } else {
+                ModuleSpec::RmsNorm(l)
+            }
+        }
+        ModuleKind::Embedding => ModuleSpec::Embedding(Embedding {
+            tokens: f.int(k!("tokens"), Some(1))?,
+            vocab: f.int(k!("vocab"), None)?,
+            features: f.int(k!("features"), None)?,
+        }),
+        other => {
+            let shape = match f.get(k!("shape"))? {
+                Some(v) => sizes::<3>(&v)?,
+                None => return None,
+            };
+            ModuleSpec::elementwise(other, Elementwise { shape })?
+        }
+    };
+    // Any other key (a context field, a typo) is the JSON path's to read or name.
+    (f.found == dict.len()).then_some(spec)
+}
+
+/// A module query from a Python value: a plain dict read directly, anything else (and a plain
+/// spec that is invalid, for the error naming its field) through JSON.
+fn module_query(value: &Bound<'_, PyAny>, what: &str) -> PyResult<ModuleQuery> {
+    if let Ok(d) = value.cast::<PyDict>()
+        && let Some(spec) = plain_spec(d)
+        && spec.validate().is_ok()
+    {
+        return Ok(ModuleQuery {
+            spec,
+            batch: None,
+            phase: None,
+            threads: None,
+        });
+    }
+    module(to_json(value)?, what)
+}
+
 /// A device by known name (`"h100"`), spec dict, or spec file path.
 fn device(value: &Bound<'_, PyAny>) -> PyResult<DeviceSpec> {
     if let Ok(d) = value.cast::<PyDict>() {
@@ -302,6 +502,21 @@ impl Bundle {
         utilisation: f64,
         device: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<perfcast_predict::ModulePrediction> {
+        // A plain dict skips the JSON form and a second validation: the prediction validates
+        // the spec, and on an error the JSON path names the field as it always has.
+        if let Ok(d) = module.cast::<PyDict>()
+            && let Some(spec) = plain_spec(d)
+        {
+            let c = context(batch, phase, threads, utilisation)?;
+            let p = self.predictor(device)?;
+            return match py.detach(|| p.predict_module(&spec, &c)) {
+                Ok(out) => Ok(out),
+                Err(e) => {
+                    self::module(to_json(module)?, "`module`")?;
+                    Err(input_err(e))
+                }
+            };
+        }
         let q = self::module(to_json(module)?, "`module`")?;
         let c = q.context(&context(batch, phase, threads, utilisation)?);
         c.validate().map_err(input_err)?;
@@ -401,7 +616,7 @@ impl Bundle {
         let defaults = context(batch, phase, threads, utilisation)?;
         let mut queries = Vec::new();
         for (i, item) in modules.try_iter()?.enumerate() {
-            let q = module(to_json(&item?)?, &format!("module {i}"))?;
+            let q = module_query(&item?, &format!("module {i}"))?;
             let c = q.context(&defaults);
             c.validate()
                 .map_err(|e| input_err(format!("module {i}: {e}")))?;
@@ -534,21 +749,28 @@ impl Bundle {
                     ))
                 })?;
             }
+            // Spec and context are validated with the prediction, which derives the shape once;
+            // an error is then named by its first row, as a check before predicting would.
             let spec = ModuleSpec::from_config(kind, &ints)
-                .and_then(|s| s.validate().map(|()| s))
                 .map_err(|e| input_err(format!("row {r}: {e}")))?;
             let mut c = defaults.clone();
             if let Some(b) = &batches {
                 c.batch = b[r];
-                c.validate()
-                    .map_err(|e| input_err(format!("row {r}: {e}")))?;
             }
             queries.push((spec, c));
         }
         let p = self.predictor(device)?;
-        let out = py
-            .detach(|| p.predict_modules(&queries))
-            .map_err(input_err)?;
+        let out = py.detach(|| p.predict_modules(&queries)).map_err(|e| {
+            match queries.iter().enumerate().find_map(|(r, (s, c))| {
+                s.validate()
+                    .and_then(|()| c.validate())
+                    .err()
+                    .map(|v| (r, v))
+            }) {
+                Some((r, v)) => input_err(format!("row {r}: {v}")),
+                None => input_err(e),
+            }
+        })?;
         Ok(f64_bytes(py, out.iter().map(|m| m.ms)))
     }
 
@@ -783,7 +1005,7 @@ fn describe<'py>(
     module: &Bound<'py, PyAny>,
     batch: usize,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let q = self::module(to_json(module)?, "`module`")?;
+    let q = module_query(module, "`module`")?;
     let spec: &ModuleSpec = &q.spec;
     let f = perfcast_core::features::derive(spec, batch);
     serialize(py, &f)
