@@ -164,6 +164,28 @@ def test_an_array_of_configurations_answers_as_the_same_modules_one_by_one(gpu_b
         gpu_bundle.predict_array("linear", np.zeros((2, 3)))
 
 
+def test_a_large_array_split_over_threads_answers_in_row_order_and_names_its_first_bad_row(gpu_bundle):
+    rng = np.random.default_rng(7)
+    n = 9000  # over the rows that are split into shares over the cores
+    config = np.stack(
+        [2 ** rng.integers(0, 9, n), 2 ** rng.integers(5, 13, n), 2 ** rng.integers(5, 13, n), rng.integers(0, 2, n)],
+        axis=1,
+    )
+    got = gpu_bundle.predict_array("linear", config, batch=2)
+    assert got.tolist() == gpu_bundle.predict_array("linear", config[:4000], batch=2).tolist() + \
+        gpu_bundle.predict_array("linear", config[4000:], batch=2).tolist()
+    assert got[[0, 4567, n - 1]].tolist() == [
+        gpu_bundle.predict({"kind": "linear", "tokens": int(t), "in_features": int(a), "out_features": int(b),
+                            "bias": bool(c), "batch": 2})
+        for t, a, b, c in config[[0, 4567, n - 1]]
+    ]
+    bad = config.astype(float)
+    bad[8000, 1] = 0.5  # not a whole number, in a late share
+    bad[6000, 2] = 0  # a zero-width layer, in an earlier one
+    with pytest.raises(perfcast.InputError, match="row 6000"):
+        gpu_bundle.predict_array("linear", bad)
+
+
 def test_devices_select_targets(gpu_bundle):
     names = {d["id"] for d in perfcast.devices()}
     assert {"nvidia-h100-80gb-hbm3", "tesla-t4"} <= names

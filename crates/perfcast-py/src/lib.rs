@@ -36,6 +36,58 @@ create_exception!(
     "A bundle that cannot be loaded: missing, corrupt, or trained for another device or build."
 );
 
+/// Rows `0..rows` through `predict` in contiguous shares, on every core when there are enough
+/// rows to pay for the threads (building the modules is part of the work, and needs no GIL);
+/// the answers in row order, or the first share's error in row order.
+fn in_shares(
+    rows: usize,
+    predict: impl Fn(std::ops::Range<usize>) -> Result<Vec<f64>, String> + Sync,
+) -> Result<Vec<f64>, String> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let threads = if rows >= PARALLEL_ROWS {
+        std::thread::available_parallelism().map_or(1, usize::from)
+    } else {
+        1
+    };
+    if threads == 1 {
+        return predict(0..rows);
+    }
+    let size = rows.div_ceil(threads * 4).max(1);
+    let shares: Vec<std::ops::Range<usize>> = (0..rows)
+        .step_by(size)
+        .map(|a| a..(a + size).min(rows))
+        .collect();
+    let next = AtomicUsize::new(0);
+    let take = || {
+        let mut done = Vec::new();
+        while let Some(range) = shares.get(next.fetch_add(1, Ordering::Relaxed)) {
+            done.push((range.start, predict(range.clone())));
+        }
+        done
+    };
+    let mut results = std::thread::scope(|scope| {
+        let take = &take;
+        let handles: Vec<_> = (1..threads).map(|_| scope.spawn(take)).collect();
+        let mut all = take();
+        for h in handles {
+            all.extend(
+                h.join()
+                    .map_err(|_| "a prediction thread panicked".to_string())?,
+            );
+        }
+        Ok::<_, String>(all)
+    })?;
+    results.sort_unstable_by_key(|(start, _)| *start);
+    let mut out = Vec::with_capacity(rows);
+    for (_, part) in results {
+        out.extend(part?);
+    }
+    Ok(out)
+}
+
+/// Fewest array rows split over threads.
+const PARALLEL_ROWS: usize = 4096;
+
 fn input_err(message: impl std::fmt::Display) -> PyErr {
     InputError::new_err(message.to_string())
 }
@@ -738,40 +790,45 @@ impl Bundle {
         let batches = batch_column(batches.as_ref(), rows, "`config`")?;
         let defaults = context(batch, phase, threads, utilisation)?;
         let whole = |v: f64| ((0.0..=9.0e15).contains(&v) && v.fract() == 0.0).then_some(v as i64);
-        let mut queries = Vec::with_capacity(rows);
-        let mut ints = vec![0i64; columns.len()];
-        for r in 0..rows.min(values.len() / columns.len().max(1)) {
-            let row = &values[r * columns.len()..(r + 1) * columns.len()];
-            for ((i, v), name) in ints.iter_mut().zip(row).zip(columns) {
-                *i = whole(*v).ok_or_else(|| {
-                    input_err(format!(
-                        "row {r}: `{name}` {v} is not a non-negative whole number"
-                    ))
-                })?;
-            }
-            // Spec and context are validated with the prediction, which derives the shape once;
-            // an error is then named by its first row, as a check before predicting would.
-            let spec = ModuleSpec::from_config(kind, &ints)
-                .map_err(|e| input_err(format!("row {r}: {e}")))?;
-            let mut c = defaults.clone();
-            if let Some(b) = &batches {
-                c.batch = b[r];
-            }
-            queries.push((spec, c));
-        }
+        let width = columns.len();
         let p = self.predictor(device)?;
-        let out = py.detach(|| p.predict_modules(&queries)).map_err(|e| {
-            match queries.iter().enumerate().find_map(|(r, (s, c))| {
-                s.validate()
-                    .and_then(|()| c.validate())
-                    .err()
-                    .map(|v| (r, v))
-            }) {
-                Some((r, v)) => input_err(format!("row {r}: {v}")),
-                None => input_err(e),
+        // Rows [range] as modules, predicted; errors name the first bad row of the range.
+        let predict = |range: std::ops::Range<usize>| -> Result<Vec<f64>, String> {
+            let mut ints = vec![0i64; width];
+            let mut queries = Vec::with_capacity(range.len());
+            for r in range.clone() {
+                let row = &values[r * width..(r + 1) * width];
+                for ((i, v), name) in ints.iter_mut().zip(row).zip(columns) {
+                    *i = whole(*v).ok_or_else(|| {
+                        format!("row {r}: `{name}` {v} is not a non-negative whole number")
+                    })?;
+                }
+                // Spec and context are validated with the prediction, which derives the shape
+                // once; an error is then named by its first row, as a check before would.
+                let spec =
+                    ModuleSpec::from_config(kind, &ints).map_err(|e| format!("row {r}: {e}"))?;
+                let mut c = defaults.clone();
+                if let Some(b) = &batches {
+                    c.batch = b[r];
+                }
+                queries.push((spec, c));
             }
-        })?;
-        Ok(f64_bytes(py, out.iter().map(|m| m.ms)))
+            match p.predict_modules_threads(&queries, 1) {
+                Ok(out) => Ok(out.iter().map(|m| m.ms).collect()),
+                Err(e) => Err(queries
+                    .iter()
+                    .enumerate()
+                    .find_map(|(i, (s, c))| {
+                        s.validate()
+                            .and_then(|()| c.validate())
+                            .err()
+                            .map(|v| format!("row {}: {v}", range.start + i))
+                    })
+                    .unwrap_or_else(|| e.to_string())),
+            }
+        };
+        let out = py.detach(|| in_shares(rows, predict)).map_err(input_err)?;
+        Ok(f64_bytes(py, out.into_iter()))
     }
 
     /// A whole network (from [`network`] or a dict in perfcast's network JSON): every layer and
