@@ -8,7 +8,8 @@
 # target's bundle strips them as `just gpu-bundle` does, from a conv2d bundle that never saw the
 # target (and without the target among the references when it is one). OWN=1 also keeps the
 # target's own stripped Justus rows (the 1080 Ti and P100; for the V100-SXM2, Justus's V100
-# PCIe): a GPU that only a framework's layer timings measured.
+# PCIe): a GPU that only a framework's layer timings measured. EXTRA="dir ..." adds datasets
+# to every bundle's training (the H100's dense conv rows, say).
 set -euo pipefail
 P=${1:-target/release/perfcast}; shift || true
 D=datasets/deepbench
@@ -29,7 +30,7 @@ for t in $TARGETS; do
        --folds 2 --seed 0 --out "$TMP/models-$t" --force --bundle "$bundle" --max-model-kb 8192 \
        --cost-weight 0 >/dev/null 2>&1
   }
-  train "$TMP/bundle-$t"
+  train "$TMP/bundle-$t" ${EXTRA:-}
   if [ "${JUSTUS:-1}" != 0 ]; then
     # Justus measured the V100 PCIe, DeepBench the SXM2: the same chip.
     j=$t; [ "$t" = tesla-v100-sxm2-16gb ] && j=tesla-v100-pcie-16gb
@@ -38,7 +39,7 @@ for t in $TARGETS; do
        --reference "${refs%,}" --modules conv2d --out "$TMP/justus-$t" --force >/dev/null
     # A reference left out is stripped too: drop its rows unless OWN=1 asks for them.
     [ "${OWN:-0}" = 1 ] || rm -rf "$TMP/justus-$t/$j"
-    train "$TMP/bundle-$t" "$TMP/justus-$t"
+    train "$TMP/bundle-$t" "$TMP/justus-$t" ${EXTRA:-}
   fi
   $P --no-progress eval bundle --bundle "$TMP/bundle-$t" --data "$D/$t" --modules conv2d --phase training 2>/dev/null | grep -E 'conv2d +training'
 done
