@@ -127,6 +127,17 @@ fn extend_set(data: &TrainSet, params: &CrossDeviceParams) -> Result<(TrainSet, 
     Ok((set, how.floor_ms))
 }
 
+/// The trees answering the training devices' own rows: deeper and longer than the default, as
+/// they learn each device's efficiencies apart from the spec (early stopping still ends them
+/// when the held-out rows stop improving).
+fn seen_trees() -> crate::trees::TreeParams {
+    crate::trees::TreeParams {
+        n_trees: 600,
+        max_leaves: 63,
+        ..Default::default()
+    }
+}
+
 /// Whether the rows' devices share architecture generations: the median generation holds at
 /// least two of them. Where most generations hold one device, the generation names the device,
 /// and a model that splits on it cannot answer a device it never saw.
@@ -443,8 +454,7 @@ impl CrossDeviceParams {
             (BTreeMap::new(), None, Vec::new())
         };
         let (seen, seen_devices) = if self.seen && self.scale == Scale::Utilisation {
-            let trees =
-                CrossDeviceParams::wrap(ModelParams::new(crate::trees::TreeParams::default()));
+            let trees = CrossDeviceParams::wrap(ModelParams::new(seen_trees()));
             let cols = Cols::of(&data.schema)?;
             let keys = launch_floors_ms(data, &cols)
                 .into_iter()
