@@ -127,6 +127,9 @@ fn extend_set(data: &TrainSet, params: &CrossDeviceParams) -> Result<(TrainSet, 
     Ok((set, how.floor_ms))
 }
 
+/// Spec fields the trees answering the training devices' own rows read besides the plain row.
+const SEEN_FIELDS: [&str; 3] = ["util", "phase", "dtype"];
+
 /// The trees answering the training devices' own rows: deeper and longer than the default, as
 /// they learn each device's efficiencies apart from the spec (early stopping still ends them
 /// when the held-out rows stop improving).
@@ -454,7 +457,14 @@ impl CrossDeviceParams {
             (BTreeMap::new(), None, Vec::new())
         };
         let (seen, seen_devices) = if self.seen && self.scale == Scale::Utilisation {
-            let trees = CrossDeviceParams::wrap(ModelParams::new(seen_trees()));
+            // The utilisation features too: a device's own rows are few, and rows that mean the
+            // same on every device let its trees share what the other devices' rows show.
+            let fields = SEEN_FIELDS.map(String::from);
+            let trees = CrossDeviceParams::wrap_with(
+                ModelParams::new(seen_trees()),
+                &fields,
+                &self.devices,
+            );
             let cols = Cols::of(&data.schema)?;
             let keys = launch_floors_ms(data, &cols)
                 .into_iter()
