@@ -34,8 +34,61 @@ const FALLBACK_OVERHEAD_MS: f64 = 0.002;
 const PHASE_REACH: f64 = 2.0;
 /// [`Predictor::predict_modules`] splits batches at least this large over the cores.
 const PARALLEL_MIN: usize = 4096;
-/// Shares of a batch per thread in [`Predictor::predict_modules_threads`].
+/// Shares of a batch per thread in [`in_shares`].
 const SHARES_PER_THREAD: usize = 4;
+
+/// Threads worth splitting a batch of `len` queries over: every core from [`PARALLEL_MIN`]
+/// queries up, else 1.
+pub fn parallel_threads(len: usize) -> usize {
+    if len >= PARALLEL_MIN {
+        std::thread::available_parallelism().map_or(1, usize::from)
+    } else {
+        1
+    }
+}
+
+/// `work` over `0..len` on `threads` threads, the caller's among them (1 runs there alone):
+/// the range is cut into [`SHARES_PER_THREAD`] contiguous shares per thread, each taken by
+/// whichever thread is free, so a core busy with other work slows the batch by its share only.
+/// The results in share order; `None` for a share whose thread panicked.
+pub fn in_shares<R: Send>(
+    len: usize,
+    threads: usize,
+    work: impl Fn(Range<usize>) -> R + Sync,
+) -> Vec<Option<R>> {
+    let threads = threads.clamp(1, len.max(1));
+    if threads == 1 {
+        return vec![Some(work(0..len))];
+    }
+    let size = len.div_ceil(threads * SHARES_PER_THREAD).max(1);
+    let shares: Vec<Range<usize>> = (0..len)
+        .step_by(size)
+        .map(|a| a..(a + size).min(len))
+        .collect();
+    let next = AtomicUsize::new(0);
+    let take = || {
+        let mut done = Vec::new();
+        while let Some(share) = shares.get(next.fetch_add(1, Ordering::Relaxed)) {
+            done.push((share.start / size, work(share.clone())));
+        }
+        done
+    };
+    let mut results: Vec<Option<R>> = (0..shares.len()).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let take = &take;
+        let handles: Vec<_> = (1..threads).map(|_| scope.spawn(take)).collect();
+        let mine = take();
+        for (i, r) in handles
+            .into_iter()
+            .filter_map(|h| h.join().ok())
+            .flatten()
+            .chain(mine)
+        {
+            results[i] = Some(r);
+        }
+    });
+    results
+}
 /// Queries of one kind built into rows and predicted together: enough for the models' blocks,
 /// few enough that the rows and the models' scratch stay in the core's cache.
 const KIND_CHUNK: usize = 512;
@@ -1347,19 +1400,12 @@ impl Predictor {
         &self,
         queries: &[(ModuleSpec, Context)],
     ) -> Result<Vec<ModulePrediction>> {
-        let threads = if queries.len() >= PARALLEL_MIN {
-            std::thread::available_parallelism().map_or(1, usize::from)
-        } else {
-            1
-        };
-        self.predict_modules_threads(queries, threads)
+        self.predict_modules_threads(queries, parallel_threads(queries.len()))
     }
 
-    /// [`Predictor::predict_modules`] on `threads` threads, the caller's among them (1 runs
-    /// there alone). The queries are cut into [`SHARES_PER_THREAD`] contiguous shares per
-    /// thread, each taken by whichever thread is free, so a core busy with other work slows
-    /// the batch by its share only. An invalid query's error comes first, as if every query
-    /// were checked before any is predicted.
+    /// [`Predictor::predict_modules`] on `threads` threads, the caller's among them, in shares
+    /// ([`in_shares`]). An invalid query's error comes first, as if every query were checked
+    /// before any is predicted.
     pub fn predict_modules_threads(
         &self,
         queries: &[(ModuleSpec, Context)],
@@ -1382,39 +1428,7 @@ impl Predictor {
             let refs: Vec<(&ModuleSpec, &Context)> = part.iter().map(|(s, c)| (s, c)).collect();
             (Ok(()), self.predict_many_valid(&refs, Some(&shapes)))
         };
-        let threads = threads.clamp(1, queries.len().max(1));
-        let shares: Vec<&[(ModuleSpec, Context)]> = if threads == 1 {
-            vec![queries]
-        } else {
-            let size = queries.len().div_ceil(threads * SHARES_PER_THREAD).max(1);
-            queries.chunks(size).collect()
-        };
-        let next = AtomicUsize::new(0);
-        let take = || {
-            let mut done = Vec::new();
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(part) = shares.get(i) else {
-                    return done;
-                };
-                done.push((i, work(part)));
-            }
-        };
-        let mut results: Vec<Option<Share>> = (0..shares.len()).map(|_| None).collect();
-        std::thread::scope(|scope| {
-            let take = &take;
-            let handles: Vec<_> = (1..threads).map(|_| scope.spawn(take)).collect();
-            let mine = take();
-            // A panicked thread's shares stay `None`.
-            for (i, share) in handles
-                .into_iter()
-                .filter_map(|h| h.join().ok())
-                .flatten()
-                .chain(mine)
-            {
-                results[i] = Some(share);
-            }
-        });
+        let results = in_shares(queries.len(), threads, |range| work(&queries[range]));
         let panicked = || Error::Query("a prediction thread panicked".into());
         let mut parts = Vec::with_capacity(results.len());
         for share in results {

@@ -36,58 +36,6 @@ create_exception!(
     "A bundle that cannot be loaded: missing, corrupt, or trained for another device or build."
 );
 
-/// Rows `0..rows` through `predict` in contiguous shares, on every core when there are enough
-/// rows to pay for the threads (building the modules is part of the work, and needs no GIL);
-/// the answers in row order, or the first share's error in row order.
-fn in_shares(
-    rows: usize,
-    predict: impl Fn(std::ops::Range<usize>) -> Result<Vec<f64>, String> + Sync,
-) -> Result<Vec<f64>, String> {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let threads = if rows >= PARALLEL_ROWS {
-        std::thread::available_parallelism().map_or(1, usize::from)
-    } else {
-        1
-    };
-    if threads == 1 {
-        return predict(0..rows);
-    }
-    let size = rows.div_ceil(threads * 4).max(1);
-    let shares: Vec<std::ops::Range<usize>> = (0..rows)
-        .step_by(size)
-        .map(|a| a..(a + size).min(rows))
-        .collect();
-    let next = AtomicUsize::new(0);
-    let take = || {
-        let mut done = Vec::new();
-        while let Some(range) = shares.get(next.fetch_add(1, Ordering::Relaxed)) {
-            done.push((range.start, predict(range.clone())));
-        }
-        done
-    };
-    let mut results = std::thread::scope(|scope| {
-        let take = &take;
-        let handles: Vec<_> = (1..threads).map(|_| scope.spawn(take)).collect();
-        let mut all = take();
-        for h in handles {
-            all.extend(
-                h.join()
-                    .map_err(|_| "a prediction thread panicked".to_string())?,
-            );
-        }
-        Ok::<_, String>(all)
-    })?;
-    results.sort_unstable_by_key(|(start, _)| *start);
-    let mut out = Vec::with_capacity(rows);
-    for (_, part) in results {
-        out.extend(part?);
-    }
-    Ok(out)
-}
-
-/// Fewest array rows split over threads.
-const PARALLEL_ROWS: usize = 4096;
-
 fn input_err(message: impl std::fmt::Display) -> PyErr {
     InputError::new_err(message.to_string())
 }
@@ -827,7 +775,17 @@ impl Bundle {
                     .unwrap_or_else(|| e.to_string())),
             }
         };
-        let out = py.detach(|| in_shares(rows, predict)).map_err(input_err)?;
+        // Building the modules is part of the work and needs no GIL: it runs in the shares too.
+        let out = py
+            .detach(|| -> Result<Vec<f64>, String> {
+                let threads = perfcast_predict::predictor::parallel_threads(rows);
+                let mut out = Vec::with_capacity(rows);
+                for part in perfcast_predict::predictor::in_shares(rows, threads, predict) {
+                    out.extend(part.ok_or("a prediction thread panicked")??);
+                }
+                Ok(out)
+            })
+            .map_err(input_err)?;
         Ok(f64_bytes(py, out.into_iter()))
     }
 
