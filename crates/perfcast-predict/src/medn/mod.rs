@@ -133,11 +133,23 @@ impl TileInputs {
         let ln = |x: f64| crate::features::log1p_in(table, x - 1.0);
         let size = ln(m) + ln(n);
         for ((tm, tn), o) in GEMM_TILES.iter().zip(out.chunks_exact_mut(2)) {
-            let (bm, bn) = ((m / tm).ceil(), (n / tn).ceil());
+            let (bm, bn) = (ceil_pos(m / tm), ceil_pos(n / tn));
             o[0] = ln(bm) + ln(bn);
             o[1] = o[0] + ln(*tm) + ln(*tn) - size;
         }
     }
+}
+
+/// `q.ceil()` for finite `q > 0` through an integer conversion: without SSE4.1 in the baseline
+/// build, `ceil` is a library call, and a row takes twelve.
+#[inline(always)]
+fn ceil_pos(q: f64) -> f64 {
+    // From 2^52 up every f64 is a whole number.
+    if q >= 4_503_599_627_370_496.0 {
+        return q;
+    }
+    let whole = q as i64 as f64;
+    if whole < q { whole + 1.0 } else { whole }
 }
 
 /// Where one kind's columns sit in the input of a network shared by several kinds.
@@ -662,6 +674,26 @@ impl crate::regressor::SavedForm for FittedMedn {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ceil_pos_is_ceil() {
+        for q in [
+            1e-300,
+            0.3,
+            1.0,
+            1.0 + f64::EPSILON,
+            2.5,
+            3136.0 / 128.0,
+            4095.999,
+            1e15 + 0.5,
+            2f64.powi(52) - 0.5,
+            2f64.powi(52),
+            2f64.powi(60) + 2048.0,
+            f64::MAX,
+        ] {
+            assert_eq!(ceil_pos(q).to_bits(), q.ceil().to_bits(), "{q}");
+        }
+    }
+
     use super::*;
     use perfcast_core::ModuleKind;
 
