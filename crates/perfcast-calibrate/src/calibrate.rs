@@ -20,7 +20,7 @@ use perfcast_core::{Context, Network, Phase};
 use perfcast_data::networks::NetworkRecord;
 use serde::Serialize;
 
-use crate::compose::{self, Composed, HostCosts, RunShape};
+use crate::compose::{self, Composed, FRESH_TENSOR_UPDATE_BYTES, HostCosts, RunShape};
 use crate::error::{Error, Result};
 use crate::predictor::Predictor;
 use crate::{Bundle, Manifest};
@@ -160,9 +160,8 @@ pub fn calibrate(
             None => compose::LAMBDAS.to_vec(),
         };
         // The update's own duration is measured inside every training step: fit its cost per
-        // parameter directly (tensors beyond the last-level cache apart) rather than leave it
-        // to the network-level fit.
-        let cache_bytes = manifest.device.cache_mb * 1024.0 * 1024.0;
+        // parameter directly (tensors the allocator maps afresh every step apart) rather than
+        // leave it to the network-level fit.
         let update = compose::fit_update(
             &runs
                 .iter()
@@ -176,11 +175,7 @@ pub fn calibrate(
                     ))
                 })
                 .collect::<Vec<_>>(),
-            if cache_bytes > 0.0 {
-                cache_bytes
-            } else {
-                f64::INFINITY
-            },
+            FRESH_TENSOR_UPDATE_BYTES,
         );
         let fitted = compose::fit_phase_cv(phase, &data, &groups, &lambdas, 0.01, update.as_ref())
             .map_err(|e| Error::Input(format!("calibrating {phase}: {e}")))?;

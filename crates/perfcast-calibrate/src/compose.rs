@@ -8,7 +8,7 @@
 
 use perfcast_core::Phase;
 pub use perfcast_predict::compose::{
-    Composed, HostCosts, PhaseCosts, RunShape, param_tensors, plain,
+    Composed, FRESH_TENSOR_UPDATE_BYTES, HostCosts, PhaseCosts, RunShape, param_tensors, plain,
 };
 
 /// Mean absolute percentage error of `predicted` against `measured`.
@@ -37,13 +37,13 @@ pub fn fit_phase(
     fit_phase_with(phase, runs, lambda, None)
 }
 
-/// The optimiser update's cost, measured directly: per million parameters in tensors that
-/// fit in cache and in those that do not.
+/// The optimiser update's cost, measured directly: per million parameters in tensors below
+/// and at or above a size (the allocator's fresh-mapping size, see `FRESH_TENSOR_UPDATE_BYTES`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct UpdateCosts {
-    /// ms per million parameters in cache-sized tensors.
+    /// ms per million parameters in tensors below the threshold.
     pub small_ms_per_mparam: f64,
-    /// ms per million parameters in larger tensors.
+    /// ms per million parameters in tensors at or above it.
     pub large_ms_per_mparam: f64,
     /// The size threshold, bytes streamed per tensor update.
     pub large_tensor_bytes: f64,

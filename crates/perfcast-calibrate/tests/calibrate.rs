@@ -91,3 +91,47 @@ fn calibration_fits_host_terms_that_beat_the_plain_sum() {
     let err = calibrate(&predictor, &mixed, None).unwrap_err().to_string();
     assert_eq!(err, "calibration runs must share one thread count");
 }
+
+#[test]
+fn the_update_splits_at_the_allocators_fresh_buffer_size_not_the_cache() {
+    // A Llama block's projections, under the fresh-buffer size, must not pay the rate of the
+    // calibration networks' larger FC tensors.
+    use perfcast_calibrate::compose::{FRESH_TENSOR_UPDATE_BYTES, RunShape};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    perfcast_select::testing::write_ridge_bundle(&dir, "test", 60).unwrap();
+    let predictor = Predictor::new(Bundle::load(&dir).unwrap());
+    // 1 ms per million parameters below a 64 MiB buffer, 3 ms at or above it.
+    let update_ms = |net: &perfcast_core::Network| {
+        let shape = RunShape::of(net, 0.0);
+        let large: usize = shape.tensors.iter().filter(|&&n| n * 4 >= 64 << 20).sum();
+        (shape.params - large) as f64 / 1e6 + 3.0 * large as f64 / 1e6
+    };
+    let records: Vec<_> = ["lenet5", "alexnet", "vgg11", "resnet18"]
+        .iter()
+        .map(|n| {
+            let mut r = run(&predictor, n, Phase::Training);
+            let u = update_ms(&r.network);
+            r.update_ms = Some(u);
+            r.timing.median_ms += u;
+            r
+        })
+        .collect();
+    let costs = calibrate(&predictor, &labelled(records), None).unwrap();
+    let training = costs.training.unwrap();
+    assert_eq!(training.large_tensor_bytes, Some(FRESH_TENSOR_UPDATE_BYTES));
+    assert!(
+        (training.update_ms_per_mparam - 1.0).abs() < 1e-6,
+        "{training:?}"
+    );
+    assert!(
+        (training.update_large_ms_per_mparam - 3.0).abs() < 1e-6,
+        "{training:?}"
+    );
+    let llama = perfcast_core::zoo::build("llama_block", None).unwrap();
+    let composed = training.compose(&RunShape::of(&llama, 0.0));
+    assert!(
+        (composed.update_ms - update_ms(&llama)).abs() < 1e-6 * update_ms(&llama),
+        "{composed:?}"
+    );
+}

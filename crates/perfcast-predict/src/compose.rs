@@ -39,15 +39,16 @@ pub struct PhaseCosts {
     pub per_layer_ms: f64,
     /// Factor on the sum of layer predictions (cache effects between layers).
     pub layer_scale: f64,
-    /// Optimiser update per million parameters held in tensors that fit in cache, ms
+    /// Optimiser update per million parameters held in tensors below `large_tensor_bytes`, ms
     /// (training; 0 for inference).
     pub update_ms_per_mparam: f64,
-    /// Optimiser update per million parameters held in tensors too large for cache (their
-    /// parameters, gradients and velocities stream from memory), ms.
+    /// Optimiser update per million parameters held in large tensors (`large_tensor_bytes`),
+    /// ms.
     #[serde(default)]
     pub update_large_ms_per_mparam: f64,
-    /// A parameter tensor is large when its update streams more than this many bytes
-    /// (parameter, gradient, velocity: 12 bytes per parameter); the device's last-level cache.
+    /// A parameter tensor is large when its update streams at least this many bytes
+    /// (parameter, gradient, velocity: 12 bytes per parameter); calibration sets
+    /// [`FRESH_TENSOR_UPDATE_BYTES`] (bundles calibrated before it: the last-level cache).
     /// `None`: one rate for every tensor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub large_tensor_bytes: Option<f64>,
@@ -98,7 +99,18 @@ pub const GPU_HOST_FLOOR: HostFloor = HostFloor {
 };
 
 /// Bytes one parameter's update streams: the parameter, its gradient and its velocity.
-const UPDATE_BYTES_PER_PARAM: f64 = 12.0;
+pub const UPDATE_BYTES_PER_PARAM: f64 = 12.0;
+
+/// The smallest buffer glibc's malloc maps afresh on every allocation from a worker thread (the
+/// size of its thread arenas' heaps), bytes: such a tensor's new buffers page-fault on every
+/// step, where smaller ones reuse memory the step freed.
+pub const FRESH_BUFFER_BYTES: f64 = 64.0 * 1024.0 * 1024.0;
+
+/// The update bytes ([`UPDATE_BYTES_PER_PARAM`]) of a tensor whose fp32 buffer is
+/// [`FRESH_BUFFER_BYTES`]: calibration's `large_tensor_bytes`, because the page faults, not the
+/// cache, set the large tensors' rate on a CPU.
+pub const FRESH_TENSOR_UPDATE_BYTES: f64 =
+    FRESH_BUFFER_BYTES / perfcast_core::features::F32_BYTES * UPDATE_BYTES_PER_PARAM;
 
 /// A GPU's SGD-with-momentum update per parameter: parameter, gradient and velocity read,
 /// parameter and velocity written, 4 bytes each.
@@ -239,11 +251,11 @@ pub fn uncached_weights_ms(
 }
 
 impl RunShape {
-    /// Parameters in tensors whose update streams more than `large_bytes`.
+    /// Parameters in tensors whose update streams at least `large_bytes`.
     pub fn large_params(&self, large_bytes: f64) -> usize {
         self.tensors
             .iter()
-            .filter(|&&n| n as f64 * UPDATE_BYTES_PER_PARAM > large_bytes)
+            .filter(|&&n| n as f64 * UPDATE_BYTES_PER_PARAM >= large_bytes)
             .sum()
     }
 }
@@ -489,5 +501,29 @@ mod tests {
         let with = plain.clone().with_uncached_weights(2.5);
         assert_eq!(with.uncached_weights_ms, 2.5);
         assert!((with.total_ms - plain.total_ms - 2.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn large_tensors_are_those_the_allocator_maps_afresh() {
+        // A Llama FFN projection (44 MiB) reuses freed memory; a 4,096 x 4,096 one (64 MiB)
+        // and AlexNet's first FC (144 MiB) are mapped afresh on every step.
+        let mut run = run_of(1, 64, 2048, 5632);
+        assert_eq!(run.large_params(FRESH_TENSOR_UPDATE_BYTES), 0);
+        run.tensors = vec![2048 * 5632, 4096 * 4096, 9216 * 4096, 4096];
+        run.params = run.tensors.iter().sum();
+        assert_eq!(
+            run.large_params(FRESH_TENSOR_UPDATE_BYTES),
+            4096 * 4096 + 9216 * 4096
+        );
+        let costs = PhaseCosts {
+            update_ms_per_mparam: 1.0,
+            update_large_ms_per_mparam: 3.0,
+            large_tensor_bytes: Some(FRESH_TENSOR_UPDATE_BYTES),
+            ..PhaseCosts::gpu_defaults(&perfcast_core::testing::cpu_device())
+        };
+        let small = (2048 * 5632 + 4096) as f64 / 1e6;
+        let large = (4096 * 4096 + 9216 * 4096) as f64 / 1e6;
+        let c = costs.compose(&run);
+        assert!((c.update_ms - (small + 3.0 * large)).abs() < 1e-9, "{c:?}");
     }
 }

@@ -135,7 +135,7 @@ pub fn costs(costs: &HostCosts) -> String {
         }
     }
     t.push_str(
-        "(update/Mparam: in tensors that fit in cache / in larger ones, measured inside the \
+        "(update/Mparam: in tensors under 64 MiB / in larger ones, measured inside the \
          training steps; LONO: leave one network out, each predicted by terms fitted on the \
          other networks; the prior's strength is chosen by it)\n",
     );
