@@ -134,11 +134,22 @@ pub fn costs(costs: &HostCosts) -> String {
             ));
         }
     }
-    t.push_str(
-        "(update/Mparam: in tensors under 64 MiB / in larger ones, measured inside the \
+    // The split the bundle was calibrated with (older bundles split at the cache).
+    let split = costs
+        .training
+        .as_ref()
+        .and_then(|c| c.large_tensor_bytes)
+        .map_or("64 MiB".to_string(), |bytes| {
+            let mib = bytes / perfcast_predict::compose::UPDATE_BYTES_PER_PARAM
+                * perfcast_core::features::F32_BYTES
+                / (1024.0 * 1024.0);
+            format!("{} MiB", sig3(mib))
+        });
+    t.push_str(&format!(
+        "(update/Mparam: in tensors under {split} / in larger ones, measured inside the \
          training steps; LONO: leave one network out, each predicted by terms fitted on the \
          other networks; the prior's strength is chosen by it)\n",
-    );
+    ));
     t
 }
 
