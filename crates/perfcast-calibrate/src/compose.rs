@@ -45,6 +45,8 @@ pub struct UpdateCosts {
     pub small_ms_per_mparam: f64,
     /// ms per million parameters in tensors at or above it.
     pub large_ms_per_mparam: f64,
+    /// ms per million parameters in convolution weights below it (`None`: the small rate).
+    pub conv_ms_per_mparam: Option<f64>,
     /// The size threshold, bytes streamed per tensor update.
     pub large_tensor_bytes: f64,
 }
@@ -53,63 +55,95 @@ impl UpdateCosts {
     /// The update's predicted duration for a run, ms.
     pub fn ms(&self, run: &RunShape) -> f64 {
         let large = run.large_params(self.large_tensor_bytes);
-        (self.small_ms_per_mparam * (run.params - large) as f64
+        let conv = run.small_conv_params(self.large_tensor_bytes);
+        (self.small_ms_per_mparam * (run.params - large - conv) as f64
+            + self.conv_ms_per_mparam.unwrap_or(self.small_ms_per_mparam) * conv as f64
             + self.large_ms_per_mparam * large as f64)
             / 1e6
     }
 }
 
 /// Fits [`UpdateCosts`] to measured update durations `(run, update ms, step ms)`: least squares
-/// on the error relative to the whole step (what a network prediction feels), both rates
-/// non-negative. `None` without usable rows.
+/// on the error relative to the whole step (what a network prediction feels), every rate
+/// non-negative. Three rates (other small tensors, small convolution weights, large tensors)
+/// where the runs determine them, else two (small, large), else one. `None` without usable
+/// rows.
 pub fn fit_update(rows: &[(RunShape, f64, f64)], large_tensor_bytes: f64) -> Option<UpdateCosts> {
-    let rows: Vec<(f64, f64, f64, f64)> = rows
+    // Per row: millions of parameters in (other small, small conv, large) tensors, update, step.
+    let rows: Vec<([f64; 3], f64, f64)> = rows
         .iter()
         .filter(|(r, u, t)| r.params > 0 && u.is_finite() && *u > 0.0 && t.is_finite() && *t > 0.0)
         .map(|(r, u, t)| {
-            let large = r.large_params(large_tensor_bytes) as f64 / 1e6;
-            (r.params as f64 / 1e6 - large, large, *u, *t)
+            let large = r.large_params(large_tensor_bytes);
+            let conv = r.small_conv_params(large_tensor_bytes);
+            let other = r.params - large - conv;
+            (
+                [other as f64 / 1e6, conv as f64 / 1e6, large as f64 / 1e6],
+                *u,
+                *t,
+            )
         })
         .collect();
     if rows.is_empty() {
         return None;
     }
-    // One rate for every tensor: a = Σ p u / t² / Σ p² / t².
-    let single = || {
-        let (num, den) = rows.iter().fold((0.0, 0.0), |(n, d), (s, l, u, t)| {
-            let p = s + l;
-            (n + p * u / (t * t), d + p * p / (t * t))
-        });
-        (den > 0.0).then(|| num / den)
-    };
-    // Two rates: the 2x2 normal equations.
-    let (mut a11, mut a12, mut a22, mut b1, mut b2) = (0.0, 0.0, 0.0, 0.0, 0.0);
-    for (sm, lg, u, t) in &rows {
-        let w = 1.0 / (t * t);
-        a11 += w * sm * sm;
-        a12 += w * sm * lg;
-        a22 += w * lg * lg;
-        b1 += w * sm * u;
-        b2 += w * lg * u;
-    }
-    let det = a11 * a22 - a12 * a12;
-    if det.abs() > 1e-12 * (a11 * a22).max(1e-300) {
-        let small = (b1 * a22 - b2 * a12) / det;
-        let large = (a11 * b2 - a12 * b1) / det;
-        if small >= 0.0 && large >= 0.0 {
-            return Some(UpdateCosts {
-                small_ms_per_mparam: small,
-                large_ms_per_mparam: large,
-                large_tensor_bytes,
-            });
+    // Least squares over the columns `groups` merges (each group one rate), rows weighted by
+    // 1 / step²; `None` when singular or a rate comes out negative.
+    let fit = |groups: &[&[usize]]| -> Option<Vec<f64>> {
+        let k = groups.len();
+        let mut ata = [[0.0; 4]; 4];
+        let mut atb = [0.0; 4];
+        for (x, u, t) in &rows {
+            let w = 1.0 / (t * t);
+            let col: Vec<f64> = groups
+                .iter()
+                .map(|g| g.iter().map(|&j| x[j]).sum())
+                .collect();
+            for i in 0..k {
+                atb[i] += w * col[i] * u;
+                for j in 0..k {
+                    ata[i][j] += w * col[i] * col[j];
+                }
+            }
         }
-    }
-    let a = single()?;
-    Some(UpdateCosts {
-        small_ms_per_mparam: a,
-        large_ms_per_mparam: a,
+        if (0..k).any(|i| ata[i][i] <= 0.0) {
+            return None;
+        }
+        // Scaled to a unit diagonal, the system must not be near singular: columns the runs
+        // mix in fixed proportions do not determine separate rates.
+        let d: Vec<f64> = (0..k).map(|i| ata[i][i].sqrt()).collect();
+        let mut scaled = [[0.0; 4]; 4];
+        let mut rhs = [0.0; 4];
+        for i in 0..k {
+            rhs[i] = atb[i] / d[i];
+            for j in 0..k {
+                scaled[i][j] = ata[i][j] / (d[i] * d[j]);
+            }
+        }
+        if det(&scaled, k) < 1e-6 {
+            return None;
+        }
+        let theta = solve(&scaled, &rhs, k)?;
+        let rates: Vec<f64> = (0..k).map(|i| theta[i] / d[i]).collect();
+        rates
+            .iter()
+            .all(|v| v.is_finite() && *v >= 0.0)
+            .then_some(rates)
+    };
+    let costs = |small: f64, conv: Option<f64>, large: f64| UpdateCosts {
+        small_ms_per_mparam: small,
+        large_ms_per_mparam: large,
+        conv_ms_per_mparam: conv,
         large_tensor_bytes,
-    })
+    };
+    if let Some(t) = fit(&[&[0], &[1], &[2]]) {
+        return Some(costs(t[0], Some(t[1]), t[2]));
+    }
+    if let Some(t) = fit(&[&[0, 1], &[2]]) {
+        return Some(costs(t[0], None, t[1]));
+    }
+    let t = fit(&[&[0, 1, 2]])?;
+    Some(costs(t[0], None, t[0]))
 }
 
 /// [`fit_phase`] with the update term fixed when given (measured directly, see
@@ -197,6 +231,7 @@ pub fn fit_phase_with(
             (false, Some(u)) => u.large_ms_per_mparam,
             (false, None) => 0.0,
         },
+        update_conv_ms_per_mparam: fixed_update.and_then(|u| u.conv_ms_per_mparam),
         large_tensor_bytes: fixed_update
             .map(|u| u.large_tensor_bytes)
             .filter(|b| b.is_finite()),
@@ -290,6 +325,19 @@ pub fn fit_phase_cv(
 
 /// Solves the first `n` rows and columns of `a x = b` by Gaussian elimination with partial
 /// pivoting; `None` when singular.
+/// Determinant of the leading `n x n` block of `a` (`n` up to 3).
+fn det(a: &[[f64; 4]; 4], n: usize) -> f64 {
+    match n {
+        1 => a[0][0],
+        2 => a[0][0] * a[1][1] - a[0][1] * a[1][0],
+        _ => {
+            a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1])
+                - a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0])
+                + a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0])
+        }
+    }
+}
+
 fn solve(a: &[[f64; 4]; 4], b: &[f64; 4], n: usize) -> Option<[f64; 4]> {
     let mut m = *a;
     let mut v = *b;
@@ -327,6 +375,7 @@ mod tests {
             layers,
             params,
             tensors: vec![params],
+            conv_tensors: Vec::new(),
             input_elems: 0,
             batch: 1,
             linears: Vec::new(),
@@ -346,6 +395,7 @@ mod tests {
             plain_mape: 0.0,
             fit_mape: 0.0,
             update_large_ms_per_mparam: 0.0,
+            update_conv_ms_per_mparam: None,
             large_tensor_bytes: None,
             lambda: 0.0,
             cv_mape: None,
@@ -402,6 +452,7 @@ mod tests {
             plain_mape: 0.0,
             fit_mape: 0.0,
             update_large_ms_per_mparam: 0.0,
+            update_conv_ms_per_mparam: None,
             large_tensor_bytes: None,
             lambda: 0.0,
             cv_mape: None,
@@ -455,6 +506,7 @@ mod tests {
             layers: 10,
             params: big * 1_000_000 + small * 100_000,
             tensors: [vec![1_000_000; big], vec![100_000; small]].concat(),
+            conv_tensors: Vec::new(),
             input_elems: 0,
             batch: 1,
             linears: Vec::new(),
@@ -487,5 +539,67 @@ mod tests {
         assert_eq!(fit.update_large_ms_per_mparam, u.large_ms_per_mparam);
         assert!((fit.layer_scale - 1.1).abs() < 1e-3, "{fit:?}");
         assert!(fit.fit_mape < 0.1, "{fit:?}");
+    }
+
+    #[test]
+    fn convolution_weights_get_their_own_rate_where_the_runs_separate_them() {
+        // Linear tensors of 0.1M parameters, conv weights of 0.2M, large ones of 1M (large
+        // above 4 MB of update bytes); 0.8, 3.0 and 2.5 ms per million.
+        let run = |lin: usize, conv: usize, big: usize| RunShape {
+            layer_sum_ms: 10.0,
+            layers: 10,
+            params: lin * 100_000 + conv * 200_000 + big * 1_000_000,
+            tensors: [
+                vec![100_000; lin],
+                vec![200_000; conv],
+                vec![1_000_000; big],
+            ]
+            .concat(),
+            conv_tensors: vec![200_000; conv],
+            input_elems: 0,
+            batch: 1,
+            linears: Vec::new(),
+        };
+        let truth = UpdateCosts {
+            small_ms_per_mparam: 0.8,
+            large_ms_per_mparam: 2.5,
+            conv_ms_per_mparam: Some(3.0),
+            large_tensor_bytes: 4e6,
+        };
+        // A transformer, a ResNet, a VGG and a small net, as the calibration networks mix them.
+        let rows: Vec<_> = [(40, 0, 0), (5, 50, 0), (20, 30, 10), (2, 1, 0)]
+            .iter()
+            .map(|&(l, c, b)| {
+                let r = run(l, c, b);
+                let u = truth.ms(&r);
+                (r, u, 100.0)
+            })
+            .collect();
+        let u = fit_update(&rows, 4e6).unwrap();
+        assert!((u.small_ms_per_mparam - 0.8).abs() < 1e-9, "{u:?}");
+        assert!((u.conv_ms_per_mparam.unwrap() - 3.0).abs() < 1e-9, "{u:?}");
+        assert!((u.large_ms_per_mparam - 2.5).abs() < 1e-9, "{u:?}");
+        // Runs that hold conv and other small tensors in one proportion cannot tell them
+        // apart: two rates, the conv weights at the small one.
+        let mixed: Vec<_> = [(2, 1, 0), (4, 2, 3), (6, 3, 1)]
+            .iter()
+            .map(|&(l, c, b)| {
+                let r = run(l, c, b);
+                let u = truth.ms(&r);
+                (r, u, 100.0)
+            })
+            .collect();
+        let u = fit_update(&mixed, 4e6).unwrap();
+        assert_eq!(u.conv_ms_per_mparam, None, "{u:?}");
+        let composed = PhaseCosts {
+            update_ms_per_mparam: 0.8,
+            update_large_ms_per_mparam: 2.5,
+            update_conv_ms_per_mparam: Some(3.0),
+            large_tensor_bytes: Some(4e6),
+            ..PhaseCosts::gpu_defaults(&perfcast_core::testing::cpu_device())
+        };
+        for (r, u, _) in &rows {
+            assert!((composed.update_ms(r) - u).abs() < 1e-9);
+        }
     }
 }

@@ -46,6 +46,11 @@ pub struct PhaseCosts {
     /// ms.
     #[serde(default)]
     pub update_large_ms_per_mparam: f64,
+    /// Optimiser update per million parameters held in convolution weights below
+    /// `large_tensor_bytes`, ms: a CPU backend updates them slower than a linear layer's
+    /// weights of the same size. `None`: the small tensors' rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_conv_ms_per_mparam: Option<f64>,
     /// A parameter tensor is large when its update streams at least this many bytes
     /// (parameter, gradient, velocity: 12 bytes per parameter); calibration sets
     /// [`FRESH_TENSOR_UPDATE_BYTES`] (bundles calibrated before it: the last-level cache).
@@ -156,6 +161,7 @@ impl PhaseCosts {
                 / (GPU_UPDATE_EFFICIENCY * device.mem_bandwidth_gbs.max(1e-9) * 1e9)
                 * 1e3,
             update_large_ms_per_mparam: 0.0,
+            update_conv_ms_per_mparam: None,
             large_tensor_bytes: None,
             input_gbs: Some(GPU_PAGEABLE_COPY_GBS),
             host_floor: Some(GPU_HOST_FLOOR),
@@ -190,6 +196,8 @@ pub struct RunShape {
     pub params: usize,
     /// Elements of every trainable parameter tensor.
     pub tensors: Vec<usize>,
+    /// Elements of every convolution weight tensor (also in `tensors`).
+    pub conv_tensors: Vec<usize>,
     /// Elements of one sample's input.
     pub input_elems: usize,
     /// Samples per run (the input copy's multiple).
@@ -258,6 +266,14 @@ impl RunShape {
             .filter(|&&n| n as f64 * UPDATE_BYTES_PER_PARAM >= large_bytes)
             .sum()
     }
+
+    /// Parameters in convolution weights whose update streams less than `large_bytes`.
+    pub fn small_conv_params(&self, large_bytes: f64) -> usize {
+        self.conv_tensors
+            .iter()
+            .filter(|&&n| (n as f64 * UPDATE_BYTES_PER_PARAM) < large_bytes)
+            .sum()
+    }
 }
 
 /// The trainable parameter tensors of a module, by element count (as burn's layers hold them).
@@ -272,9 +288,7 @@ fn push_param_tensors(spec: &perfcast_core::ModuleSpec, out: &mut Vec<usize>) {
     use perfcast_core::ModuleSpec as M;
     match spec {
         M::Conv2d(c) => {
-            out.push(
-                c.out_channels * (c.in_channels / c.groups.max(1)) * c.kernel[0] * c.kernel[1],
-            );
+            out.push(conv_weights(c));
             if c.bias {
                 out.push(c.out_channels);
             }
@@ -289,6 +303,11 @@ fn push_param_tensors(spec: &perfcast_core::ModuleSpec, out: &mut Vec<usize>) {
         M::LayerNorm(l) => out.extend([l.features, l.features]),
         _ => {}
     }
+}
+
+/// Elements of a convolution's weight tensor.
+fn conv_weights(c: &perfcast_core::Conv2d) -> usize {
+    c.out_channels * (c.in_channels / c.groups.max(1)) * c.kernel[0] * c.kernel[1]
 }
 
 /// A composed network prediction, term by term.
@@ -329,6 +348,20 @@ pub struct Composed {
 const FLOOR_SHARE: f64 = 0.5;
 
 impl PhaseCosts {
+    /// The optimiser update's share of a training run, ms (0 for inference terms).
+    pub fn update_ms(&self, run: &RunShape) -> f64 {
+        let large_bytes = self.large_tensor_bytes.unwrap_or(f64::INFINITY);
+        let large = run.large_params(large_bytes);
+        let conv = run.small_conv_params(large_bytes);
+        let conv_rate = self
+            .update_conv_ms_per_mparam
+            .unwrap_or(self.update_ms_per_mparam);
+        (self.update_ms_per_mparam * (run.params - large - conv) as f64
+            + conv_rate * conv as f64
+            + self.update_large_ms_per_mparam * large as f64)
+            / 1e6
+    }
+
     /// Composes a run from its layers' sum and shape.
     pub fn compose(&self, run: &RunShape) -> Composed {
         self.compose_sum(run, run.layer_sum_ms, run.batch)
@@ -339,10 +372,7 @@ impl PhaseCosts {
     pub(crate) fn compose_sum(&self, run: &RunShape, layer_sum_ms: f64, batch: usize) -> Composed {
         let scale_ms = (self.layer_scale - 1.0) * layer_sum_ms;
         let dispatch_ms = self.per_layer_ms * run.layers as f64;
-        let large = run.large_params(self.large_tensor_bytes.unwrap_or(f64::INFINITY));
-        let update_ms = (self.update_ms_per_mparam * (run.params - large) as f64
-            + self.update_large_ms_per_mparam * large as f64)
-            / 1e6;
+        let update_ms = self.update_ms(run);
         let copy_ms = self.input_gbs.map_or(0.0, |gbs| {
             (batch * run.input_elems) as f64 * perfcast_core::features::F32_BYTES
                 / (gbs.max(1e-9) * 1e6)
@@ -385,8 +415,12 @@ impl RunShape {
     pub fn of(network: &Network, layer_sum_ms: f64) -> RunShape {
         let mut tensors = Vec::new();
         let mut linears = Vec::new();
+        let mut conv_tensors = Vec::new();
         for l in &network.layers {
             push_param_tensors(&l.spec, &mut tensors);
+            if let perfcast_core::ModuleSpec::Conv2d(c) = &l.spec {
+                conv_tensors.push(conv_weights(c));
+            }
             if let perfcast_core::ModuleSpec::Linear(lin) = &l.spec {
                 linears.push(LinearWeights {
                     bytes: (lin.in_features * lin.out_features) as f64
@@ -401,6 +435,7 @@ impl RunShape {
             layers: network.layers.len(),
             params: tensors.iter().sum(),
             tensors,
+            conv_tensors,
             input_elems: network.input.iter().product(),
             batch: 1,
             linears,
@@ -439,6 +474,7 @@ mod tests {
             layers,
             params: layers * w,
             tensors: vec![w; layers],
+            conv_tensors: Vec::new(),
             input_elems: tokens * in_features,
             batch: 1,
             linears: vec![

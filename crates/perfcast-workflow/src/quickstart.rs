@@ -56,7 +56,7 @@ pub struct QuickstartPlan {
     /// Batch sizes of those predictions (default 1, 8).
     pub batch: Vec<usize>,
     /// Networks measured end to end to fit the host-cost terms; their layers are profiled too
-    /// (default vgg11@64, resnet50@64, transformer@64, lenet5@28).
+    /// (default vgg11@64, resnet50@64, resnet18@64, transformer@64, lenet5@28).
     pub calibration_networks: Vec<String>,
     /// Batch sizes the calibration networks are measured at (default 1, 4).
     pub calibration_batch: Vec<usize>,
@@ -102,6 +102,7 @@ impl QuickstartPlan {
             calibration_networks: strings(&[
                 "vgg11@64",
                 "resnet50@64",
+                "resnet18@64",
                 "transformer@64",
                 "lenet5@28",
             ]),
@@ -138,7 +139,7 @@ impl QuickstartPlan {
     }
 
     /// The training step: 3 folds, MEDN up to 10,000 steps at width 48, selection at cost
-    /// weight 0.1 (as `perfcast train` selects by default), each kind's choice refitted on all
+    /// weight 0.03 (as `perfcast train` selects by default), each kind's choice refitted on all
     /// its rows. The quickstart's bundle is judged on its speed too: MEDN serves most of a
     /// network's queries, and at width 48 (against 64) it answers faster at much the same
     /// held-out accuracy (docs/accuracy.md); the cost weight keeps a family twice as slow from
@@ -154,7 +155,7 @@ impl QuickstartPlan {
                 .to_vec(),
             bundle: Some(self.bundle.clone()),
             budget: Budget {
-                cost_weight: 0.1,
+                cost_weight: perfcast_predict::bundle::DEFAULT_COST_WEIGHT,
                 ..Budget::default()
             },
             refit: true,

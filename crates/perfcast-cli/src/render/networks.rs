@@ -115,7 +115,14 @@ pub fn costs(costs: &HostCosts) -> String {
                 fmt_term(c.per_run_ms),
                 fmt_term(c.per_layer_ms),
                 sig3(c.layer_scale),
-                if c.update_large_ms_per_mparam != c.update_ms_per_mparam {
+                if let Some(conv) = c.update_conv_ms_per_mparam {
+                    format!(
+                        "{}/{}/{}",
+                        fmt_term(c.update_ms_per_mparam),
+                        fmt_term(conv),
+                        fmt_term(c.update_large_ms_per_mparam)
+                    )
+                } else if c.update_large_ms_per_mparam != c.update_ms_per_mparam {
                     format!(
                         "{}/{}",
                         fmt_term(c.update_ms_per_mparam),
@@ -145,8 +152,17 @@ pub fn costs(costs: &HostCosts) -> String {
                 / (1024.0 * 1024.0);
             format!("{} MiB", sig3(mib))
         });
+    let conv = costs
+        .training
+        .as_ref()
+        .is_some_and(|c| c.update_conv_ms_per_mparam.is_some());
+    let parts = if conv {
+        format!("in other tensors under {split} / in convolution weights under it / in larger ones")
+    } else {
+        format!("in tensors under {split} / in larger ones")
+    };
     t.push_str(&format!(
-        "(update/Mparam: in tensors under {split} / in larger ones, measured inside the \
+        "(update/Mparam: {parts}, measured inside the \
          training steps; LONO: leave one network out, each predicted by terms fitted on the \
          other networks; the prior's strength is chosen by it)\n",
     ));

@@ -242,6 +242,7 @@ fn phase_costs(per_run_ms: f64, update: f64, cv: Option<f64>) -> PhaseCosts {
         layer_scale: 1.05,
         update_ms_per_mparam: update,
         update_large_ms_per_mparam: update * 2.0,
+        update_conv_ms_per_mparam: None,
         large_tensor_bytes: Some(32.0 * 1024.0 * 1024.0),
         input_gbs: None,
         host_floor: None,
