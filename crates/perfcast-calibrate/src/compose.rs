@@ -566,30 +566,24 @@ mod tests {
             conv_ms_per_mparam: Some(3.0),
             large_tensor_bytes: 4e6,
         };
+        let measured = |nets: &[(usize, usize, usize)]| -> Vec<(RunShape, f64, f64)> {
+            nets.iter()
+                .map(|&(l, c, b)| {
+                    let r = run(l, c, b);
+                    let u = truth.ms(&r);
+                    (r, u, 100.0)
+                })
+                .collect()
+        };
         // A transformer, a ResNet, a VGG and a small net, as the calibration networks mix them.
-        let rows: Vec<_> = [(40, 0, 0), (5, 50, 0), (20, 30, 10), (2, 1, 0)]
-            .iter()
-            .map(|&(l, c, b)| {
-                let r = run(l, c, b);
-                let u = truth.ms(&r);
-                (r, u, 100.0)
-            })
-            .collect();
+        let rows = measured(&[(40, 0, 0), (5, 50, 0), (20, 30, 10), (2, 1, 0)]);
         let u = fit_update(&rows, 4e6).unwrap();
         assert!((u.small_ms_per_mparam - 0.8).abs() < 1e-9, "{u:?}");
         assert!((u.conv_ms_per_mparam.unwrap() - 3.0).abs() < 1e-9, "{u:?}");
         assert!((u.large_ms_per_mparam - 2.5).abs() < 1e-9, "{u:?}");
         // Runs that hold conv and other small tensors in one proportion cannot tell them
         // apart: two rates, the conv weights at the small one.
-        let mixed: Vec<_> = [(2, 1, 0), (4, 2, 3), (6, 3, 1)]
-            .iter()
-            .map(|&(l, c, b)| {
-                let r = run(l, c, b);
-                let u = truth.ms(&r);
-                (r, u, 100.0)
-            })
-            .collect();
-        let u = fit_update(&mixed, 4e6).unwrap();
+        let u = fit_update(&measured(&[(2, 1, 0), (4, 2, 3), (6, 3, 1)]), 4e6).unwrap();
         assert_eq!(u.conv_ms_per_mparam, None, "{u:?}");
         let composed = PhaseCosts {
             update_ms_per_mparam: 0.8,
