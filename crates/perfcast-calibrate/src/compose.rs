@@ -9,6 +9,7 @@
 use perfcast_core::Phase;
 pub use perfcast_predict::compose::{
     Composed, FRESH_TENSOR_UPDATE_BYTES, HostCosts, PhaseCosts, RunShape, param_tensors, plain,
+    update_ms_at,
 };
 
 /// Mean absolute percentage error of `predicted` against `measured`.
@@ -54,12 +55,12 @@ pub struct UpdateCosts {
 impl UpdateCosts {
     /// The update's predicted duration for a run, ms.
     pub fn ms(&self, run: &RunShape) -> f64 {
-        let large = run.large_params(self.large_tensor_bytes);
-        let conv = run.small_conv_params(self.large_tensor_bytes);
-        (self.small_ms_per_mparam * (run.params - large - conv) as f64
-            + self.conv_ms_per_mparam.unwrap_or(self.small_ms_per_mparam) * conv as f64
-            + self.large_ms_per_mparam * large as f64)
-            / 1e6
+        let rates = [
+            self.small_ms_per_mparam,
+            self.conv_ms_per_mparam.unwrap_or(self.small_ms_per_mparam),
+            self.large_ms_per_mparam,
+        ];
+        update_ms_at(run, rates, self.large_tensor_bytes)
     }
 }
 
@@ -73,16 +74,7 @@ pub fn fit_update(rows: &[(RunShape, f64, f64)], large_tensor_bytes: f64) -> Opt
     let rows: Vec<([f64; 3], f64, f64)> = rows
         .iter()
         .filter(|(r, u, t)| r.params > 0 && u.is_finite() && *u > 0.0 && t.is_finite() && *t > 0.0)
-        .map(|(r, u, t)| {
-            let large = r.large_params(large_tensor_bytes);
-            let conv = r.small_conv_params(large_tensor_bytes);
-            let other = r.params - large - conv;
-            (
-                [other as f64 / 1e6, conv as f64 / 1e6, large as f64 / 1e6],
-                *u,
-                *t,
-            )
-        })
+        .map(|(r, u, t)| (r.update_split(large_tensor_bytes), *u, *t))
         .collect();
     if rows.is_empty() {
         return None;
@@ -323,8 +315,6 @@ pub fn fit_phase_cv(
     })
 }
 
-/// Solves the first `n` rows and columns of `a x = b` by Gaussian elimination with partial
-/// pivoting; `None` when singular.
 /// Determinant of the leading `n x n` block of `a` (`n` up to 3).
 fn det(a: &[[f64; 4]; 4], n: usize) -> f64 {
     match n {
@@ -338,6 +328,8 @@ fn det(a: &[[f64; 4]; 4], n: usize) -> f64 {
     }
 }
 
+/// Solves the first `n` rows and columns of `a x = b` by Gaussian elimination with partial
+/// pivoting; `None` when singular.
 fn solve(a: &[[f64; 4]; 4], b: &[f64; 4], n: usize) -> Option<[f64; 4]> {
     let mut m = *a;
     let mut v = *b;

@@ -49,8 +49,8 @@ pub struct Candidate {
 }
 
 /// The cost weight `perfcast train` and the quickstart select with: a family twice as slow
-/// must be 3% more accurate, enough to keep it from winning on noise and too little to hand a
-/// kind a visibly less accurate model (docs/accuracy.md#selection-cost-weight).
+/// must lower the MAPE by this share, enough to keep it from winning on noise and too little
+/// to hand a kind a visibly less accurate model (docs/accuracy.md#selection-cost-weight).
 pub const DEFAULT_COST_WEIGHT: f64 = 0.03;
 
 /// Limits and the trade-off of selection.

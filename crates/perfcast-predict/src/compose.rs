@@ -274,6 +274,14 @@ impl RunShape {
             .filter(|&&n| (n as f64 * UPDATE_BYTES_PER_PARAM) < large_bytes)
             .sum()
     }
+
+    /// Millions of parameters the update prices at each rate: other tensors under
+    /// `large_bytes`, convolution weights under it, and tensors at or above it.
+    pub fn update_split(&self, large_bytes: f64) -> [f64; 3] {
+        let large = self.large_params(large_bytes);
+        let conv = self.small_conv_params(large_bytes);
+        [self.params - large - conv, conv, large].map(|n| n as f64 / 1e6)
+    }
 }
 
 /// The trainable parameter tensors of a module, by element count (as burn's layers hold them).
@@ -308,6 +316,16 @@ fn push_param_tensors(spec: &perfcast_core::ModuleSpec, out: &mut Vec<usize>) {
 /// Elements of a convolution's weight tensor.
 fn conv_weights(c: &perfcast_core::Conv2d) -> usize {
     c.out_channels * (c.in_channels / c.groups.max(1)) * c.kernel[0] * c.kernel[1]
+}
+
+/// The update of `run` at `rates` (ms per million parameters, in [`RunShape::update_split`]'s
+/// order) with tensors large from `large_bytes` on, ms.
+pub fn update_ms_at(run: &RunShape, rates: [f64; 3], large_bytes: f64) -> f64 {
+    run.update_split(large_bytes)
+        .iter()
+        .zip(rates)
+        .map(|(p, r)| p * r)
+        .sum()
 }
 
 /// A composed network prediction, term by term.
@@ -350,16 +368,16 @@ const FLOOR_SHARE: f64 = 0.5;
 impl PhaseCosts {
     /// The optimiser update's share of a training run, ms (0 for inference terms).
     pub fn update_ms(&self, run: &RunShape) -> f64 {
-        let large_bytes = self.large_tensor_bytes.unwrap_or(f64::INFINITY);
-        let large = run.large_params(large_bytes);
-        let conv = run.small_conv_params(large_bytes);
-        let conv_rate = self
-            .update_conv_ms_per_mparam
-            .unwrap_or(self.update_ms_per_mparam);
-        (self.update_ms_per_mparam * (run.params - large - conv) as f64
-            + conv_rate * conv as f64
-            + self.update_large_ms_per_mparam * large as f64)
-            / 1e6
+        update_ms_at(
+            run,
+            [
+                self.update_ms_per_mparam,
+                self.update_conv_ms_per_mparam
+                    .unwrap_or(self.update_ms_per_mparam),
+                self.update_large_ms_per_mparam,
+            ],
+            self.large_tensor_bytes.unwrap_or(f64::INFINITY),
+        )
     }
 
     /// Composes a run from its layers' sum and shape.

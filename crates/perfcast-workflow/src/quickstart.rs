@@ -33,6 +33,16 @@ use crate::error::{Error, Result};
 use crate::observe::{Done, PROFILE_STAGE, StepObserver, sweep_events};
 use crate::profile::probe_device;
 
+/// Networks the quickstart measures end to end to fit the host-cost terms: a small one pins
+/// the per-run cost, which large ones cannot tell apart, and linear-only, conv-only and
+/// FC-heavy nets set the update's rates per tensor kind.
+pub const CALIBRATION_NETWORKS: [&str; 5] = [
+    "vgg11@64",
+    "resnet50@64",
+    "resnet18@64",
+    "transformer@64",
+    "lenet5@28",
+];
 /// Seconds kept for training and calibration after the last active round (about a minute on
 /// an idle 2-core machine); re-measuring disturbed rows stops there too, since in slow phases
 /// it alone could take the quickstart past its budget.
@@ -56,7 +66,7 @@ pub struct QuickstartPlan {
     /// Batch sizes of those predictions (default 1, 8).
     pub batch: Vec<usize>,
     /// Networks measured end to end to fit the host-cost terms; their layers are profiled too
-    /// (default vgg11@64, resnet50@64, resnet18@64, transformer@64, lenet5@28).
+    /// (default [`CALIBRATION_NETWORKS`]).
     pub calibration_networks: Vec<String>,
     /// Batch sizes the calibration networks are measured at (default 1, 4).
     pub calibration_batch: Vec<usize>,
@@ -99,13 +109,7 @@ impl QuickstartPlan {
             models: strings(&["ridge", "trees", "roofline", "medn"]),
             networks: strings(&["lenet5", "alexnet", "resnet18", "mobilenetv2", "vgg16@112"]),
             batch: vec![1, 8],
-            calibration_networks: strings(&[
-                "vgg11@64",
-                "resnet50@64",
-                "resnet18@64",
-                "transformer@64",
-                "lenet5@28",
-            ]),
+            calibration_networks: strings(&CALIBRATION_NETWORKS),
             calibration_batch: vec![1, 4],
             calibration_max_time_s: MeasurePlan::calibration(Vec::new()).max_time_s,
             fast: false,

@@ -42,11 +42,11 @@ pub struct QuickstartArgs {
     batch: Vec<usize>,
     /// Networks measured end to end to fit the host-cost terms (other than the predicted ones;
     /// a small one among them pins the per-run cost, which large ones cannot tell apart, and
-    /// two ResNets with linear-only and FC-heavy nets set the update's rates per tensor kind)
+    /// linear-only, conv-only and FC-heavy nets set the update's rates per tensor kind)
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "vgg11@64,resnet50@64,resnet18@64,transformer@64,lenet5@28"
+        default_values_t = perfcast_workflow::quickstart::CALIBRATION_NETWORKS.map(String::from)
     )]
     calibration_networks: Vec<String>,
     /// Skip profiling the networks' own layers, the active rounds and the host-cost

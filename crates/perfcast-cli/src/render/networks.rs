@@ -142,24 +142,20 @@ pub fn costs(costs: &HostCosts) -> String {
         }
     }
     // The split the bundle was calibrated with (older bundles split at the cache).
-    let split = costs
-        .training
-        .as_ref()
-        .and_then(|c| c.large_tensor_bytes)
-        .map_or("64 MiB".to_string(), |bytes| {
-            let mib = bytes / perfcast_predict::compose::UPDATE_BYTES_PER_PARAM
-                * perfcast_core::features::F32_BYTES
-                / (1024.0 * 1024.0);
-            format!("{} MiB", sig3(mib))
-        });
-    let conv = costs
-        .training
-        .as_ref()
-        .is_some_and(|c| c.update_conv_ms_per_mparam.is_some());
-    let parts = if conv {
-        format!("in other tensors under {split} / in convolution weights under it / in larger ones")
-    } else {
-        format!("in tensors under {split} / in larger ones")
+    let training = costs.training.as_ref();
+    let split = training.and_then(|c| c.large_tensor_bytes).map(|bytes| {
+        let mib = bytes / perfcast_predict::compose::UPDATE_BYTES_PER_PARAM
+            * perfcast_core::features::F32_BYTES
+            / (1024.0 * 1024.0);
+        format!("{} MiB", sig3(mib))
+    });
+    let conv = training.is_some_and(|c| c.update_conv_ms_per_mparam.is_some());
+    let parts = match (split, conv) {
+        (Some(split), true) => format!(
+            "in other tensors under {split} / in convolution weights under it / in larger ones"
+        ),
+        (Some(split), false) => format!("in tensors under {split} / in larger ones"),
+        (None, _) => "one rate for every tensor".to_string(),
     };
     t.push_str(&format!(
         "(update/Mparam: {parts}, measured inside the \
