@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use crate::compose::{self, Composed, FRESH_TENSOR_UPDATE_BYTES, HostCosts, RunShape};
 use crate::error::{Error, Result};
-use crate::predictor::Predictor;
+use crate::predictor::{Predictor, linear_ms_of};
 use crate::{Bundle, Manifest};
 
 /// Each run with its label (`vgg16@112` for a zoo network built at another resolution, its
@@ -63,6 +63,8 @@ pub struct Compared {
     pub composed_error_pct: Option<f64>,
     /// Layers the bundle has no model for (predicted from the spec roofline).
     pub fallback_layers: usize,
+    /// What its linear layers pay for weights read from memory, ms (in `composed` too).
+    pub uncached_weights_ms: f64,
 }
 
 /// Predicts every run as the sum of its layers and, with `costs`, composed with them.
@@ -78,7 +80,8 @@ pub fn compare(
             // Plain: the layers alone; composed: with the host costs under evaluation (the
             // bundle's, or those of a leave-one-network-out fit).
             let shape = RunShape::of(&r.network, p.layer_sum_ms);
-            let uncached = predictor.uncached_weights_ms(&shape, &context);
+            let uncached =
+                predictor.uncached_weights_ms(&shape, &context, || linear_ms_of(&p.layers));
             let composed = costs
                 .and_then(|c| c.phase(r.phase))
                 .map(|c| c.compose(&shape).with_uncached_weights(uncached));
@@ -95,6 +98,7 @@ pub fn compare(
                 composed_error_pct: composed.as_ref().map(|c| err(c.total_ms)),
                 composed,
                 fallback_layers: p.fallback_layers,
+                uncached_weights_ms: uncached,
             })
         })
         .collect()
@@ -148,8 +152,10 @@ pub fn calibrate(
                 // The uncached-weights term is measured by the device probe, not fitted: the
                 // other terms explain what it leaves.
                 let shape = RunShape::of(&r.network, c.plain_ms);
-                let uncached = predictor.uncached_weights_ms(&shape, &run_context(r));
-                ((shape, r.timing.median_ms - uncached), label.clone())
+                (
+                    (shape, r.timing.median_ms - c.uncached_weights_ms),
+                    label.clone(),
+                )
             })
             .unzip();
         if data.is_empty() {
@@ -309,9 +315,10 @@ pub fn evaluate_networks(
 /// A network's predicted time: the sum of its layers, composed with the bundle's host-cost
 /// terms for the phase when it has them.
 pub fn network_ms(predictor: &Predictor, network: &Network, context: &Context) -> Result<f64> {
-    let sum = predictor.predict_network(network, context)?.layer_sum_ms;
-    let shape = RunShape::of(network, sum);
-    let uncached = predictor.uncached_weights_ms(&shape, context);
+    let p = predictor.predict_network(network, context)?;
+    let shape = RunShape::of(network, p.layer_sum_ms);
+    let uncached = predictor.uncached_weights_ms(&shape, context, || linear_ms_of(&p.layers));
+    let sum = p.layer_sum_ms;
     Ok(predictor
         .bundle()
         .manifest

@@ -40,43 +40,68 @@ pub struct Caches {
     pub uncached_weights: Option<UncachedWeights>,
 }
 
-/// The extra time a linear layer's GEMM takes when its weights come from memory rather than
-/// the last-level cache, by the GEMM's rows per call, in ms per MB of weights.
+/// What a linear layer's GEMM takes when its weights come from memory rather than the
+/// last-level cache, by the GEMM's rows per call.
 ///
 /// A layer timed alone keeps weights that fit the cache hot across repetitions; in a network
 /// whose weights pass the cache they come from memory on every pass. Whether that costs time
 /// depends on how the backend reads them: a GEMM kernel that reads the weights in place (few
 /// rows) waits on every load, one that packs them first (more rows) or a vector product (one
-/// row) streams them with the hardware prefetcher. The probe measures the difference per row
-/// count instead of modelling the kernels (`perfcast_profile::probe::uncached_weights`).
+/// row) streams them with the hardware prefetcher. The probe measures per row count instead of
+/// modelling the kernels (`perfcast_profile::probe::uncached_weights`).
+///
+/// Current probes store `floor_ms_per_mb`: the time per MB of weights of a GEMM that reads them
+/// from memory, which bounds such a layer from below. Its cached twin is the noisy half on a
+/// machine that shares its last-level cache, so a difference of the two (`ms_per_mb`, the extra
+/// time per MB, kept by older probes) flips between modes from run to run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UncachedWeights {
     /// Rows per GEMM call the probe measured, ascending.
     pub rows: Vec<usize>,
-    /// Extra ms per MB (1e6 bytes) of weights at each of `rows`.
+    /// Extra ms per MB (1e6 bytes) of weights at each of `rows` (older probes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ms_per_mb: Vec<f64>,
+    /// ms per MB of weights read from memory at each of `rows`: a least time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub floor_ms_per_mb: Vec<f64>,
 }
 
 impl UncachedWeights {
-    /// The extra ms per MB at `rows` rows per call: the probe's value at the largest measured
-    /// row count not above `rows` (the kernel switches at whole row counts), the first one
-    /// below it.
-    pub fn ms_per_mb_at(&self, rows: usize) -> f64 {
+    /// The value of `table` at `rows` rows per call: the one at the largest measured row count
+    /// not above `rows` (the kernel switches at whole row counts), the first one below it.
+    fn at(&self, table: &[f64], rows: usize) -> f64 {
         let at = self.rows.partition_point(|&r| r <= rows);
-        self.ms_per_mb
-            .get(at.saturating_sub(1))
-            .copied()
-            .unwrap_or(0.0)
+        table.get(at.saturating_sub(1)).copied().unwrap_or(0.0)
+    }
+
+    /// The extra ms per MB at `rows` rows per call (0 for a floor table).
+    pub fn ms_per_mb_at(&self, rows: usize) -> f64 {
+        self.at(&self.ms_per_mb, rows)
+    }
+
+    /// The least ms per MB of weights read from memory at `rows` rows per call (0 for an
+    /// older table of extras).
+    pub fn floor_ms_per_mb_at(&self, rows: usize) -> f64 {
+        self.at(&self.floor_ms_per_mb, rows)
     }
 
     /// Rejects tables a predictor cannot use, naming the problem.
     pub fn check(&self) -> std::result::Result<(), String> {
-        if self.rows.is_empty() || self.rows.len() != self.ms_per_mb.len() {
+        let tables = [&self.ms_per_mb, &self.floor_ms_per_mb];
+        let filled = tables.iter().filter(|t| !t.is_empty()).count();
+        if self.rows.is_empty()
+            || filled != 1
+            || tables
+                .iter()
+                .any(|t| !t.is_empty() && t.len() != self.rows.len())
+        {
             return Err(format!(
-                "`uncached_weights` needs one value per row count, got {} rows and {} values",
+                "`uncached_weights` needs one value per row count in exactly one of \
+                 `ms_per_mb` and `floor_ms_per_mb`, got {} rows and {} / {} values",
                 self.rows.len(),
-                self.ms_per_mb.len()
+                self.ms_per_mb.len(),
+                self.floor_ms_per_mb.len()
             ));
         }
         if self.rows.windows(2).any(|w| w[0] >= w[1]) || self.rows[0] == 0 {
@@ -85,13 +110,13 @@ impl UncachedWeights {
                 self.rows
             ));
         }
-        if let Some(v) = self
-            .ms_per_mb
+        if let Some(v) = tables
             .iter()
+            .flat_map(|t| t.iter())
             .find(|v| !(v.is_finite() && (0.0..=1e3).contains(*v)))
         {
             return Err(format!(
-                "`uncached_weights.ms_per_mb` must be in [0, 1000], got {v}"
+                "`uncached_weights` values must be in [0, 1000] ms per MB, got {v}"
             ));
         }
         Ok(())
@@ -606,6 +631,7 @@ mod tests {
         let u = UncachedWeights {
             rows: vec![1, 16, 64],
             ms_per_mb: vec![0.01, 0.12, 0.02],
+            floor_ms_per_mb: Vec::new(),
         };
         u.check().unwrap();
         assert_eq!(u.ms_per_mb_at(1), 0.01);
@@ -627,10 +653,35 @@ mod tests {
         ] {
             d.caches.uncached_weights = Some(UncachedWeights {
                 rows: rows.clone(),
-                ms_per_mb: values,
+                ms_per_mb: values.clone(),
+                floor_ms_per_mb: Vec::new(),
             });
             let e = d.validate().unwrap_err().to_string();
             assert!(e.contains("uncached_weights"), "{rows:?}: {e}");
         }
+        // Both tables at once, or neither: which one the predictor should use is unclear.
+        for (extras, floors) in [(vec![0.1], vec![0.2]), (vec![], vec![])] {
+            d.caches.uncached_weights = Some(UncachedWeights {
+                rows: vec![1],
+                ms_per_mb: extras,
+                floor_ms_per_mb: floors,
+            });
+            assert!(d.validate().is_err());
+        }
+    }
+
+    #[test]
+    fn a_floor_table_reads_like_an_extras_table_and_loads_from_json() {
+        let u: UncachedWeights =
+            serde_json::from_str(r#"{"rows": [1, 16], "floor_ms_per_mb": [0.05, 0.25]}"#).unwrap();
+        u.check().unwrap();
+        assert_eq!(u.floor_ms_per_mb_at(17), 0.25);
+        assert_eq!(u.ms_per_mb_at(17), 0.0);
+        // An older probe's table still loads, as extras.
+        let old: UncachedWeights =
+            serde_json::from_str(r#"{"rows": [1, 16], "ms_per_mb": [0.03, 0.08]}"#).unwrap();
+        old.check().unwrap();
+        assert_eq!(old.ms_per_mb_at(16), 0.08);
+        assert_eq!(old.floor_ms_per_mb_at(16), 0.0);
     }
 }

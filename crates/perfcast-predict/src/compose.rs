@@ -236,14 +236,18 @@ pub fn linear_gemm_rows(batch: usize, tokens: usize, out_features: usize) -> usi
 
 /// What a run's linear layers pay for weights that come from memory, ms: zero unless the
 /// network's parameters pass `cache_bytes`; then every linear layer whose weights fit the cache
-/// alone (so its isolated timing had them cached) adds the probe's cost per MB at its rows per
-/// call. A layer's weights come from memory once per pass even when it runs one GEMM per
-/// sample: the later samples find them cached.
+/// alone (so its isolated timing had them cached) pays for reading them from memory at its rows
+/// per call. With a probe's floors, that is whatever the floor (ms per MB times the layer's MB)
+/// exceeds the layer's first GEMM call as predicted (`linear_ms`, the layers' predictions in
+/// the order of `run.linears`); with an older probe's extras, the extra per MB. A layer's
+/// weights come from memory once per pass even when it runs one GEMM per sample: the later
+/// samples find them cached.
 pub fn uncached_weights_ms(
     run: &RunShape,
     batch: usize,
     probe: &perfcast_core::UncachedWeights,
     cache_bytes: f64,
+    linear_ms: &[f64],
 ) -> f64 {
     let weights = run.params as f64 * perfcast_core::features::F32_BYTES;
     if cache_bytes.is_nan() || cache_bytes <= 0.0 || weights <= cache_bytes {
@@ -251,9 +255,22 @@ pub fn uncached_weights_ms(
     }
     run.linears
         .iter()
-        .filter(|l| l.bytes <= cache_bytes)
-        .map(|l| {
-            probe.ms_per_mb_at(linear_gemm_rows(batch, l.tokens, l.out_features)) * l.bytes / 1e6
+        .enumerate()
+        .filter(|(_, l)| l.bytes <= cache_bytes)
+        .map(|(i, l)| {
+            let rows = linear_gemm_rows(batch, l.tokens, l.out_features);
+            let mb = l.bytes / 1e6;
+            if probe.floor_ms_per_mb.is_empty() {
+                return probe.ms_per_mb_at(rows) * mb;
+            }
+            // A layer whose prediction is unknown is charged nothing rather than guessed at.
+            let Some(&ms) = linear_ms.get(i) else {
+                return 0.0;
+            };
+            let calls = (batch.max(1) * l.tokens.max(1))
+                .div_ceil(rows.max(1))
+                .max(1);
+            (probe.floor_ms_per_mb_at(rows) * mb - ms / calls as f64).max(0.0)
         })
         .sum()
 }
@@ -510,6 +527,15 @@ mod tests {
         UncachedWeights {
             rows: vec![1, 16, 64],
             ms_per_mb: vec![0.01, 0.12, 0.02],
+            floor_ms_per_mb: Vec::new(),
+        }
+    }
+
+    fn floors() -> UncachedWeights {
+        UncachedWeights {
+            rows: vec![1, 16, 64],
+            ms_per_mb: Vec::new(),
+            floor_ms_per_mb: vec![0.05, 0.25, 0.1],
         }
     }
 
@@ -518,15 +544,35 @@ mod tests {
         let cache = 32e6;
         // 4 MB per layer: one alone fits, ten pass the cache.
         let small = run_of(1, 17, 1000, 1000);
-        assert_eq!(uncached_weights_ms(&small, 1, &probe(), cache), 0.0);
+        assert_eq!(uncached_weights_ms(&small, 1, &probe(), cache, &[]), 0.0);
         let big = run_of(10, 17, 1000, 1000);
-        let ms = uncached_weights_ms(&big, 1, &probe(), cache);
+        let ms = uncached_weights_ms(&big, 1, &probe(), cache, &[]);
         assert!((ms - 10.0 * 4.0 * 0.12).abs() < 1e-9, "{ms}");
         // Layers too large for the cache were timed uncached already.
         let huge = run_of(2, 17, 4000, 4000);
-        assert_eq!(uncached_weights_ms(&huge, 1, &probe(), cache), 0.0);
+        assert_eq!(uncached_weights_ms(&huge, 1, &probe(), cache, &[]), 0.0);
         // No cache size known: no term.
-        assert_eq!(uncached_weights_ms(&big, 1, &probe(), 0.0), 0.0);
+        assert_eq!(uncached_weights_ms(&big, 1, &probe(), 0.0, &[]), 0.0);
+    }
+
+    #[test]
+    fn a_floor_charges_what_it_exceeds_the_layers_own_prediction_by() {
+        let cache = 32e6;
+        // Ten 4 MB layers at 17 rows: the floor is 0.25 ms per MB, 1.0 ms a layer.
+        let big = run_of(10, 17, 1000, 1000);
+        let ms = uncached_weights_ms(&big, 1, &floors(), cache, &[0.6; 10]);
+        assert!((ms - 10.0 * 0.4).abs() < 1e-9, "{ms}");
+        // A layer predicted above its floor pays nothing more.
+        assert_eq!(
+            uncached_weights_ms(&big, 1, &floors(), cache, &[1.5; 10]),
+            0.0
+        );
+        // Per-sample GEMMs (64 rows each, batch 4): only the first call reads from memory.
+        let tiled = run_of(10, 64, 1000, 1000);
+        let ms = uncached_weights_ms(&tiled, 4, &floors(), cache, &[1.2; 10]);
+        assert!((ms - 10.0 * (0.4 - 0.3)).abs() < 1e-9, "{ms}");
+        // Layers whose predictions are not given are charged nothing.
+        assert_eq!(uncached_weights_ms(&big, 1, &floors(), cache, &[]), 0.0);
     }
 
     #[test]
@@ -540,7 +586,7 @@ mod tests {
         // Nor when the folded output would be taller than square by more.
         assert_eq!(linear_gemm_rows(64, 100, 10), 100);
         let big = run_of(10, 17, 1000, 1000);
-        let at = |batch| uncached_weights_ms(&big, batch, &probe(), 32e6);
+        let at = |batch| uncached_weights_ms(&big, batch, &probe(), 32e6, &[]);
         assert!(at(4) < at(1), "{} {}", at(4), at(1));
     }
 

@@ -123,7 +123,9 @@ impl Predictor {
         let fallback_layers = layers.iter().filter(|l| l.prediction.fallback).count();
         let mut shape = prepared.shape.clone();
         shape.layers -= network.layers.len() - regions.len();
-        let composed = self.composition(&shape, layer_sum_ms, context);
+        let composed = self.composition(&shape, layer_sum_ms, context, || {
+            crate::predictor::linear_ms_of(&eager.layers)
+        });
         Ok(NetworkPrediction {
             network: network.name.clone(),
             context: context.clone(),

@@ -110,6 +110,17 @@ pub struct ModulePrediction {
 }
 
 /// One layer of a network prediction.
+/// The predictions of the linear layers among `layers`, in their order: what the
+/// uncached-weights term compares its floor with. Layers here are the network's own (not
+/// fused regions), so they line up with [`RunShape::of`]'s list.
+pub fn linear_ms_of(layers: &[LayerPrediction]) -> Vec<f64> {
+    layers
+        .iter()
+        .filter(|l| l.prediction.kind == ModuleKind::Linear)
+        .map(|l| l.prediction.ms)
+        .collect()
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LayerPrediction {
     /// Layer name. Shared with the [`PreparedNetwork`] it came from, as is `module`: a
@@ -1564,7 +1575,9 @@ impl Predictor {
             Some(plan) => plan.roofline_ms,
             None => self.roofline_of(network, context),
         };
-        let composed = self.composition(&network.shape, layer_sum_ms, context);
+        let composed = self.composition(&network.shape, layer_sum_ms, context, || {
+            linear_ms_of(&layers)
+        });
         Ok(NetworkPrediction {
             network: network.name.clone(),
             context: context.clone(),
@@ -1753,16 +1766,27 @@ impl Predictor {
 
     /// What a run of `shape` in `context` pays for linear layers' weights read from memory
     /// rather than cache ([`crate::compose::uncached_weights_ms`]): inference runs on a device
-    /// whose probe measured it; 0 otherwise.
-    pub fn uncached_weights_ms(&self, shape: &RunShape, context: &Context) -> f64 {
+    /// whose probe measured it; 0 otherwise. `linear_ms` gives the linear layers' predictions
+    /// in the network's order, asked for only where the term applies.
+    pub fn uncached_weights_ms(
+        &self,
+        shape: &RunShape,
+        context: &Context,
+        linear_ms: impl FnOnce() -> Vec<f64>,
+    ) -> f64 {
         let device = &self.bundle.manifest.device;
+        let cache_bytes = device.cache_mb * 1024.0 * 1024.0;
+        let passes_cache = shape.params as f64 * perfcast_core::features::F32_BYTES > cache_bytes;
         match (context.phase, &device.caches.uncached_weights) {
-            (Phase::Inference, Some(probe)) => crate::compose::uncached_weights_ms(
-                shape,
-                context.batch,
-                probe,
-                device.cache_mb * 1024.0 * 1024.0,
-            ),
+            (Phase::Inference, Some(probe)) if passes_cache && !shape.linears.is_empty() => {
+                crate::compose::uncached_weights_ms(
+                    shape,
+                    context.batch,
+                    probe,
+                    cache_bytes,
+                    &linear_ms(),
+                )
+            }
             _ => 0.0,
         }
     }
@@ -1774,6 +1798,7 @@ impl Predictor {
         shape: &RunShape,
         layer_sum_ms: f64,
         context: &Context,
+        linear_ms: impl FnOnce() -> Vec<f64>,
     ) -> Option<crate::compose::Composed> {
         let calibrated = self
             .bundle
@@ -1784,7 +1809,7 @@ impl Predictor {
         // A GPU training step never calibrated still pays its input copy and optimiser update.
         let defaults = (calibrated.is_none() && self.gpu() && context.phase == Phase::Training)
             .then(|| crate::compose::PhaseCosts::gpu_defaults(&self.bundle.manifest.device));
-        let uncached = self.uncached_weights_ms(shape, context);
+        let uncached = self.uncached_weights_ms(shape, context, linear_ms);
         calibrated.or(defaults.as_ref()).map(|c| {
             c.compose_sum(shape, layer_sum_ms, context.batch)
                 .with_uncached_weights(uncached)

@@ -72,7 +72,8 @@ pub struct PredictArgs {
     #[arg(long, conflicts_with_all = ["kind", "network", "network_file"])]
     modules_file: Option<PathBuf>,
     /// A network from the built-in zoo (lenet5, alexnet, vgg11, vgg16, resnet18, resnet50,
-    /// mobilenetv2, transformer)
+    /// mobilenetv2, transformer, squeezenet1_1, densenet121, efficientnet_b0, vit_b_16,
+    /// llama_block)
     #[arg(long, conflicts_with_all = ["kind", "network_file"])]
     network: Option<String>,
     /// Input resolution of a zoo network (tokens for the transformer)

@@ -118,7 +118,8 @@ pub enum ParallelArg {
 #[derive(Debug, Args)]
 pub struct PredictArgs {
     /// A network from the built-in zoo (lenet5, alexnet, vgg11, vgg16, resnet18, resnet50,
-    /// mobilenetv2, transformer)
+    /// mobilenetv2, transformer, squeezenet1_1, densenet121, efficientnet_b0, vit_b_16,
+    /// llama_block)
     #[arg(long, conflicts_with = "network_file")]
     network: Option<String>,
     /// A network from a JSON file (format: `examples/networks/`)

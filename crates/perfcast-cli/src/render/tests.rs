@@ -468,6 +468,7 @@ fn compared(network: &str, phase: Phase, measured_ms: f64, plain_ms: f64) -> Com
             total_ms: composed_ms,
         }),
         composed_error_pct: Some(err(composed_ms)),
+        uncached_weights_ms: 0.0,
         fallback_layers: usize::from(network == "lenet5@28"),
     }
 }
