@@ -79,7 +79,7 @@ pub fn compare(
             let p = predictor.predict_network(&r.network, &context)?;
             // Plain: the layers alone; composed: with the host costs under evaluation (the
             // bundle's, or those of a leave-one-network-out fit).
-            let shape = RunShape::of(&r.network, p.layer_sum_ms);
+            let shape = predictor.run_shape(&r.network, p.layer_sum_ms, &context);
             let uncached =
                 predictor.uncached_weights_ms(&shape, &context, || linear_ms_of(&p.layers));
             let composed = costs
@@ -151,7 +151,7 @@ pub fn calibrate(
             .map(|((label, r), c)| {
                 // The uncached-weights term is measured by the device probe, not fitted: the
                 // other terms explain what it leaves.
-                let shape = RunShape::of(&r.network, c.plain_ms);
+                let shape = predictor.run_shape(&r.network, c.plain_ms, &run_context(r));
                 (
                     (shape, r.timing.median_ms - c.uncached_weights_ms),
                     label.clone(),
@@ -316,7 +316,7 @@ pub fn evaluate_networks(
 /// terms for the phase when it has them.
 pub fn network_ms(predictor: &Predictor, network: &Network, context: &Context) -> Result<f64> {
     let p = predictor.predict_network(network, context)?;
-    let shape = RunShape::of(network, p.layer_sum_ms);
+    let shape = predictor.run_shape(network, p.layer_sum_ms, context);
     let uncached = predictor.uncached_weights_ms(&shape, context, || linear_ms_of(&p.layers));
     let sum = p.layer_sum_ms;
     Ok(predictor

@@ -8,8 +8,8 @@
 
 use perfcast_core::Phase;
 pub use perfcast_predict::compose::{
-    Composed, FRESH_TENSOR_UPDATE_BYTES, HostCosts, PhaseCosts, RunShape, param_tensors, plain,
-    update_ms_at,
+    Composed, FRESH_TENSOR_UPDATE_BYTES, HostCosts, PhaseCosts, RunShape, param_tensors,
+    per_sample_grads_ms_at, plain, update_ms_at,
 };
 
 /// Mean absolute percentage error of `predicted` against `measured`.
@@ -53,7 +53,8 @@ pub struct UpdateCosts {
 }
 
 impl UpdateCosts {
-    /// The update's predicted duration for a run, ms.
+    /// The update's predicted duration for a run, with the per-sample weight gradients it
+    /// prices at the same rates ([`RunShape::with_per_sample_grads`]), ms.
     pub fn ms(&self, run: &RunShape) -> f64 {
         let rates = [
             self.small_ms_per_mparam,
@@ -61,6 +62,11 @@ impl UpdateCosts {
             self.large_ms_per_mparam,
         ];
         update_ms_at(run, rates, self.large_tensor_bytes)
+            + per_sample_grads_ms_at(
+                run,
+                [self.small_ms_per_mparam, self.large_ms_per_mparam],
+                self.large_tensor_bytes,
+            )
     }
 }
 
@@ -371,6 +377,7 @@ mod tests {
             input_elems: 0,
             batch: 1,
             linears: Vec::new(),
+            per_sample_grads: Vec::new(),
         }
     }
 
@@ -502,6 +509,7 @@ mod tests {
             input_elems: 0,
             batch: 1,
             linears: Vec::new(),
+            per_sample_grads: Vec::new(),
         };
         let truth = |r: &RunShape| {
             let large = r.large_params(4e6) as f64 / 1e6;
@@ -551,6 +559,7 @@ mod tests {
             input_elems: 0,
             batch: 1,
             linears: Vec::new(),
+            per_sample_grads: Vec::new(),
         };
         let truth = UpdateCosts {
             small_ms_per_mparam: 0.8,

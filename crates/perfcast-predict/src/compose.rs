@@ -204,6 +204,10 @@ pub struct RunShape {
     pub batch: usize,
     /// Every linear layer's weights, for the uncached-weights term.
     pub linears: Vec<LinearWeights>,
+    /// Elements of each weight-gradient buffer a training step's per-sample GEMMs write
+    /// before summing them over the batch ([`RunShape::with_per_sample_grads`]; empty
+    /// otherwise).
+    pub per_sample_grads: Vec<usize>,
 }
 
 /// A linear layer's weight matrix and the rows it multiplies per sample.
@@ -292,6 +296,36 @@ impl RunShape {
             .sum()
     }
 
+    /// This run with the weight gradients its per-sample GEMMs write at `batch` (a CPU
+    /// training step): burn's backward of a linear layer that runs one GEMM per sample
+    /// computes each sample's weight gradient into one `[calls, in, out]` buffer and then
+    /// sums it over the calls, so the step writes and reads `calls` times the weights.
+    pub fn with_per_sample_grads(mut self, batch: usize) -> RunShape {
+        self.per_sample_grads = self
+            .linears
+            .iter()
+            .filter_map(|l| {
+                let rows = linear_gemm_rows(batch, l.tokens, l.out_features).max(1);
+                let calls = (batch.max(1) * l.tokens.max(1)) / rows;
+                let weights = (l.bytes / perfcast_core::features::F32_BYTES).round() as usize;
+                (calls > 1).then(|| calls * weights)
+            })
+            .collect();
+        self
+    }
+
+    /// Millions of per-sample gradient elements in buffers the update's split would call
+    /// small and large (`large_bytes` streamed per update of a tensor that size).
+    pub fn per_sample_grad_split(&self, large_bytes: f64) -> [f64; 2] {
+        let large: usize = self
+            .per_sample_grads
+            .iter()
+            .filter(|&&n| n as f64 * UPDATE_BYTES_PER_PARAM >= large_bytes)
+            .sum();
+        let all: usize = self.per_sample_grads.iter().sum();
+        [(all - large) as f64 / 1e6, large as f64 / 1e6]
+    }
+
     /// Millions of parameters the update prices at each rate: other tensors under
     /// `large_bytes`, convolution weights under it, and tensors at or above it.
     pub fn update_split(&self, large_bytes: f64) -> [f64; 3] {
@@ -345,6 +379,17 @@ pub fn update_ms_at(run: &RunShape, rates: [f64; 3], large_bytes: f64) -> f64 {
         .sum()
 }
 
+/// The per-sample weight gradients of `run` at the update's small and large `rates` (ms per
+/// million elements: the buffers are written, read and, from the allocator's fresh-mapping
+/// size on, page-faulted like an update's), ms.
+pub fn per_sample_grads_ms_at(run: &RunShape, rates: [f64; 2], large_bytes: f64) -> f64 {
+    run.per_sample_grad_split(large_bytes)
+        .iter()
+        .zip(rates)
+        .map(|(n, r)| n * r)
+        .sum()
+}
+
 /// A composed network prediction, term by term.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Composed {
@@ -361,6 +406,10 @@ pub struct Composed {
     /// The input batch copied host to device, ms (GPU steps).
     #[serde(default)]
     pub copy_ms: f64,
+    /// Per-sample weight gradients written and summed (CPU training steps whose linear
+    /// layers run one GEMM per sample), ms.
+    #[serde(default)]
+    pub per_sample_grads_ms: f64,
     /// Linear layers' weights read from memory instead of cache, ms ([`uncached_weights_ms`]).
     #[serde(default)]
     pub uncached_weights_ms: f64,
@@ -397,6 +446,16 @@ impl PhaseCosts {
         )
     }
 
+    /// The per-sample weight gradients of a training run, priced at the update's rates, ms (0
+    /// for inference terms and runs without them).
+    pub fn per_sample_grads_ms(&self, run: &RunShape) -> f64 {
+        per_sample_grads_ms_at(
+            run,
+            [self.update_ms_per_mparam, self.update_large_ms_per_mparam],
+            self.large_tensor_bytes.unwrap_or(f64::INFINITY),
+        )
+    }
+
     /// Composes a run from its layers' sum and shape.
     pub fn compose(&self, run: &RunShape) -> Composed {
         self.compose_sum(run, run.layer_sum_ms, run.batch)
@@ -408,11 +467,17 @@ impl PhaseCosts {
         let scale_ms = (self.layer_scale - 1.0) * layer_sum_ms;
         let dispatch_ms = self.per_layer_ms * run.layers as f64;
         let update_ms = self.update_ms(run);
+        let per_sample_grads_ms = self.per_sample_grads_ms(run);
         let copy_ms = self.input_gbs.map_or(0.0, |gbs| {
             (batch * run.input_elems) as f64 * perfcast_core::features::F32_BYTES
                 / (gbs.max(1e-9) * 1e6)
         });
-        let device = layer_sum_ms + self.per_run_ms + scale_ms + dispatch_ms + update_ms;
+        let device = layer_sum_ms
+            + self.per_run_ms
+            + scale_ms
+            + dispatch_ms
+            + update_ms
+            + per_sample_grads_ms;
         let host_floor_ms = self
             .host_floor
             .as_ref()
@@ -427,6 +492,7 @@ impl PhaseCosts {
             dispatch_ms,
             update_ms,
             copy_ms,
+            per_sample_grads_ms,
             uncached_weights_ms: 0.0,
             host_floor_ms,
             host_bound_ms,
@@ -474,6 +540,7 @@ impl RunShape {
             input_elems: network.input.iter().product(),
             batch: 1,
             linears,
+            per_sample_grads: Vec::new(),
         }
     }
 }
@@ -487,6 +554,7 @@ pub fn plain(run: &RunShape) -> Composed {
         dispatch_ms: 0.0,
         update_ms: 0.0,
         copy_ms: 0.0,
+        per_sample_grads_ms: 0.0,
         uncached_weights_ms: 0.0,
         host_floor_ms: 0.0,
         host_bound_ms: 0.0,
@@ -520,6 +588,7 @@ mod tests {
                 };
                 layers
             ],
+            per_sample_grads: Vec::new(),
         }
     }
 
@@ -573,6 +642,43 @@ mod tests {
         assert!((ms - 10.0 * (0.4 - 0.3)).abs() < 1e-9, "{ms}");
         // Layers whose predictions are not given are charged nothing.
         assert_eq!(uncached_weights_ms(&big, 1, &floors(), cache, &[]), 0.0);
+    }
+
+    #[test]
+    fn per_sample_gemms_write_a_weight_gradient_per_sample() {
+        // 64 tokens fill whole tiles: at batch 4 each of the two 1000 x 1000 layers runs four
+        // GEMMs and its backward writes four gradients of its million weights.
+        let tiled = run_of(2, 64, 1000, 1000).with_per_sample_grads(4);
+        assert_eq!(tiled.per_sample_grads, vec![4_000_000; 2]);
+        // 17 tokens fold into one GEMM, and batch 1 has one sample: no per-sample gradients.
+        assert!(
+            run_of(2, 17, 1000, 1000)
+                .with_per_sample_grads(4)
+                .per_sample_grads
+                .is_empty()
+        );
+        assert!(
+            run_of(2, 64, 1000, 1000)
+                .with_per_sample_grads(1)
+                .per_sample_grads
+                .is_empty()
+        );
+        // Priced at the update's rates: 4 M elements stream 48 MB, large from 32 MB on.
+        let ms = per_sample_grads_ms_at(&tiled, [1.0, 3.0], 32e6);
+        assert!((ms - 2.0 * 4.0 * 3.0).abs() < 1e-9, "{ms}");
+        let ms = per_sample_grads_ms_at(&tiled, [1.0, 3.0], 64e6);
+        assert!((ms - 2.0 * 4.0 * 1.0).abs() < 1e-9, "{ms}");
+        // A training composition carries them in its total; inference terms price them at 0.
+        let costs = PhaseCosts {
+            update_ms_per_mparam: 1.0,
+            update_large_ms_per_mparam: 3.0,
+            large_tensor_bytes: Some(32e6),
+            ..PhaseCosts::gpu_defaults(&perfcast_core::testing::cpu_device())
+        };
+        let with = costs.compose(&tiled);
+        let without = costs.compose(&run_of(2, 64, 1000, 1000));
+        assert!((with.per_sample_grads_ms - 24.0).abs() < 1e-9, "{with:?}");
+        assert!((with.total_ms - without.total_ms - 24.0).abs() < 1e-9);
     }
 
     #[test]

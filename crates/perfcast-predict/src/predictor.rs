@@ -1791,6 +1791,30 @@ impl Predictor {
         }
     }
 
+    /// Whether a run of `shape` in `context` is a CPU training step with linear layers that
+    /// run one GEMM per sample (whose weight gradients the step writes per sample).
+    fn per_sample_steps(&self, shape: &RunShape, context: &Context) -> bool {
+        !self.gpu()
+            && context.phase == Phase::Training
+            && context.batch > 1
+            && shape.linears.iter().any(|l| {
+                crate::compose::linear_gemm_rows(context.batch, l.tokens, l.out_features)
+                    < context.batch * l.tokens
+            })
+    }
+
+    /// The shape of a run of `network` whose layers sum to `layer_sum_ms`, as this
+    /// predictor's backend runs it in `context` (with per-sample weight gradients in a CPU
+    /// training step): what calibration composes.
+    pub fn run_shape(&self, network: &Network, layer_sum_ms: f64, context: &Context) -> RunShape {
+        let shape = RunShape::of(network, layer_sum_ms);
+        if self.per_sample_steps(&shape, context) {
+            shape.with_per_sample_grads(context.batch)
+        } else {
+            shape
+        }
+    }
+
     /// The bundle's host-cost composition of a run of `shape` whose kernels sum to
     /// `layer_sum_ms`, when the bundle is calibrated for the phase (or a GPU training step).
     pub(crate) fn composition(
@@ -1810,6 +1834,13 @@ impl Predictor {
         let defaults = (calibrated.is_none() && self.gpu() && context.phase == Phase::Training)
             .then(|| crate::compose::PhaseCosts::gpu_defaults(&self.bundle.manifest.device));
         let uncached = self.uncached_weights_ms(shape, context, linear_ms);
+        let stepped;
+        let shape = if self.per_sample_steps(shape, context) {
+            stepped = shape.clone().with_per_sample_grads(context.batch);
+            &stepped
+        } else {
+            shape
+        };
         calibrated.or(defaults.as_ref()).map(|c| {
             c.compose_sum(shape, layer_sum_ms, context.batch)
                 .with_uncached_weights(uncached)
