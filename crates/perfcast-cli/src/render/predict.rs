@@ -128,6 +128,11 @@ pub fn network(p: &NetworkPrediction) -> String {
                     c.copy_ms,
                 ),
                 (
+                    "per-sample grads",
+                    "weight gradients per sample, then summed".to_string(),
+                    c.per_sample_grads_ms,
+                ),
+                (
                     "uncached weights",
                     "linear weights read from memory, not cache".to_string(),
                     c.uncached_weights_ms,
@@ -143,7 +148,7 @@ pub fn network(p: &NetworkPrediction) -> String {
             ];
             for (name, what, ms) in terms {
                 if name == "host: update" && p.context.phase == Phase::Inference
-                    || name == "uncached weights" && ms == 0.0
+                    || matches!(name, "uncached weights" | "per-sample grads") && ms == 0.0
                     || name == "host: dispatch" && c.host_floor_ms == 0.0
                 {
                     continue;
