@@ -8,8 +8,8 @@
 
 use perfcast_core::Phase;
 pub use perfcast_predict::compose::{
-    Composed, FRESH_TENSOR_UPDATE_BYTES, HostCosts, PhaseCosts, RunShape, param_tensors,
-    per_sample_grads_ms_at, plain, update_ms_at,
+    Composed, FRESH_TENSOR_UPDATE_BYTES, HostCosts, PhaseCosts, RunShape, param_tensors, plain,
+    update_terms_ms,
 };
 
 /// Mean absolute percentage error of `predicted` against `measured`.
@@ -61,12 +61,8 @@ impl UpdateCosts {
             self.conv_ms_per_mparam.unwrap_or(self.small_ms_per_mparam),
             self.large_ms_per_mparam,
         ];
-        update_ms_at(run, rates, self.large_tensor_bytes)
-            + per_sample_grads_ms_at(
-                run,
-                [self.small_ms_per_mparam, self.large_ms_per_mparam],
-                self.large_tensor_bytes,
-            )
+        let (update, grads) = update_terms_ms(run, rates, self.large_tensor_bytes);
+        update + grads
     }
 }
 

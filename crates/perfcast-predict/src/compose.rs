@@ -221,6 +221,15 @@ pub struct LinearWeights {
     pub out_features: usize,
 }
 
+impl LinearWeights {
+    /// GEMM calls of the layer over `batch` samples: one, or one per sample where the backend
+    /// keeps them apart ([`linear_gemm_rows`]).
+    pub fn gemm_calls(&self, batch: usize) -> usize {
+        let rows = linear_gemm_rows(batch, self.tokens, self.out_features).max(1);
+        (batch.max(1) * self.tokens.max(1)).div_ceil(rows).max(1)
+    }
+}
+
 /// Rows per GEMM call of a linear layer over `batch` samples of `tokens` rows each, as burn
 /// runs it: one GEMM over every row, except where its matmul policy keeps the samples apart
 /// (one sample; rows already a whole number of 32-row tiles; folding that does not bring the
@@ -271,10 +280,7 @@ pub fn uncached_weights_ms(
             let Some(&ms) = linear_ms.get(i) else {
                 return 0.0;
             };
-            let calls = (batch.max(1) * l.tokens.max(1))
-                .div_ceil(rows.max(1))
-                .max(1);
-            (probe.floor_ms_per_mb_at(rows) * mb - ms / calls as f64).max(0.0)
+            (probe.floor_ms_per_mb_at(rows) * mb - ms / l.gemm_calls(batch) as f64).max(0.0)
         })
         .sum()
 }
@@ -305,8 +311,7 @@ impl RunShape {
             .linears
             .iter()
             .filter_map(|l| {
-                let rows = linear_gemm_rows(batch, l.tokens, l.out_features).max(1);
-                let calls = (batch.max(1) * l.tokens.max(1)) / rows;
+                let calls = l.gemm_calls(batch);
                 let weights = (l.bytes / perfcast_core::features::F32_BYTES).round() as usize;
                 (calls > 1).then(|| calls * weights)
             })
@@ -390,6 +395,15 @@ pub fn per_sample_grads_ms_at(run: &RunShape, rates: [f64; 2], large_bytes: f64)
         .sum()
 }
 
+/// The update of `run` and its per-sample weight gradients, ms, at the update's `rates`
+/// ([`update_ms_at`]'s order; the gradients take the small and large ones).
+pub fn update_terms_ms(run: &RunShape, rates: [f64; 3], large_bytes: f64) -> (f64, f64) {
+    (
+        update_ms_at(run, rates, large_bytes),
+        per_sample_grads_ms_at(run, [rates[0], rates[2]], large_bytes),
+    )
+}
+
 /// A composed network prediction, term by term.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Composed {
@@ -432,28 +446,21 @@ pub struct Composed {
 const FLOOR_SHARE: f64 = 0.5;
 
 impl PhaseCosts {
-    /// The optimiser update's share of a training run, ms (0 for inference terms).
-    pub fn update_ms(&self, run: &RunShape) -> f64 {
-        update_ms_at(
-            run,
-            [
-                self.update_ms_per_mparam,
-                self.update_conv_ms_per_mparam
-                    .unwrap_or(self.update_ms_per_mparam),
-                self.update_large_ms_per_mparam,
-            ],
-            self.large_tensor_bytes.unwrap_or(f64::INFINITY),
-        )
+    /// The optimiser update's share of a training run and its per-sample weight gradients,
+    /// ms ([`update_terms_ms`]; 0 for inference terms).
+    pub fn update_terms_ms(&self, run: &RunShape) -> (f64, f64) {
+        let rates = [
+            self.update_ms_per_mparam,
+            self.update_conv_ms_per_mparam
+                .unwrap_or(self.update_ms_per_mparam),
+            self.update_large_ms_per_mparam,
+        ];
+        update_terms_ms(run, rates, self.large_tensor_bytes.unwrap_or(f64::INFINITY))
     }
 
-    /// The per-sample weight gradients of a training run, priced at the update's rates, ms (0
-    /// for inference terms and runs without them).
-    pub fn per_sample_grads_ms(&self, run: &RunShape) -> f64 {
-        per_sample_grads_ms_at(
-            run,
-            [self.update_ms_per_mparam, self.update_large_ms_per_mparam],
-            self.large_tensor_bytes.unwrap_or(f64::INFINITY),
-        )
+    /// The optimiser update's share of a training run, ms (0 for inference terms).
+    pub fn update_ms(&self, run: &RunShape) -> f64 {
+        self.update_terms_ms(run).0
     }
 
     /// Composes a run from its layers' sum and shape.
@@ -466,8 +473,7 @@ impl PhaseCosts {
     pub(crate) fn compose_sum(&self, run: &RunShape, layer_sum_ms: f64, batch: usize) -> Composed {
         let scale_ms = (self.layer_scale - 1.0) * layer_sum_ms;
         let dispatch_ms = self.per_layer_ms * run.layers as f64;
-        let update_ms = self.update_ms(run);
-        let per_sample_grads_ms = self.per_sample_grads_ms(run);
+        let (update_ms, per_sample_grads_ms) = self.update_terms_ms(run);
         let copy_ms = self.input_gbs.map_or(0.0, |gbs| {
             (batch * run.input_elems) as f64 * perfcast_core::features::F32_BYTES
                 / (gbs.max(1e-9) * 1e6)

@@ -109,7 +109,6 @@ pub struct ModulePrediction {
     pub warnings: Vec<String>,
 }
 
-/// One layer of a network prediction.
 /// The predictions of the linear layers among `layers`, in their order: what the
 /// uncached-weights term compares its floor with. Layers here are the network's own (not
 /// fused regions), so they line up with [`RunShape::of`]'s list.
@@ -121,6 +120,7 @@ pub fn linear_ms_of(layers: &[LayerPrediction]) -> Vec<f64> {
         .collect()
 }
 
+/// One layer of a network prediction.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LayerPrediction {
     /// Layer name. Shared with the [`PreparedNetwork`] it came from, as is `module`: a
@@ -1797,10 +1797,10 @@ impl Predictor {
         !self.gpu()
             && context.phase == Phase::Training
             && context.batch > 1
-            && shape.linears.iter().any(|l| {
-                crate::compose::linear_gemm_rows(context.batch, l.tokens, l.out_features)
-                    < context.batch * l.tokens
-            })
+            && shape
+                .linears
+                .iter()
+                .any(|l| l.gemm_calls(context.batch) > 1)
     }
 
     /// The shape of a run of `network` whose layers sum to `layer_sum_ms`, as this

@@ -66,8 +66,7 @@ pub struct TrainArgs {
     #[arg(long, value_name = "KB")]
     max_model_kb: Option<f64>,
     /// Selection: weight of prediction cost against accuracy; 0 picks the most accurate within
-    /// the budgets; with the default 0.03 each doubling of prediction time must buy 3% lower
-    /// MAPE
+    /// the budgets; at weight w each doubling of prediction time must buy a share w lower MAPE
     #[arg(long, default_value_t = perfcast_predict::bundle::DEFAULT_COST_WEIGHT)]
     cost_weight: f64,
     /// Selection: use this model family for every kind (single selection, for comparison)
