@@ -15,7 +15,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::compose::HostCosts;
 use crate::error::{Error, Result};
-use crate::features::FeatureSchema;
 use crate::regressor::{Regressor, SavedModel};
 
 /// Manifest format this build writes and reads.
@@ -345,19 +344,20 @@ impl Bundle {
                 saved = saved.with_device(device);
             }
             let model = saved.into_regressor();
-            let expected = FeatureSchema::for_kind(kind);
             let hash = format!("{:016x}", model.schema().hash());
-            if model.schema().hash() != expected.hash() || hash != entry.schema_hash {
+            if hash != entry.schema_hash {
                 return Err(bundle_err(
                     &path,
                     format!(
-                        "trained on another feature schema (hash {hash}, manifest {}, this build \
-                         {:016x}); retrain the bundle",
-                        entry.schema_hash,
-                        expected.hash()
+                        "trained on another feature schema (hash {hash}) than the manifest \
+                         names ({})",
+                        entry.schema_hash
                     ),
                 ));
             }
+            // A model of an older schema version reads the first columns of today's rows.
+            let model = crate::older_schema::on_current_schema(model, kind)
+                .map_err(|e| bundle_err(&path, format!("{e}; retrain the bundle")))?;
             models.insert(kind, model);
         }
         Ok(Bundle {

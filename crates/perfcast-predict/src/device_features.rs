@@ -388,24 +388,31 @@ pub fn check_fields(fields: &[String]) -> std::result::Result<(), String> {
 /// The schema a cross-device model's inner model is fitted on: the kind's single-device
 /// schema, [`DEVICE_BLOCK`], then the spec `fields`.
 pub fn extended_schema(kind: perfcast_core::ModuleKind, fields: &[String]) -> FeatureSchema {
-    let mut schema = FeatureSchema::for_kind(kind);
+    extended_schema_of(&FeatureSchema::for_kind(kind), fields)
+}
+
+/// [`extended_schema`] of a given single-device schema (an older version's, for a saved
+/// model fitted on it).
+pub fn extended_schema_of(base: &FeatureSchema, fields: &[String]) -> FeatureSchema {
+    let mut schema = base.clone();
     schema
         .names
         .extend(DEVICE_BLOCK.iter().map(|s| (*s).to_string()));
-    schema.names.extend(field_names(kind, fields));
+    schema.names.extend(field_names(base.kind, fields));
     schema
 }
 
-/// Whether `schema` is an [`extended_schema`] (of any spec fields).
+/// Whether `schema` is an [`extended_schema`] (of any spec fields and schema version).
 pub fn is_extended(schema: &FeatureSchema) -> bool {
-    let base = extended_schema(schema.kind, &[]);
-    schema.len() >= base.len()
-        && schema.names[..base.len()] == base.names[..]
-        && schema.names[base.len()..].iter().all(|n| {
-            SPEC_FIELDS
-                .iter()
-                .any(|f| field_names(schema.kind, &[(*f).to_string()]).contains(n))
-        })
+    let Some(base) = crate::features::device_block_base(schema) else {
+        return false;
+    };
+    let head = base.len() + DEVICE_BLOCK.len();
+    schema.names[head..].iter().all(|n| {
+        SPEC_FIELDS
+            .iter()
+            .any(|f| field_names(schema.kind, &[(*f).to_string()]).contains(n))
+    })
 }
 
 /// Appends the device block of a single-device row (`base` schema) to `out`.
@@ -493,7 +500,9 @@ pub fn mask_columns(
         })
         .collect::<std::result::Result<_, _>>()?;
     if only_fields {
-        let head = FeatureSchema::for_kind(schema.kind).len() + DEVICE_BLOCK.len();
+        let base = crate::features::device_block_base(schema)
+            .unwrap_or_else(|| FeatureSchema::for_kind(schema.kind));
+        let head = base.len() + DEVICE_BLOCK.len();
         out.extend((0..head).filter(|c| !mask.iter().any(|m| schema.index(m) == Some(*c))));
     }
     Ok(out)
@@ -703,8 +712,8 @@ impl TryFrom<UncheckedCrossDevice> for SavedCrossDevice {
 fn check(saved: &SavedCrossDevice, inner: &FeatureSchema) -> Result<(Cols, Vec<usize>)> {
     let outer = &saved.schema;
     check_fields(&saved.fields).map_err(Error::InvalidData)?;
-    if *outer != FeatureSchema::for_kind(outer.kind)
-        || *inner != extended_schema(outer.kind, &saved.fields)
+    if !FeatureSchema::versions(outer.kind).contains(outer)
+        || *inner != extended_schema_of(outer, &saved.fields)
     {
         return Err(Error::InvalidData(format!(
             "cross-device `{}` model: its feature schemas are not this perfcast's",

@@ -54,6 +54,29 @@ pub const CONV_EXTRA: &[&str] = &[
     "im2col_mib",
 ];
 
+/// Extra feature names of linear, after [`COMMON`]: the output and input widths' alignment up
+/// to [`WIDE_ALIGN_MAX`] ([`wide_alignment`]). Added in schema version 2 of the kind; rows of
+/// version 1 are these rows without them ([`FeatureSchema::versions`]).
+pub const LINEAR_EXTRA: &[&str] = &["gemm_n_wide_align", "gemm_k_wide_align"];
+
+/// The largest alignment [`wide_alignment`] tells apart, in elements (16 KiB of f32: a page
+/// and more).
+pub const WIDE_ALIGN_MAX: u32 = 4096;
+
+/// The largest power of two dividing a GEMM width, up to [`WIDE_ALIGN_MAX`]; 0 for none.
+///
+/// On a CPU a row stride on a multiple of 1,024 floats (4 KiB) maps every row of a weight
+/// panel to the same cache sets, so such widths run slower than their neighbours; the
+/// 128-capped [`alignment`] cannot tell 1,024 from 128. GPU rows hold 0: their caches are
+/// not indexed this way and their models keep the previous inputs.
+pub fn wide_alignment(dim: f64) -> f64 {
+    if dim < 1.0 {
+        return 0.0;
+    }
+    let d = dim.round() as u64;
+    f64::from(1u32 << d.trailing_zeros().min(WIDE_ALIGN_MAX.trailing_zeros()))
+}
+
 /// The unfolded-input buffer of a conv lowered to GEMM (im2col), MiB over the batch; 0 on the
 /// paths that skip it (1x1, depthwise, small-channel). Writing and re-reading it is memory
 /// traffic that the module's own input and output bytes do not count, and the weight-gradient
@@ -201,10 +224,11 @@ pub struct FeatureSchema {
 
 impl FeatureSchema {
     /// The schema of a kind: its configuration columns, then [`COMMON`], then the kind's
-    /// extras ([`CONV_EXTRA`] for conv2d).
+    /// extras ([`CONV_EXTRA`] for conv2d, [`LINEAR_EXTRA`] for linear).
     pub fn for_kind(kind: ModuleKind) -> FeatureSchema {
         let extra: &[&str] = match kind {
             ModuleKind::Conv2d => CONV_EXTRA,
+            ModuleKind::Linear => LINEAR_EXTRA,
             _ => &[],
         };
         let names = kind
@@ -215,6 +239,29 @@ impl FeatureSchema {
             .map(|s| (*s).to_string())
             .collect();
         FeatureSchema { kind, names }
+    }
+
+    /// Every schema version of a kind, the current ([`FeatureSchema::for_kind`]) first. Each
+    /// older one is a prefix of the current: a later version only appends columns, so a model
+    /// fitted on an older version reads the first columns of a current row.
+    pub fn versions(kind: ModuleKind) -> Vec<FeatureSchema> {
+        let current = FeatureSchema::for_kind(kind);
+        let mut out = vec![current.clone()];
+        if kind == ModuleKind::Linear {
+            let mut v1 = current;
+            v1.names.truncate(v1.names.len() - LINEAR_EXTRA.len());
+            out.push(v1);
+        }
+        out
+    }
+
+    /// Whether this is an older version of its kind's schema ([`FeatureSchema::versions`]),
+    /// not the current one.
+    pub fn is_older_version(&self) -> bool {
+        FeatureSchema::versions(self.kind)
+            .iter()
+            .skip(1)
+            .any(|v| v == self)
     }
 
     /// Index of a feature by name.
@@ -307,6 +354,10 @@ pub fn row_into_shaped(
     if spec.kind() == ModuleKind::Conv2d {
         out.extend_from_slice(&conv_backward_of(spec, context, shape));
         out.push(im2col_mib_of(spec, context.batch, shape));
+    }
+    if spec.kind() == ModuleKind::Linear {
+        let cpu = f64::from(u8::from(device.kind != perfcast_core::DeviceKind::Gpu));
+        out.extend_from_slice(&[cpu * wide_alignment(gn), cpu * wide_alignment(gk)]);
     }
 }
 
@@ -409,17 +460,20 @@ pub fn device_block(base: &FeatureSchema, x: &[f64]) -> Result<[f64; 4]> {
     ))
 }
 
-/// Whether `schema` is a single-device schema followed by the [`DEVICE_BLOCK`] (and spec
-/// fields).
-fn has_device_block(schema: &FeatureSchema) -> bool {
-    let base = FeatureSchema::for_kind(schema.kind);
-    let n = base.len();
-    schema.len() >= n + DEVICE_BLOCK.len()
-        && schema.names[..n] == base.names[..]
-        && schema.names[n..n + DEVICE_BLOCK.len()]
-            .iter()
-            .zip(DEVICE_BLOCK)
-            .all(|(a, b)| a == b)
+/// The single-device schema a cross-device `schema` starts with (any version of its kind's),
+/// when the [`DEVICE_BLOCK`] (and spec fields) follow it.
+pub fn device_block_base(schema: &FeatureSchema) -> Option<FeatureSchema> {
+    FeatureSchema::versions(schema.kind)
+        .into_iter()
+        .find(|base| {
+            let n = base.len();
+            schema.len() >= n + DEVICE_BLOCK.len()
+                && schema.names[..n] == base.names[..]
+                && schema.names[n..n + DEVICE_BLOCK.len()]
+                    .iter()
+                    .zip(DEVICE_BLOCK)
+                    .all(|(a, b)| a == b)
+        })
 }
 
 /// A row of the wrong width is an error naming both widths, not a panic.
@@ -441,9 +495,8 @@ pub fn check_width(schema: &FeatureSchema, width: usize) -> Result<()> {
 /// and the backward shapes.
 pub fn row_in_phase(schema: &FeatureSchema, x: &[f64], phase: Phase) -> Result<Vec<f64>> {
     check_width(schema, x.len())?;
-    if has_device_block(schema) {
+    if let Some(base) = device_block_base(schema) {
         // A cross-device model's inner row: the single-device row, then its device block.
-        let base = FeatureSchema::for_kind(schema.kind);
         // Spec fields after the block do not depend on the phase.
         let mut out = row_in_phase(&base, &x[..base.len()], phase)?;
         let block = device_block(&base, &out)?;
@@ -486,7 +539,17 @@ pub fn row_in_phase(schema: &FeatureSchema, x: &[f64], phase: Phase) -> Result<V
         peaks: Default::default(),
         links: Default::default(),
     };
-    Ok(row(&spec, &context, &device))
+    let mut out = row(&spec, &context, &device);
+    // The wide alignments do not depend on the phase, and the row does not say whether its
+    // device is a GPU (where they are 0): they are the row's own.
+    for name in LINEAR_EXTRA {
+        if let Some(i) = schema.index(name) {
+            out[i] = x[i];
+        }
+    }
+    // A model of an older schema version reads the current row's first columns.
+    out.truncate(schema.len());
+    Ok(out)
 }
 
 /// 64-bit FNV-1a: stable across runs and platforms, unlike `std`'s randomly seeded hasher.

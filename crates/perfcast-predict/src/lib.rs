@@ -47,6 +47,7 @@ pub mod gpu_util;
 pub mod knn;
 pub mod matrix;
 pub mod medn;
+pub mod older_schema;
 pub mod predictor;
 pub mod registry;
 pub mod regressor;

@@ -268,16 +268,18 @@ out_channels = { min = 8, max = 64, scale = "log" }
 input_hw = { min = 7, max = 112, scale = "log" }
 "#,
     },
+    // Transformer widths, each beside a neighbour off the 1,024-float grid, so the wide
+    // alignment columns see their effect apart from the size.
     QuickstartGroup {
         kinds: &[ModuleKind::Linear],
-        multiple: 0.25,
+        multiple: 0.375,
         max_time_s: 0.25,
         max_gflop: 8.0,
         sweep: r#"seed = 22
 [linear]
 tokens = { min = 16, max = 256, scale = "log" }
-in_features = [768, 1024, 2048, 3072, 4096, 5632]
-out_features = [768, 1024, 2048, 3072, 4096, 5632]
+in_features = [768, 1000, 1024, 2000, 2048, 3000, 3072, 4000, 4096, 5600, 5632]
+out_features = [768, 1000, 1024, 2000, 2048, 3000, 3072, 4000, 4096, 5600, 5632]
 bias = [true, false]
 "#,
     },
@@ -478,7 +480,7 @@ mod tests {
         assert_eq!(
             quickstart_size(40),
             (
-                200 + 2 * 80 + 9 * 40 + 12 * 10 + 20 + 30 + 3 * 10 + 15 + 10,
+                200 + 2 * 80 + 9 * 40 + 12 * 10 + 20 + 30 + 3 * 10 + 15 + 15,
                 24
             )
         );
@@ -491,13 +493,21 @@ mod tests {
             _ => false,
         }));
         let ffn = sweeps[10].sample(ModuleKind::Linear).expect("draws");
-        assert_eq!(ffn.len(), 10);
-        let widths = [768, 1024, 2048, 3072, 4096, 5632];
+        assert_eq!(ffn.len(), 15);
+        let widths = [
+            768, 1000, 1024, 2000, 2048, 3000, 3072, 4000, 4096, 5600, 5632,
+        ];
         assert!(ffn.iter().all(|s| match &s.spec {
             perfcast_core::ModuleSpec::Linear(l) =>
                 (16..=256).contains(&l.tokens) && widths.contains(&l.in_features),
             _ => false,
         }));
+        // Widths on the 1,024-float grid and off it, for the wide alignment columns.
+        let on_grid = |s: &crate::sweep::Sample| match &s.spec {
+            perfcast_core::ModuleSpec::Linear(l) => l.out_features % 1024 == 0,
+            _ => false,
+        };
+        assert!(ffn.iter().any(on_grid) && !ffn.iter().all(on_grid));
         assert!(ffn.iter().any(|s| matches!(&s.spec,
             perfcast_core::ModuleSpec::Linear(l) if !l.bias)));
         // GEMMs are drawn up to a transformer FFN's work at batch 8, the rest to 1 GFLOP.

@@ -1099,14 +1099,9 @@ pub fn load_model(path: &Path, kind: ModuleKind) -> Result<Box<dyn Regressor>> {
     let bytes = std::fs::read(path)
         .map_err(|e| Error::context(format!("reading `{}`", path.display()), e))?;
     let saved: SavedModel = serde_json::from_slice(&bytes).map_err(|e| load_err(e.to_string()))?;
-    let model = saved.into_regressor();
-    let expected = perfcast_models::FeatureSchema::for_kind(kind);
-    if model.schema().hash() != expected.hash() {
-        return Err(load_err(format!(
-            "its feature schema is not this perfcast's schema for `{kind}`"
-        )));
-    }
-    Ok(model)
+    // A model of an older schema version reads the first columns of today's rows.
+    perfcast_predict::older_schema::on_current_schema(saved.into_regressor(), kind)
+        .map_err(|e| load_err(format!("{e} for `{kind}`")))
 }
 
 /// One saved model scored on another dataset.
