@@ -55,9 +55,28 @@ pub const CONV_EXTRA: &[&str] = &[
 ];
 
 /// Extra feature names of linear, after [`COMMON`]: the output and input widths' alignment up
-/// to [`WIDE_ALIGN_MAX`] ([`wide_alignment`]). Added in schema version 2 of the kind; rows of
-/// version 1 are these rows without them ([`FeatureSchema::versions`]).
-pub const LINEAR_EXTRA: &[&str] = &["gemm_n_wide_align", "gemm_k_wide_align"];
+/// to [`WIDE_ALIGN_MAX`] ([`wide_alignment`]) and whether the CPU GEMM reads the weights
+/// unpacked ([`unpacked_weights`]). Added in schema version 2 of the kind; rows of version 1
+/// are these rows without them ([`FeatureSchema::versions`]).
+pub const LINEAR_EXTRA: &[&str] = &[
+    "gemm_n_wide_align",
+    "gemm_k_wide_align",
+    "gemm_unpacked_weights",
+];
+
+/// Rows of a GEMM up to which the `gemm` crate (burn-flex's matmul) reads a transposed
+/// weight matrix in place instead of packing it: twice its f32 micro-kernel's rows on x86-64
+/// AVX2 (`m > 2 * MR` packs).
+pub const UNPACKED_WEIGHTS_MAX_M: f64 = 48.0;
+
+/// 1 when a linear layer's GEMM (`m` rows: batch x tokens) reads its weights unpacked on a
+/// CPU ([`UNPACKED_WEIGHTS_MAX_M`]): each micro-kernel call then walks weight rows a whole
+/// input width apart, and above a few MiB of weights the layer runs about twice as long per
+/// FLOP as one with a few more rows. A step in the library's dispatch, not a trend a smooth
+/// model finds from `m`.
+pub fn unpacked_weights(m: f64) -> f64 {
+    f64::from(u8::from(m >= 1.0 && m <= UNPACKED_WEIGHTS_MAX_M))
+}
 
 /// The largest alignment [`wide_alignment`] tells apart, in elements (16 KiB of f32: a page
 /// and more).
@@ -357,7 +376,11 @@ pub fn row_into_shaped(
     }
     if spec.kind() == ModuleKind::Linear {
         let cpu = f64::from(u8::from(device.kind != perfcast_core::DeviceKind::Gpu));
-        out.extend_from_slice(&[cpu * wide_alignment(gn), cpu * wide_alignment(gk)]);
+        out.extend_from_slice(&[
+            cpu * wide_alignment(gn),
+            cpu * wide_alignment(gk),
+            cpu * unpacked_weights(gm),
+        ]);
     }
 }
 
@@ -540,7 +563,7 @@ pub fn row_in_phase(schema: &FeatureSchema, x: &[f64], phase: Phase) -> Result<V
         links: Default::default(),
     };
     let mut out = row(&spec, &context, &device);
-    // The wide alignments do not depend on the phase, and the row does not say whether its
+    // Linear's extras do not depend on the phase, and the row does not say whether its
     // device is a GPU (where they are 0): they are the row's own.
     for name in LINEAR_EXTRA {
         if let Some(i) = schema.index(name) {

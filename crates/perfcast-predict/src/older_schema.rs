@@ -176,7 +176,7 @@ mod tests {
     }
 
     #[test]
-    fn wide_alignments_tell_1024_from_128_and_are_zero_on_gpus() {
+    fn linear_extras_tell_1024_from_128_mark_unpacked_weights_and_are_zero_on_gpus() {
         use crate::features::wide_alignment;
         assert_eq!(wide_alignment(0.0), 0.0);
         assert_eq!(wide_alignment(3.0), 1.0);
@@ -201,12 +201,29 @@ mod tests {
         let x = row(&spec, &context, &cpu);
         assert_eq!(at(&x, "gemm_n_wide_align"), 1024.0);
         assert_eq!(at(&x, "gemm_k_wide_align"), 2048.0);
+        assert_eq!(at(&x, "gemm_unpacked_weights"), 1.0, "4 rows");
+        let wide = perfcast_core::Context {
+            batch: 4,
+            ..context
+        };
+        let x4 = row(&spec, &wide, &cpu);
+        assert_eq!(at(&x4, "gemm_unpacked_weights"), 1.0, "16 rows");
+        let x16 = row(
+            &spec,
+            &perfcast_core::Context {
+                batch: 16,
+                ..context
+            },
+            &cpu,
+        );
+        assert_eq!(at(&x16, "gemm_unpacked_weights"), 0.0, "64 rows are packed");
         let gpu = perfcast_core::DeviceSpec {
             kind: perfcast_core::DeviceKind::Gpu,
             ..cpu
         };
         let x = row(&spec, &context, &gpu);
         assert_eq!(at(&x, "gemm_n_wide_align"), 0.0);
+        assert_eq!(at(&x, "gemm_unpacked_weights"), 0.0);
         // Rewritten into the other phase, a row keeps its own wide alignments.
         let t = crate::features::row_in_phase(&schema, &x, Phase::Training).unwrap();
         assert_eq!(at(&t, "gemm_k_wide_align"), 0.0);

@@ -269,10 +269,11 @@ input_hw = { min = 7, max = 112, scale = "log" }
 "#,
     },
     // Transformer widths, each beside a neighbour off the 1,024-float grid, so the wide
-    // alignment columns see their effect apart from the size.
+    // alignment columns see their effect apart from the size; enough of them that most pairs
+    // of widths an LLM block uses have a row.
     QuickstartGroup {
         kinds: &[ModuleKind::Linear],
-        multiple: 0.375,
+        multiple: 0.75,
         max_time_s: 0.25,
         max_gflop: 8.0,
         sweep: r#"seed = 22
@@ -480,7 +481,7 @@ mod tests {
         assert_eq!(
             quickstart_size(40),
             (
-                200 + 2 * 80 + 9 * 40 + 12 * 10 + 20 + 30 + 3 * 10 + 15 + 15,
+                200 + 2 * 80 + 9 * 40 + 12 * 10 + 20 + 30 + 3 * 10 + 15 + 30,
                 24
             )
         );
@@ -493,7 +494,7 @@ mod tests {
             _ => false,
         }));
         let ffn = sweeps[10].sample(ModuleKind::Linear).expect("draws");
-        assert_eq!(ffn.len(), 15);
+        assert_eq!(ffn.len(), 30);
         let widths = [
             768, 1000, 1024, 2000, 2048, 3000, 3072, 4000, 4096, 5600, 5632,
         ];
