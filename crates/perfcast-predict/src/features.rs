@@ -75,7 +75,7 @@ pub const UNPACKED_WEIGHTS_MAX_M: f64 = 48.0;
 /// FLOP as one with a few more rows. A step in the library's dispatch, not a trend a smooth
 /// model finds from `m`.
 pub fn unpacked_weights(m: f64) -> f64 {
-    f64::from(u8::from(m >= 1.0 && m <= UNPACKED_WEIGHTS_MAX_M))
+    f64::from(u8::from((1.0..=UNPACKED_WEIGHTS_MAX_M).contains(&m)))
 }
 
 /// The largest alignment [`wide_alignment`] tells apart, in elements (16 KiB of f32: a page
