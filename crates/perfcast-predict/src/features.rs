@@ -89,11 +89,7 @@ pub const WIDE_ALIGN_MAX: u32 = 4096;
 /// 128-capped [`alignment`] cannot tell 1,024 from 128. GPU rows hold 0: their caches are
 /// not indexed this way and their models keep the previous inputs.
 pub fn wide_alignment(dim: f64) -> f64 {
-    if dim < 1.0 {
-        return 0.0;
-    }
-    let d = dim.round() as u64;
-    f64::from(1u32 << d.trailing_zeros().min(WIDE_ALIGN_MAX.trailing_zeros()))
+    power_of_two_divisor(dim, WIDE_ALIGN_MAX)
 }
 
 /// The unfolded-input buffer of a conv lowered to GEMM (im2col), MiB over the batch; 0 on the
@@ -225,11 +221,16 @@ pub const ALIGNMENT: [&str; 3] = ["gemm_m_align", "gemm_n_align", "gemm_k_align"
 /// vectors and tiles, so latency is not smooth in the shapes: 512 and 513 output features
 /// differ by a whole extra tile. Smooth models cannot find these steps from the sizes alone.
 pub fn alignment(dim: f64) -> f64 {
+    power_of_two_divisor(dim, 128)
+}
+
+/// The largest power of two dividing `dim`, up to `max` (a power of two); 0 below 1.
+fn power_of_two_divisor(dim: f64, max: u32) -> f64 {
     if dim < 1.0 {
         return 0.0;
     }
     let d = dim.round() as u64;
-    f64::from(1u32 << d.trailing_zeros().min(7))
+    f64::from(1u32 << d.trailing_zeros().min(max.trailing_zeros()))
 }
 
 /// The ordered feature names of one module kind.

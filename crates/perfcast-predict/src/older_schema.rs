@@ -202,15 +202,18 @@ mod tests {
         assert_eq!(at(&x, "gemm_n_wide_align"), 1024.0);
         assert_eq!(at(&x, "gemm_k_wide_align"), 2048.0);
         assert_eq!(at(&x, "gemm_unpacked_weights"), 1.0, "4 rows");
-        let wide = perfcast_core::Context {
-            batch: 4,
-            ..context
-        };
-        let x4 = row(&spec, &wide, &cpu);
+        let x4 = row(
+            &spec,
+            &Context {
+                batch: 4,
+                ..context
+            },
+            &cpu,
+        );
         assert_eq!(at(&x4, "gemm_unpacked_weights"), 1.0, "16 rows");
         let x16 = row(
             &spec,
-            &perfcast_core::Context {
+            &Context {
                 batch: 16,
                 ..context
             },
