@@ -125,7 +125,7 @@ pub struct QuickstartGroup {
 /// a wide conv's speed), and transformer FFN-sized GEMMs over a few hundred tokens, with and
 /// without bias. They take their rows from the general convolution
 /// group (5x instead of 6x): most are cheap, so the sweep's minutes stay about the same.
-pub const QUICKSTART_KINDS: [QuickstartGroup; 11] = [
+pub const QUICKSTART_KINDS: [QuickstartGroup; 14] = [
     QuickstartGroup {
         kinds: &[ModuleKind::Conv2d],
         multiple: 5.0,
@@ -281,6 +281,62 @@ input_hw = { min = 7, max = 112, scale = "log" }
 tokens = { min = 16, max = 256, scale = "log" }
 in_features = [768, 1000, 1024, 2000, 2048, 3000, 3072, 4000, 4096, 5600, 5632]
 out_features = [768, 1000, 1024, 2000, 2048, 3000, 3072, 4000, 4096, 5600, 5632]
+bias = [true, false]
+"#,
+    },
+    // Stems: a few image channels into 16-128 with overlapping 3-7 windows at 64-320 px
+    // (SqueezeNet's, MobileNet's, EfficientNet's first layer); the patch group above only
+    // draws windows that do not overlap.
+    QuickstartGroup {
+        kinds: &[ModuleKind::Conv2d],
+        multiple: 0.25,
+        max_time_s: 0.25,
+        max_gflop: 1.0,
+        sweep: r#"seed = 23
+[conv2d]
+kernel = [3, 3, 5, 7]
+stride = [1, 2, 2]
+padding = ["valid", "same"]
+groups = [1]
+bias = [true, false]
+in_channels = [1, 3, 3, 4]
+out_channels = { min = 16, max = 128, scale = "log" }
+input_hw = { min = 64, max = 320, scale = "log" }
+"#,
+    },
+    // Outputs of at most 16 channels on feature maps (SqueezeNet's squeeze): at batch 4 or
+    // less the weight-gradient conv of a training step takes flex's small-channel direct path
+    // (`wgrad_small_channel`) and runs several times longer per FLOP than one more output.
+    QuickstartGroup {
+        kinds: &[ModuleKind::Conv2d],
+        multiple: 0.5,
+        max_time_s: 0.25,
+        max_gflop: 1.0,
+        sweep: r#"seed = 24
+[conv2d]
+kernel = [1, 1, 3]
+stride = [1]
+padding = ["same"]
+groups = [1]
+bias = [true]
+in_channels = { min = 16, max = 512, scale = "log" }
+out_channels = { min = 2, max = 16, scale = "log" }
+input_hw = { min = 7, max = 64, scale = "log" }
+"#,
+    },
+    // Projections of 49-160 rows at transformer widths: above the 48 rows up to which the
+    // GEMM reads its weights unpacked (`gemm_unpacked_weights`), where a block at 64 tokens
+    // runs; the FFN group's log-uniform tokens put few draws there.
+    QuickstartGroup {
+        kinds: &[ModuleKind::Linear],
+        multiple: 0.25,
+        max_time_s: 0.25,
+        max_gflop: 8.0,
+        sweep: r#"seed = 25
+[linear]
+tokens = { min = 49, max = 160, scale = "log" }
+in_features = [768, 1024, 2000, 2048, 3072, 4096, 5632]
+out_features = [768, 1024, 2000, 2048, 3072, 4096, 5632]
 bias = [true, false]
 "#,
     },
@@ -455,7 +511,7 @@ mod tests {
     fn the_quickstart_covers_the_kinds_real_models_have_with_more_convolutions() {
         let sweeps = quickstart_sweeps(40).expect("sweeps");
         let kinds: Vec<ModuleKind> = sweeps.iter().flat_map(|s| s.modules.clone()).collect();
-        assert_eq!(kinds.len(), 24 + 7);
+        assert_eq!(kinds.len(), 24 + 10);
         // Every kind a transformer config or an ONNX CNN maps to, but the zero-cost views
         // and the rarer scalar and reduction kinds.
         for k in [
@@ -481,7 +537,7 @@ mod tests {
         assert_eq!(
             quickstart_size(40),
             (
-                200 + 2 * 80 + 9 * 40 + 12 * 10 + 20 + 30 + 3 * 10 + 15 + 30,
+                200 + 2 * 80 + 9 * 40 + 12 * 10 + 20 + 30 + 3 * 10 + 15 + 30 + 10 + 20 + 10,
                 24
             )
         );
@@ -581,6 +637,29 @@ mod tests {
                 panic!("not a linear")
             };
             assert_eq!(l.tokens, 1);
+        }
+        // Stems: overlapping windows over a few image channels at image sizes.
+        let stems: Vec<_> = draws(11, ModuleKind::Conv2d).iter().map(conv).collect();
+        assert_eq!(stems.len(), 10);
+        for c in &stems {
+            assert!(c.in_channels <= 4 && c.kernel[0] > c.stride[0], "{c:?}");
+            assert!(c.input_hw[0] >= 64 && (16..=128).contains(&c.out_channels));
+        }
+        // Narrow outputs, whose training step's weight gradient takes the direct path.
+        let narrow: Vec<_> = draws(12, ModuleKind::Conv2d).iter().map(conv).collect();
+        assert_eq!(narrow.len(), 20);
+        assert!(
+            narrow
+                .iter()
+                .all(|c| c.out_channels <= 16 && c.groups == 1 && c.in_channels >= 16)
+        );
+        // Packed projections: just above the unpacked-weights rows, at transformer widths.
+        for s in draws(13, ModuleKind::Linear) {
+            let perfcast_core::ModuleSpec::Linear(l) = &s.spec else {
+                panic!("not a linear")
+            };
+            assert!((49..=160).contains(&l.tokens), "{l:?}");
+            assert!(l.in_features >= 768 && l.out_features >= 768);
         }
         for s in draws(8, ModuleKind::Concat) {
             let perfcast_core::ModuleSpec::Concat(e) = &s.spec else {
