@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use crate::compose::{self, Composed, FRESH_TENSOR_UPDATE_BYTES, HostCosts, RunShape};
 use crate::error::{Error, Result};
-use crate::predictor::{Predictor, linear_ms_of};
+use crate::predictor::{LayerPrediction, Predictor, linear_ms_of};
 use crate::{Bundle, Manifest};
 
 /// Each run with its label (`vgg16@112` for a zoo network built at another resolution, its
@@ -65,6 +65,64 @@ pub struct Compared {
     pub fallback_layers: usize,
     /// What its linear layers pay for weights read from memory, ms (in `composed` too).
     pub uncached_weights_ms: f64,
+    /// Each distinct layer measured alone beside its prediction, furthest first (empty
+    /// unless the run was measured with `--layers`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub layers: Vec<LayerError>,
+}
+
+/// One distinct layer of a run (every layer with its module), measured alone and predicted.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LayerError {
+    /// The first layer's name.
+    pub name: String,
+    /// The module, in words.
+    pub module: String,
+    /// Layers of the run with this module.
+    pub count: usize,
+    /// Their measured times summed, ms.
+    pub measured_ms: f64,
+    /// Their predictions summed, ms.
+    pub predicted_ms: f64,
+    /// Its error against the measurement, percent (0 for a layer measured at 0).
+    pub error_pct: f64,
+}
+
+/// The distinct layers of a run, each one's measured times (`measured`, per layer in order)
+/// beside its predictions, sorted by how far the prediction is from the measurement in ms,
+/// so the layers that move the network's error most come first. Empty when the two lists
+/// are not one entry per layer.
+pub fn layer_errors(predicted: &[LayerPrediction], measured: &[f64]) -> Vec<LayerError> {
+    if predicted.len() != measured.len() {
+        return Vec::new();
+    }
+    let mut out: Vec<LayerError> = Vec::new();
+    let mut at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (p, &m) in predicted.iter().zip(measured) {
+        let i = *at.entry(&p.module).or_insert_with(|| {
+            out.push(LayerError {
+                name: p.name.to_string(),
+                module: p.module.to_string(),
+                count: 0,
+                measured_ms: 0.0,
+                predicted_ms: 0.0,
+                error_pct: 0.0,
+            });
+            out.len() - 1
+        });
+        let e = &mut out[i];
+        e.count += 1;
+        e.measured_ms += m;
+        e.predicted_ms += p.prediction.ms;
+    }
+    for e in &mut out {
+        if e.measured_ms > 0.0 {
+            e.error_pct = 100.0 * (e.predicted_ms - e.measured_ms) / e.measured_ms;
+        }
+    }
+    let gap = |e: &LayerError| (e.predicted_ms - e.measured_ms).abs();
+    out.sort_by(|a, b| gap(b).total_cmp(&gap(a)));
+    out
 }
 
 /// Predicts every run as the sum of its layers and, with `costs`, composed with them.
@@ -99,6 +157,10 @@ pub fn compare(
                 composed,
                 fallback_layers: p.fallback_layers,
                 uncached_weights_ms: uncached,
+                layers: r
+                    .layer_ms
+                    .as_deref()
+                    .map_or_else(Vec::new, |m| layer_errors(&p.layers, m)),
             })
         })
         .collect()

@@ -41,6 +41,7 @@ fn run(
         },
         update_ms: None,
         layer_sum_ms: None,
+        layer_ms: None,
         perfcast_version: "0".into(),
         timestamp: 0,
     }
@@ -134,4 +135,49 @@ fn the_update_splits_at_the_allocators_fresh_buffer_size_not_the_cache() {
         (composed.update_ms - update_ms(&llama)).abs() < 1e-6 * update_ms(&llama),
         "{composed:?}"
     );
+}
+
+#[test]
+fn runs_measured_layer_by_layer_name_the_layers_furthest_from_their_prediction() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    perfcast_select::testing::write_ridge_bundle(&dir, "test", 60).unwrap();
+    let predictor = Predictor::new(Bundle::load(&dir).unwrap());
+    let mut record = run(&predictor, "vgg11", Phase::Inference);
+    let predicted = predictor
+        .predict_network(&record.network, &ctx(4, Phase::Inference))
+        .unwrap();
+    // Every layer measured at its prediction but the first conv, at twice it.
+    let mut times: Vec<f64> = predicted.layers.iter().map(|l| l.prediction.ms).collect();
+    let first_conv = predicted
+        .layers
+        .iter()
+        .position(|l| l.prediction.kind == perfcast_core::ModuleKind::Conv2d)
+        .unwrap();
+    times[first_conv] *= 2.0;
+    record.layer_ms = Some(times.clone());
+    record.validate().unwrap();
+    let report = evaluate_networks(
+        &predictor,
+        &dir,
+        &labelled(vec![record.clone()]),
+        &perfcast_core::progress::Silent,
+    )
+    .unwrap();
+    let layers = &report.runs[0].layers;
+    assert_eq!(layers[0].module, &*predicted.layers[first_conv].module);
+    assert_eq!(layers[0].count, 1);
+    assert!((layers[0].error_pct + 50.0).abs() < 1e-9, "{:?}", layers[0]);
+    assert!(layers[1..].iter().all(|l| l.error_pct.abs() < 1e-9));
+    // Layers of one module are one entry: VGG-11 repeats its relus and some convs.
+    let distinct: std::collections::HashSet<_> =
+        predicted.layers.iter().map(|l| l.module.clone()).collect();
+    assert_eq!(layers.len(), distinct.len());
+    assert_eq!(
+        layers.iter().map(|l| l.count).sum::<usize>(),
+        predicted.layers.len()
+    );
+    // A record whose times do not match its layers is refused by name.
+    record.layer_ms = Some(times[1..].to_vec());
+    assert!(record.validate().unwrap_err().contains("`layer_ms`"));
 }

@@ -49,6 +49,10 @@ pub struct NetworkRecord {
     /// Sum of the layers' latencies measured one by one as modules (`measure --layers`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layer_sum_ms: Option<f64>,
+    /// Each layer's latency measured alone, ms, in the network's layer order (`measure
+    /// --layers`): what `eval networks` sets beside each layer's prediction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer_ms: Option<Vec<f64>>,
     /// perfcast version that measured it.
     pub perfcast_version: String,
     /// Unix seconds.
@@ -71,6 +75,20 @@ impl NetworkRecord {
                 self.layers,
                 self.network.layers.len()
             ));
+        }
+        if let Some(times) = &self.layer_ms {
+            if times.len() != self.network.layers.len() {
+                return Err(format!(
+                    "`layer_ms` holds {} times for the network's {} layers",
+                    times.len(),
+                    self.network.layers.len()
+                ));
+            }
+            if let Some(t) = times.iter().find(|t| !(t.is_finite() && **t >= 0.0)) {
+                return Err(format!(
+                    "`layer_ms` value {t} must be a non-negative number"
+                ));
+            }
         }
         self.network.check().map_err(|e| e.to_string())?;
         Ok(())
@@ -152,6 +170,7 @@ mod tests {
             params: 61_706,
             timing: Timing::median_only(ms),
             layer_sum_ms: None,
+            layer_ms: None,
             update_ms: None,
             perfcast_version: "0".into(),
             timestamp: 0,

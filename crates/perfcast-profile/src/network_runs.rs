@@ -191,7 +191,10 @@ pub fn measure_networks(
                     params: measured.counts.params,
                     timing: measured.timing,
                     update_ms: measured.update_ms,
-                    layer_sum_ms: layer_times.map(|ts| ts.iter().map(|t| t.median_ms).sum::<f64>()),
+                    layer_sum_ms: layer_times
+                        .as_ref()
+                        .map(|ts| ts.iter().map(|t| t.median_ms).sum::<f64>()),
+                    layer_ms: layer_times.map(|ts| ts.iter().map(|t| t.median_ms).collect()),
                     perfcast_version: perfcast_core::VERSION.to_string(),
                     timestamp: now(),
                 };

@@ -53,7 +53,8 @@ pub struct MeasureOptions {
     #[arg(long)]
     save: Option<PathBuf>,
     /// Also time every distinct layer alone, as `perfcast profile` times modules, and report
-    /// their sum beside the whole network
+    /// their sum beside the whole network (`eval networks`: and the layers furthest from
+    /// their prediction)
     #[arg(long)]
     layers: bool,
     /// Append those per-layer timings to this module dataset (implies `--layers`; rows it

@@ -232,12 +232,48 @@ pub fn evaluated(r: &NetworksEval) -> String {
                 ))
         ));
     }
+    t.push_str(&furthest_layers(r));
     if let Some(c) = &r.host_costs {
         t.push_str(&format!(
             "\nhost-cost terms (fitted on {}):\n{}",
             c.networks.join(", "),
             costs(c)
         ));
+    }
+    t
+}
+
+/// Layers `eval networks` shows per run measured with `--layers`.
+const FURTHEST_LAYERS: usize = 3;
+
+/// Per run measured layer by layer, the distinct layers whose predictions are furthest from
+/// their measured times (in ms, so the ones that move the network's error most); empty when
+/// no run was measured so.
+fn furthest_layers(r: &NetworksEval) -> String {
+    if r.runs.iter().all(|c| c.layers.is_empty()) {
+        return String::new();
+    }
+    let mut t = format!(
+        "\nlayers furthest from their time alone ({FURTHEST_LAYERS} per run; `--format json` \
+         lists every layer):\n"
+    );
+    for c in r.runs.iter().filter(|c| !c.layers.is_empty()) {
+        t.push_str(&format!(
+            "{} batch {} {}:\n",
+            c.network,
+            c.batch,
+            c.phase.name()
+        ));
+        for l in c.layers.iter().take(FURTHEST_LAYERS) {
+            t.push_str(&format!(
+                "  {:<40} x{:<3} measured {:>9}  predicted {:>9}  {:+.1}%\n",
+                l.module,
+                l.count,
+                fmt_ms(l.measured_ms),
+                fmt_ms(l.predicted_ms),
+                l.error_pct
+            ));
+        }
     }
     t
 }

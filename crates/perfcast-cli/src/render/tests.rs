@@ -473,6 +473,7 @@ fn compared(network: &str, phase: Phase, measured_ms: f64, plain_ms: f64) -> Com
         composed_error_pct: Some(err(composed_ms)),
         uncached_weights_ms: 0.0,
         fallback_layers: usize::from(network == "lenet5@28"),
+        layers: Vec::new(),
     }
 }
 
@@ -505,5 +506,44 @@ fn eval_networks_plain_and_composed() {
     let text = super::networks::evaluated(&report);
     assert!(text.contains("(1 roofline layers)"), "{text}");
     assert!(text.contains("- (not calibrated)"), "{text}");
+    filtered(|| insta::assert_snapshot!(text));
+}
+
+#[test]
+fn eval_networks_names_the_layers_furthest_from_their_time_alone() {
+    use perfcast_calibrate::calibrate::LayerError;
+    let layer = |module: &str, count: usize, measured_ms: f64, predicted_ms: f64| LayerError {
+        name: "features.0".into(),
+        module: module.into(),
+        count,
+        measured_ms,
+        predicted_ms,
+        error_pct: 100.0 * (predicted_ms - measured_ms) / measured_ms,
+    };
+    let mut run = compared("squeezenet1_1", Phase::Training, 440.0, 391.0);
+    run.layers = vec![
+        layer("conv2d 128->16 k1 s1 p0 @55x55", 1, 133.6, 72.2),
+        layer("conv2d 64->16 k1 s1 p0 @55x55", 1, 66.5, 45.2),
+        layer("conv2d 3->64 k3 s2 p0 @224x224", 1, 29.8, 38.6),
+        layer("maxpool2d k3 s2 p0 64@111x111", 1, 29.9, 30.2),
+    ];
+    let report = NetworksEval {
+        bundle: PathBuf::from("checkpoints/local"),
+        host_costs: None,
+        summary: vec![PhaseSummary {
+            phase: Phase::Training,
+            runs: 1,
+            plain_mape: 11.1,
+            composed_mape: None,
+        }],
+        runs: vec![run, compared("resnet18", Phase::Training, 720.0, 610.0)],
+    };
+    let text = super::networks::evaluated(&report);
+    assert!(text.contains("squeezenet1_1 batch 4 training:"), "{text}");
+    assert!(!text.contains("maxpool2d"), "three layers per run: {text}");
+    assert!(
+        !text.contains("resnet18 batch"),
+        "runs without layers: {text}"
+    );
     filtered(|| insta::assert_snapshot!(text));
 }
