@@ -1032,13 +1032,15 @@ impl Predictor {
         Ok(p)
     }
 
-    /// A CPU query its backend runs as one call per sample ([`per_sample_calls`]): the same
-    /// module at batch 1 and the number of calls; `None` for every other query.
+    /// A CPU query its backend runs as one call per sample ([`per_sample_calls`]), or whose
+    /// time grows as its batch ([`direct_weight_gradient`]): the same module at batch 1 and
+    /// the number of calls; `None` for every other query.
     fn per_sample(&self, spec: &ModuleSpec, context: &Context) -> Option<(Context, f64)> {
         if self.gpu() {
             return None;
         }
-        let calls = per_sample_calls(spec, context.batch)?;
+        let calls = per_sample_calls(spec, context.batch)
+            .or_else(|| direct_weight_gradient(spec, context))?;
         let one = Context {
             batch: 1,
             ..context.clone()
@@ -1974,6 +1976,26 @@ pub fn per_sample_calls(spec: &ModuleSpec, batch: usize) -> Option<usize> {
                     == l.tokens =>
         {
             Some(batch)
+        }
+        _ => None,
+    }
+}
+
+/// The samples of a CPU conv's training step when its weight gradient runs on flex's
+/// small-channel direct path (a dense conv to at most 16 outputs at batch 2 to 4, the
+/// `wgrad_small_channel` feature): that loop's work is the batch times one sample's and it
+/// is most of the step, so the step is predicted as the batch-1 step that many times. A
+/// model reading the batch as it reads a GEMM's rows grows the step less than the batch
+/// (docs/accuracy.md, "SqueezeNet layer by layer").
+pub fn direct_weight_gradient(spec: &ModuleSpec, context: &Context) -> Option<usize> {
+    match spec {
+        ModuleSpec::Conv2d(c)
+            if context.phase == Phase::Training
+                && c.groups == 1
+                && c.out_channels <= 16
+                && (2..=4).contains(&context.batch) =>
+        {
+            Some(context.batch)
         }
         _ => None,
     }

@@ -6,7 +6,7 @@
 
 use perfcast_core::canonical::least_cpu_compute_time_s;
 use perfcast_core::{Context, DeviceSpec, ModuleQuery, ModuleSpec, Phase, zoo};
-use perfcast_predict::predictor::is_raised;
+use perfcast_predict::predictor::{direct_weight_gradient, is_raised};
 use perfcast_predict::{Bundle, Predictor};
 use serde::Deserialize;
 
@@ -112,6 +112,7 @@ fn every_fixture_bundle_answers_module_queries_as_before() {
     let mut models = std::collections::BTreeSet::new();
     let mut cpu_raised = 0;
     let mut util_direct = 0;
+    let mut per_sample = 0;
     for case in &expected.cases {
         let p = predictor(case);
         let name = format!("{} @ {:?}", case.bundle, case.device);
@@ -132,6 +133,24 @@ fn every_fixture_bundle_answers_module_queries_as_before() {
             // code scaled its answer at the nearest trained configuration by the work ratio.
             let direct_now =
                 is_direct_util(&got.model, &got.warnings) && got.ms.to_bits() != want.ms.to_bits();
+            // The third: a CPU conv's training step whose weight gradient runs on the direct
+            // path is the batch-1 step times the batch.
+            let samples = (device.kind == perfcast_core::DeviceKind::Cpu)
+                .then(|| direct_weight_gradient(spec, context))
+                .flatten();
+            if let Some(n) = samples {
+                let one = Context {
+                    batch: 1,
+                    ..context.clone()
+                };
+                let one = p.predict_module(spec, &one).unwrap();
+                assert!(same(got.ms, n as f64 * one.ms), "{what}");
+                assert_eq!(got.model, want.model, "{what}");
+                assert_eq!(batched[i], got, "{what}: batched");
+                assert_eq!(threaded[i], got, "{what}: threaded");
+                per_sample += 1;
+                continue;
+            }
             if raised_now {
                 let floor = least_cpu_compute_time_s(spec, context, device) * 1e3;
                 assert!(same(got.ms, floor) && want.ms < floor, "{what}");
@@ -165,6 +184,7 @@ fn every_fixture_bundle_answers_module_queries_as_before() {
     // Only the fixtures' extreme queries (a 4096-channel 3x3 conv at 300x300 among them) meet
     // the floor: 11 answers over the CPU bundles.
     assert_eq!(cpu_raised, 11, "CPU answers raised");
+    assert!(per_sample > 0, "no conv step on the direct path was asked");
     assert!(
         util_direct > 0,
         "no util answer outside its ranges was asked"
@@ -241,6 +261,11 @@ fn every_fixture_bundle_answers_networks_as_before() {
             let grads = net.operand_gradients();
             let mut trimmed = 0;
             let mut direct = 0;
+            let mut stepped = 0;
+            let one = Context {
+                batch: 1,
+                ..context.clone()
+            };
             for ((l, ms), (layer, g)) in got
                 .layers
                 .iter()
@@ -258,6 +283,17 @@ fn every_fixture_bundle_answers_networks_as_before() {
                     _ if is_direct_util(&l.prediction.model, &l.prediction.warnings) => {
                         assert!(l.prediction.ms > 0.0, "{at}");
                         direct += 1;
+                    }
+                    (spec, Phase::Training, _)
+                        if !gpu && direct_weight_gradient(spec, &context).is_some() =>
+                    {
+                        let one_ms = p.predict_module(spec, &one).unwrap().ms;
+                        assert!(
+                            same(l.prediction.ms, context.batch as f64 * one_ms),
+                            "{at}: {} ms, batch-1 step {one_ms} ms",
+                            l.prediction.ms
+                        );
+                        stepped += 1;
                     }
                     (ModuleSpec::Linear(lin), Phase::Training, false) => {
                         let inference = Context {
@@ -283,7 +319,7 @@ fn every_fixture_bundle_answers_networks_as_before() {
                     _ => assert!(same(l.prediction.ms, *ms), "{at}"),
                 }
             }
-            if direct > 0 {
+            if direct > 0 || stepped > 0 {
                 let sum: f64 = got.layers.iter().map(|l| l.prediction.ms).sum();
                 assert_eq!(got.layer_sum_ms, sum, "{what}");
                 layers_total(&got);

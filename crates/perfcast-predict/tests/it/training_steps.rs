@@ -126,3 +126,66 @@ fn a_conv_training_step_on_a_gpu_without_training_rows_follows_its_forward() {
     assert!(transferred(read("a100-80gb")));
     assert!(transferred(read("h100")));
 }
+
+#[test]
+fn a_cpu_conv_to_few_outputs_trains_in_batch_times_its_one_sample_step() {
+    let p = Predictor::new(Bundle::load(&fixtures().join("bundles/cpu-ridge-trees")).unwrap());
+    let conv = |out_channels: usize, groups: usize| {
+        ModuleSpec::Conv2d(Conv2d {
+            in_channels: 64,
+            out_channels,
+            input_hw: [28, 28],
+            kernel: [1, 1],
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [1, 1],
+            groups,
+            bias: true,
+        })
+    };
+    let ms = |spec: &ModuleSpec, batch: usize, phase: Phase| {
+        p.predict_module(spec, &context(batch, phase)).unwrap().ms
+    };
+    let narrow = conv(16, 1);
+    let one = ms(&narrow, 1, Phase::Training);
+    for batch in [2, 4] {
+        let step = ms(&narrow, batch, Phase::Training);
+        assert!(
+            (step - batch as f64 * one).abs() <= 1e-12 * step,
+            "batch {batch}: {step} against {one}"
+        );
+    }
+    // Not past batch 4, not in inference, not to 17 outputs or for a grouped conv: the
+    // models answer as before.
+    for (spec, batch, phase) in [
+        (&narrow, 8, Phase::Training),
+        (&narrow, 4, Phase::Inference),
+        (&conv(17, 1), 4, Phase::Training),
+        (&conv(16, 16), 4, Phase::Training),
+    ] {
+        assert_eq!(
+            perfcast_predict::predictor::direct_weight_gradient(spec, &context(batch, phase)),
+            None
+        );
+    }
+    assert_eq!(
+        perfcast_predict::predictor::direct_weight_gradient(&narrow, &context(3, Phase::Training)),
+        Some(3)
+    );
+    // A network holding such a conv answers the same through its prepared plan.
+    let net = zoo::build("squeezenet1_1", None).unwrap();
+    let c = context(4, Phase::Training);
+    let prepared = p.prepare(&net).unwrap();
+    assert_eq!(
+        p.predict_prepared(&prepared, &c).unwrap(),
+        p.predict_network(&net, &c).unwrap()
+    );
+    let squeeze = net
+        .layers
+        .iter()
+        .position(|l| matches!(&l.spec, ModuleSpec::Conv2d(c) if c.out_channels == 16))
+        .unwrap();
+    let layer = &p.predict_network(&net, &c).unwrap().layers[squeeze];
+    let alone = 4.0 * ms(&net.layers[squeeze].spec, 1, Phase::Training);
+    assert!((layer.prediction.ms - alone).abs() <= 1e-12 * alone);
+}
