@@ -130,6 +130,13 @@ pub fn conv_backward_features(spec: &ModuleSpec, context: &Context) -> [f64; 8] 
     conv_backward_of(spec, context, &spec.output_shape().unwrap_or_default())
 }
 
+/// Whether a training step's weight-gradient conv of `c` at `batch` takes flex's
+/// small-channel direct path: that conv has `batch` input channels and the group's output
+/// channels, so the path takes it under the same thresholds as a forward conv.
+pub fn wgrad_on_direct_path(c: &perfcast_core::Conv2d, batch: usize) -> bool {
+    c.in_channels > 0 && batch <= 4 && c.out_channels / c.groups.max(1) <= 16
+}
+
 /// [`conv_backward_features`] given the spec's output shape.
 fn conv_backward_of(spec: &ModuleSpec, context: &Context, out: &[usize]) -> [f64; 8] {
     let ModuleSpec::Conv2d(c) = spec else {
@@ -147,9 +154,7 @@ fn conv_backward_of(spec: &ModuleSpec, context: &Context, out: &[usize]) -> [f64
     let cin_g = c.in_channels as f64 / g;
     let cout_g = c.out_channels as f64 / g;
     let taps = oh * ow;
-    // The weight-gradient conv has `batch` input channels and `cout_g` output channels, so
-    // flex's small-channel direct path takes it under the same thresholds as a forward conv.
-    let small = c.in_channels > 0 && context.batch <= 4 && c.out_channels / c.groups.max(1) <= 16;
+    let small = wgrad_on_direct_path(c, context.batch);
     let kernel_taps = (c.kernel[0] * c.kernel[1]) as f64;
     let columns = 4.0 * cin_g * kernel_taps * taps;
     [

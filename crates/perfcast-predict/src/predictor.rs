@@ -1992,8 +1992,8 @@ pub fn direct_weight_gradient(spec: &ModuleSpec, context: &Context) -> Option<us
         ModuleSpec::Conv2d(c)
             if context.phase == Phase::Training
                 && c.groups == 1
-                && c.out_channels <= 16
-                && (2..=4).contains(&context.batch) =>
+                && context.batch >= 2
+                && crate::features::wgrad_on_direct_path(c, context.batch) =>
         {
             Some(context.batch)
         }
