@@ -183,6 +183,20 @@ impl TrainSource {
         concat(&refs)
     }
 
+    /// The measured records of a kind in single-device mode (the rows [`TrainSource::train_set`]
+    /// reads, before features), or `None` when several devices are stacked.
+    pub fn records(&self, kind: ModuleKind) -> Result<Option<Vec<perfcast_data::Record>>> {
+        let ([dir], [device]) = (self.dirs.as_slice(), self.devices.as_slice()) else {
+            return Ok(None);
+        };
+        if !dir.kinds().contains(&kind) || self.excluded.contains(&(device.name.clone(), kind)) {
+            return Ok(Some(Vec::new()));
+        }
+        let mut records = dir.read(kind)?;
+        records.retain(|r| r.timing().is_some() && self.phase.is_none_or(|p| r.context.phase == p));
+        Ok(Some(records))
+    }
+
     /// The families to fit: as given on one device, in cross-device mode on several.
     pub fn params(&self, params: Vec<ModelParams>) -> Vec<ModelParams> {
         params

@@ -140,6 +140,33 @@ pub struct KindEntry {
     /// the candidates' figures are those of the fits that selection compared.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub refitted: bool,
+    /// The student distilled from the chosen model, when one was tried: with `chosen` then
+    /// `student` (kept), its teacher's family is named here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distilled: Option<Distilled>,
+}
+
+/// What distilling a kind's chosen model into a student found (`perfcast train --distill`,
+/// the quickstart): kept with the kind's entry whether or not the student replaced it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Distilled {
+    /// The family the student learnt from.
+    pub teacher: String,
+    /// The student's settings (`medn.width=32`).
+    #[serde(default)]
+    pub student: String,
+    /// Labelled rows: measured configurations and their neighbours.
+    pub rows: usize,
+    /// MAPE of the student against its teacher on held-out labelled rows, percent.
+    pub from_teacher: f64,
+    /// MAPE on the kind's measured rows: teacher, student (percent).
+    pub measured_mape: [f64; 2],
+    /// One-row prediction time: teacher, student (µs).
+    pub predict_us: [f64; 2],
+    /// Whether the student replaced its teacher, and if not why.
+    pub kept: bool,
+    /// Why it was or was not kept.
+    pub why: String,
 }
 
 /// `manifest.json`.

@@ -27,6 +27,7 @@
 pub mod active;
 pub mod blend;
 pub mod bundle;
+pub mod distill;
 mod error;
 pub mod pipeline;
 pub mod select;

@@ -36,6 +36,7 @@ use perfcast_models::{Regressor, SavedModel, TrainSet};
 use serde::{Deserialize, Serialize};
 
 use crate::bundle::{FORMAT, KindEntry, Manifest, feature_ranges, write_bundle};
+use crate::distill::{DistillPlan, STUDENT};
 use crate::error::{Error, Result};
 use crate::select::{Budget, Candidate, Selection};
 
@@ -84,6 +85,10 @@ pub struct TrainPlan {
     /// share of the data behind it too, including the held-out share of the layers of
     /// the networks a user profiled.
     pub refit: bool,
+    /// Distil each kind's chosen blend, forest or neighbour model into a student that answers
+    /// faster ([`crate::distill`]), kept where it stays close to its teacher; default no.
+    /// Single-device data only.
+    pub distill: Option<DistillPlan>,
 }
 
 impl TrainPlan {
@@ -107,6 +112,7 @@ impl TrainPlan {
             phase: None,
             exclude_flagged: false,
             refit: false,
+            distill: None,
         }
     }
 }
@@ -553,6 +559,9 @@ pub fn train_and_select(plan: &TrainPlan, observer: Arc<dyn Observer>) -> Result
             refit_chosen(&params, &kept, &files, &mut chosen, observer)?;
             selection.refitted = true;
         }
+        if let Some(distill) = &plan.distill {
+            distil_chosen(plan, distill, &source, &kept, &mut chosen, observer)?;
+        }
         report.selection = Some(selection);
         bundle = Some(chosen);
     }
@@ -801,6 +810,7 @@ fn select_bundle(
                 selection: selection.clone(),
                 ranges: feature_ranges(&data.train),
                 refitted: false,
+                distilled: None,
             },
         );
         chosen_files.push((chosen.file.clone(), model.saved.clone()));
@@ -926,6 +936,117 @@ fn refit_chosen(
         }
     }
     observer.end(REFIT);
+    Ok(())
+}
+
+/// Families whose answer costs more than one small network's: distilled when asked.
+const DISTILLED_FAMILIES: [&str; 3] = [BLEND, "trees", "knn"];
+
+/// Distils each kind of `bundle` whose choice is one of [`DISTILLED_FAMILIES`] into a MEDN
+/// student ([`crate::distill::distil`]); a kept student becomes the kind's answer, and every
+/// attempt is recorded in the kind's manifest entry. Nothing is done on stacked devices.
+fn distil_chosen(
+    plan: &TrainPlan,
+    distill: &DistillPlan,
+    source: &TrainSource,
+    kinds: &[KindData],
+    bundle: &mut ChosenBundle,
+    observer: &dyn Observer,
+) -> Result<()> {
+    const DISTIL: &str = "distil";
+    let students = distill
+        .students
+        .iter()
+        .map(|set| {
+            ModelParams::by_name("medn")?.with_sets(&[plan.set.clone(), set.clone()].concat())
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let todo: Vec<&KindData> = kinds
+        .iter()
+        .filter(|k| {
+            bundle
+                .manifest
+                .kinds
+                .get(k.kind.name())
+                .is_some_and(|e| DISTILLED_FAMILIES.contains(&e.chosen.as_str()))
+        })
+        .collect();
+    observer.begin(DISTIL, todo.len() as u64);
+    for k in todo {
+        let Some(records) = source.records(k.kind)? else {
+            break;
+        };
+        if perfcast_core::interrupt::requested() {
+            return Err(Error::Interrupted(format!("distilling {}", k.kind)));
+        }
+        observer.message(DISTIL, &format!("{}: a student of its choice", k.kind));
+        let entry = bundle
+            .manifest
+            .kinds
+            .get_mut(k.kind.name())
+            .ok_or_else(|| Error::Input(format!("`{}` has no manifest entry", k.kind)))?;
+        let slot = bundle
+            .files
+            .iter()
+            .position(|(f, _)| *f == entry.file)
+            .ok_or_else(|| Error::Input(format!("`{}` was not saved", entry.file)))?;
+        let teacher = bundle.files[slot].1.clone().into_regressor();
+        let measured = if entry.refitted { &k.all } else { &k.train };
+        let mut tried = None;
+        for (student, set) in students.iter().zip(&distill.students) {
+            let (mut found, model) = crate::distill::distil(
+                k.kind,
+                (&entry.chosen, teacher.as_ref()),
+                student,
+                &records,
+                measured,
+                &entry.ranges,
+                &bundle.manifest.device,
+                distill,
+            )
+            .map_err(|e| Error::context(format!("distilling `{}`", k.kind), e))?;
+            found.student = set.join(",");
+            let kept = model.is_some();
+            tried = Some((found, model));
+            if kept {
+                break;
+            }
+        }
+        let Some((found, model)) = tried else {
+            break;
+        };
+        observer.note(&format!(
+            "student of {} ({}, {}): {}",
+            k.kind,
+            found.teacher,
+            found.student,
+            if found.kept {
+                found.why.clone()
+            } else {
+                format!("not kept, {}", found.why)
+            }
+        ));
+        if let Some(model) = model {
+            let metrics = |data: &TrainSet| -> Result<Metrics> {
+                Metrics::compute(&model.predict(&data.x)?, &data.y)
+                    .ok_or_else(|| Error::Input(format!("no `{}` rows to score", k.kind)))
+            };
+            let file = format!("{}/{STUDENT}.json", k.kind.name());
+            entry.candidates.push(Candidate {
+                model: STUDENT.into(),
+                cv_mape: metrics(&k.train)?.mape,
+                test_mape: metrics(&k.test)?.mape,
+                predict_us: found.predict_us[1],
+                size_bytes: model.size_bytes(),
+            });
+            entry.chosen = STUDENT.into();
+            entry.file = file.clone();
+            bundle.files[slot] = (file, model.to_saved());
+        }
+        entry.distilled = Some(found);
+        observer.advance(DISTIL, 1);
+    }
+    observer.end(DISTIL);
     Ok(())
 }
 
@@ -1427,6 +1548,64 @@ mod tests {
         // k-NN fitted on the held-out rows answers them from themselves: the bundle is not the
         // model selection scored.
         assert_ne!(answered, selected);
+    }
+
+    /// `distill`: the blend's student learns its teacher's answers on the measured rows and
+    /// their neighbours; the manifest records the attempt, and a kept student is the kind's
+    /// answer (its file loaded, a candidate beside its teacher).
+    #[test]
+    fn a_distilled_student_stands_in_for_its_teacher_only_when_kept() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let data = dataset(tmp.path());
+        let bundle = tmp.path().join("bundles").join("distilled");
+        let plan = TrainPlan {
+            models: vec!["ridge".into(), "knn".into()],
+            folds: 2,
+            test_share: 0.25,
+            set: vec!["medn.max_steps=2000".into()],
+            bundle: Some(bundle.display().to_string()),
+            budget: Budget {
+                only: Some(BLEND.into()),
+                ..Budget::default()
+            },
+            refit: true,
+            distill: Some(DistillPlan::default()),
+            ..TrainPlan::new(vec![data.clone()], tmp.path().join("models"))
+        };
+        let trained = train_and_select(&plan, Arc::new(Silent)).expect("trained");
+        let all = trained.kinds[0].all.clone();
+        trained.write(Vec::new()).expect("written");
+        let loaded = crate::Bundle::load(&bundle).expect("bundle loads");
+        let entry = &loaded.manifest.kinds["linear"];
+        let found = entry.distilled.clone().expect("a student was tried");
+        assert_eq!(found.teacher, BLEND);
+        assert!(found.rows > all.len(), "{} labelled rows", found.rows);
+        assert!(
+            found.from_teacher < 15.0,
+            "{}% from the teacher",
+            found.from_teacher
+        );
+        let model = load_model(&bundle.join(&entry.file), ModuleKind::Linear).expect("loads");
+        let mape = Metrics::compute(&model.predict(&all.x).expect("answers"), &all.y)
+            .expect("scored")
+            .mape;
+        if found.kept {
+            assert_eq!(
+                (entry.chosen.as_str(), entry.file.as_str()),
+                (STUDENT, "linear/student.json")
+            );
+            assert!(entry.candidates.iter().any(|c| c.model == STUDENT));
+            assert!(
+                (mape - found.measured_mape[1]).abs() < 1e-6,
+                "{mape} vs {found:?}"
+            );
+        } else {
+            assert_eq!(entry.chosen, BLEND, "{}", found.why);
+            assert!(
+                (mape - found.measured_mape[0]).abs() < 1e-6,
+                "{mape} vs {found:?}"
+            );
+        }
     }
 
     #[test]

@@ -113,6 +113,7 @@ pub fn kind_entry(
         selection,
         ranges: feature_ranges(data),
         refitted: false,
+        distilled: None,
     })
 }
 

@@ -43,10 +43,10 @@ pub const CALIBRATION_NETWORKS: [&str; 5] = [
     "transformer@64",
     "lenet5@28",
 ];
-/// Seconds kept for training and calibration after the last active round (about a minute on
-/// an idle 2-core machine); re-measuring disturbed rows stops there too, since in slow phases
+/// Seconds kept for training, distillation and calibration after the last active round (about
+/// a minute and a half on an idle 2-core machine); re-measuring disturbed rows stops there too, since in slow phases
 /// it alone could take the quickstart past its budget.
-pub const RESERVE_S: f64 = 75.0;
+pub const RESERVE_S: f64 = 95.0;
 
 /// What to run: every input of the quickstart, defaults from [`QuickstartPlan::new`].
 #[derive(Clone, Debug)]
@@ -76,7 +76,7 @@ pub struct QuickstartPlan {
     pub fast: bool,
     /// Target wall time, seconds: active rounds run until only [`QuickstartPlan::reserve_s`]
     /// is left, and re-measuring disturbed rows stops there too (0: no active round, no such
-    /// stop; default 510).
+    /// stop; default 530).
     pub budget_s: f64,
     /// Seconds of the budget kept for training and calibration (default [`RESERVE_S`]).
     pub reserve_s: f64,
@@ -113,7 +113,7 @@ impl QuickstartPlan {
             calibration_batch: vec![1, 4],
             calibration_max_time_s: MeasurePlan::calibration(Vec::new()).max_time_s,
             fast: false,
-            budget_s: 510.0,
+            budget_s: 530.0,
             reserve_s: RESERVE_S,
             sweeps: quickstart_sweeps(samples)?,
             active_sweeps: active_sweeps(samples)?,
@@ -163,6 +163,7 @@ impl QuickstartPlan {
                 ..Budget::default()
             },
             refit: true,
+            distill: Some(perfcast_select::distill::DistillPlan::default()),
             ..TrainPlan::new(
                 vec![self.data.clone()],
                 format!("{}.train", dir.display()).into(),

@@ -58,7 +58,7 @@ pub struct QuickstartArgs {
     /// most are measured until training and calibration are all that is left (`0`: none);
     /// re-measuring rows the interference canary found disturbed also stops where the rest
     /// would no longer fit
-    #[arg(long, default_value = "8m30s", value_parser = parse_duration_s)]
+    #[arg(long, default_value = "8m50s", value_parser = parse_duration_s)]
     budget: f64,
 }
 

@@ -247,6 +247,16 @@ pub fn bundle(manifest: &Manifest) -> String {
                 sig3(c.size_bytes as f64 / 1024.0)
             ));
         }
+        if let Some(d) = &e.distilled {
+            t.push_str(&format!(
+                "  student ({}) of {} on {} labelled rows: {}{}\n",
+                d.student,
+                d.teacher,
+                d.rows,
+                if d.kept { "" } else { "not kept, " },
+                d.why
+            ));
+        }
     }
     t.push_str("\n* chosen, p on the Pareto front (MAPE, prediction time, size)\n");
     match &manifest.host_costs {

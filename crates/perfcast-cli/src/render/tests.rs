@@ -295,6 +295,7 @@ fn manifest(host_costs: Option<HostCosts>) -> Manifest {
             max: 8.0,
         }],
         refitted: false,
+        distilled: None,
     };
     let mut kinds = BTreeMap::new();
     kinds.insert(
