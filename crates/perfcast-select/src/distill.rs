@@ -29,8 +29,8 @@ pub struct DistillPlan {
     pub neighbours: usize,
     /// Largest ln factor a size is scaled by (0.4: up to about 1.5x either way).
     pub spread: f64,
-    /// Student settings (`medn.width=32`, ...), applied after the training's own: the first
-    /// kept is used, so a wider student is tried only where a narrower one was not kept.
+    /// Student settings (`medn.width=32`, then 48, then 64), applied after the training's own:
+    /// the first kept is used, so a wider student is tried only where a narrower one was not.
     pub students: Vec<Vec<String>>,
     /// Largest MAPE of the student against its teacher on held-out labelled rows, percent.
     pub max_from_teacher: f64,
@@ -45,7 +45,9 @@ impl Default for DistillPlan {
         DistillPlan {
             neighbours: 4,
             spread: 0.4,
-            students: vec![vec!["medn.width=32".into()], vec!["medn.width=64".into()]],
+            students: [32, 48, 64]
+                .map(|w| vec![format!("medn.width={w}")])
+                .to_vec(),
             max_from_teacher: 6.0,
             max_loss: 1.5,
             seed: 0,

@@ -954,6 +954,10 @@ fn distil_chosen(
     observer: &dyn Observer,
 ) -> Result<()> {
     const DISTIL: &str = "distil";
+    if source.cross_device() {
+        observer.note("note: students are distilled from one device's data only; none here");
+        return Ok(());
+    }
     let students = distill
         .students
         .iter()
@@ -973,9 +977,7 @@ fn distil_chosen(
         .collect();
     observer.begin(DISTIL, todo.len() as u64);
     for k in todo {
-        let Some(records) = source.records(k.kind)? else {
-            break;
-        };
+        let records = source.records(k.kind)?.unwrap_or_default();
         if perfcast_core::interrupt::requested() {
             return Err(Error::Interrupted(format!("distilling {}", k.kind)));
         }
