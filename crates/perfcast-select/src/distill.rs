@@ -5,8 +5,8 @@
 //! The teacher (the kind's chosen model, refitted) labels the kind's measured configurations
 //! and jittered neighbours of each (sizes scaled, some at another batch), so the student learns
 //! the teacher's answers between the rows too, not only at them; without the neighbours a
-//! student misses its teacher by about three times as much on configurations it never saw
-//! (docs/accuracy.md). The student is kept only when it stays close to its teacher on held-out
+//! student misses its teacher far more on configurations it never saw (docs/accuracy.md).
+//! The student is kept only when it stays close to its teacher on held-out
 //! labelled configurations, loses little on the measured rows, and answers faster.
 
 use std::collections::{BTreeMap, HashSet};
