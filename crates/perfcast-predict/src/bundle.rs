@@ -31,6 +31,11 @@ pub struct FeatureRange {
     pub max: f64,
 }
 
+/// Whether `v` leaves `[lo, hi]` by more than rounding (a NaN does not).
+pub fn outside_range(lo: f64, hi: f64, v: f64) -> bool {
+    v < lo - 1e-9 * lo.abs() || v > hi + 1e-9 * hi.abs()
+}
+
 /// One trained model of one module kind, as selection sees it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Candidate {

@@ -14,7 +14,7 @@ use perfcast_core::{Context, DeviceSpec, Dims, ModuleKind, ModuleSpec, Network, 
 use serde::{Deserialize, Serialize};
 
 use crate::blend::Blend;
-use crate::bundle::Bundle;
+use crate::bundle::{Bundle, outside_range};
 use crate::compose::RunShape;
 use crate::error::{Error, Result};
 use crate::features::{MAX_ROW, cpu_floor_ms_of_row, row, row_into, row_into_shaped};
@@ -495,10 +495,8 @@ struct Extrapolation {
 
 /// Whether `x` leaves the range of one of `cols` (`(column, min, max)`).
 fn outside_of(cols: &[(usize, f64, f64)], x: &[f64]) -> bool {
-    cols.iter().any(|&(i, lo, hi)| {
-        let v = x.get(i).copied().unwrap_or(f64::NAN);
-        v < lo - 1e-9 * lo.abs() || v > hi + 1e-9 * hi.abs()
-    })
+    cols.iter()
+        .any(|&(i, lo, hi)| outside_range(lo, hi, x.get(i).copied().unwrap_or(f64::NAN)))
 }
 
 fn clamp(range: Option<(f64, f64)>, v: f64) -> f64 {

@@ -18,7 +18,7 @@ use perfcast_models::device_features::concat;
 use perfcast_models::eval::{ModelParams, prediction_cost};
 use perfcast_models::split::{Split, holdout};
 use perfcast_models::{Regressor, TrainSet};
-use perfcast_predict::bundle::{Distilled, FeatureRange};
+use perfcast_predict::bundle::{Distilled, FeatureRange, outside_range};
 
 use crate::error::{Error, Result};
 
@@ -132,96 +132,133 @@ fn jittered(spec: &ModuleSpec, spread: f64, rng: &mut SplitMix64) -> Option<Modu
     ModuleSpec::from_json(&value.to_string()).ok()
 }
 
-/// Distils `teacher` (family `teacher_name`) for `kind` from the kind's measured `records`
-/// and their feature rows `measured`: returns what was found and, when kept, the student.
-#[allow(clippy::too_many_arguments)]
-pub fn distil(
+/// What a kind's students learn from, prepared once for every student tried: the teacher's
+/// labels on the measured rows and their neighbours, split into a part to learn from and a
+/// held-out part, and the teacher's own figures on the measured rows.
+pub struct Lesson<'a> {
     kind: ModuleKind,
-    (teacher_name, teacher): (&str, &dyn Regressor),
-    student: &ModelParams,
-    records: &[Record],
-    measured: &TrainSet,
-    ranges: &[FeatureRange],
-    device: &DeviceSpec,
-    plan: &DistillPlan,
-) -> Result<(Distilled, Option<Box<dyn Regressor>>)> {
-    let drawn = TrainSet::from_records(kind, &neighbours(records, plan), device)?;
-    let inside: Vec<usize> = (0..drawn.len())
-        .filter(|&i| within(ranges, drawn.x.row(i)))
-        .collect();
-    let mut drawn = drawn.select(&inside);
-    drawn.y = teacher.predict(&drawn.x)?;
-    let labelled: Vec<usize> = (0..drawn.len())
-        .filter(|&i| drawn.y[i].is_finite() && drawn.y[i] > 0.0)
-        .collect();
-    let drawn = drawn.select(&labelled);
-    let mut taught = measured.clone();
-    taught.y = teacher.predict(&measured.x)?;
-    let all = concat(&[&taught, &drawn])?;
-    let (train, test) = holdout(&all, 0.2, Split::Group, plan.seed)?;
-    let (train, test) = (all.select(&train), all.select(&test));
-    let model = student.fit(&train)?;
-    let mape = |pred: &[f64], truth: &[f64]| {
-        Metrics::compute(pred, truth)
-            .map(|m| m.mape)
-            .ok_or_else(|| Error::Input(format!("no rows to judge the `{kind}` student on")))
-    };
-    let from_teacher = mape(&model.predict(&test.x)?, &test.y)?;
-    let measured_mape = [
-        mape(&taught.y, &measured.y)?,
-        mape(&model.predict(&measured.x)?, &measured.y)?,
-    ];
-    let predict_us = [
-        prediction_cost(teacher, measured)?.one_row_us,
-        prediction_cost(model.as_ref(), measured)?.one_row_us,
-    ];
-    let loss = measured_mape[1] - measured_mape[0];
-    let why = if from_teacher > plan.max_from_teacher {
-        format!(
-            "{from_teacher:.1}% from its teacher (at most {:.1}% kept)",
-            plan.max_from_teacher
-        )
-    } else if loss > plan.max_loss {
-        format!(
-            "loses {loss:.1} points on the measured rows (at most {:.1} kept)",
-            plan.max_loss
-        )
-    } else if predict_us[1] >= predict_us[0] {
-        format!(
-            "no faster ({:.2} us against {:.2})",
-            predict_us[1], predict_us[0]
-        )
-    } else {
-        format!(
-            "{from_teacher:.1}% from its teacher, {:+.1} points on the measured rows, \
-             {:.2} -> {:.2} us",
-            loss, predict_us[0], predict_us[1]
-        )
-    };
-    let kept = from_teacher <= plan.max_from_teacher
-        && loss <= plan.max_loss
-        && predict_us[1] < predict_us[0];
-    Ok((
-        Distilled {
-            teacher: teacher_name.to_string(),
-            student: String::new(),
-            rows: all.len(),
-            from_teacher,
-            measured_mape,
-            predict_us,
-            kept,
-            why,
-        },
-        kept.then_some(model),
-    ))
+    teacher: String,
+    measured: &'a TrainSet,
+    train: TrainSet,
+    test: TrainSet,
+    rows: usize,
+    teacher_mape: f64,
+    teacher_us: f64,
 }
 
-/// Whether every feature of `x` lies in its trained range.
-fn within(ranges: &[FeatureRange], x: &[f64]) -> bool {
-    ranges
-        .iter()
-        .zip(x)
-        .all(|(r, &v)| v >= r.min - 1e-9 * r.min.abs() && v <= r.max + 1e-9 * r.max.abs())
+impl<'a> Lesson<'a> {
+    /// The lesson of `teacher` (family `teacher_name`) for `kind`: the kind's measured
+    /// `records` give the neighbours (those inside `ranges` kept), `measured` are their
+    /// feature rows with the measured times.
+    pub fn new(
+        kind: ModuleKind,
+        (teacher_name, teacher): (&str, &dyn Regressor),
+        (records, measured): (&[Record], &'a TrainSet),
+        ranges: &[FeatureRange],
+        device: &DeviceSpec,
+        plan: &DistillPlan,
+    ) -> Result<Lesson<'a>> {
+        let drawn = TrainSet::from_records(kind, &neighbours(records, plan), device)?;
+        let inside: Vec<usize> = (0..drawn.len())
+            .filter(|&i| {
+                let x = drawn.x.row(i);
+                !ranges
+                    .iter()
+                    .zip(x)
+                    .any(|(r, &v)| outside_range(r.min, r.max, v))
+            })
+            .collect();
+        let mut drawn = drawn.select(&inside);
+        drawn.y = teacher.predict(&drawn.x)?;
+        let labelled: Vec<usize> = (0..drawn.len())
+            .filter(|&i| drawn.y[i].is_finite() && drawn.y[i] > 0.0)
+            .collect();
+        let drawn = drawn.select(&labelled);
+        let mut taught = measured.clone();
+        taught.y = teacher.predict(&measured.x)?;
+        let teacher_mape = mape(kind, &taught.y, &measured.y)?;
+        let all = concat(&[&taught, &drawn])?;
+        let (train, test) = holdout(&all, 0.2, Split::Group, plan.seed)?;
+        Ok(Lesson {
+            kind,
+            teacher: teacher_name.to_string(),
+            measured,
+            train: all.select(&train),
+            test: all.select(&test),
+            rows: all.len(),
+            teacher_mape,
+            teacher_us: prediction_cost(teacher, measured)?.one_row_us,
+        })
+    }
+
+    /// Fits `student` (settings `settings`, for the record) to the lesson and judges it
+    /// under `plan`: what was found and, when kept, the student.
+    pub fn teach(
+        &self,
+        (student, settings): (&ModelParams, &str),
+        plan: &DistillPlan,
+    ) -> Result<(Distilled, Option<Box<dyn Regressor>>)> {
+        let model = student.fit(&self.train)?;
+        let from_teacher = mape(self.kind, &model.predict(&self.test.x)?, &self.test.y)?;
+        let measured_mape = [
+            self.teacher_mape,
+            mape(
+                self.kind,
+                &model.predict(&self.measured.x)?,
+                &self.measured.y,
+            )?,
+        ];
+        let predict_us = [
+            self.teacher_us,
+            prediction_cost(model.as_ref(), self.measured)?.one_row_us,
+        ];
+        let loss = measured_mape[1] - measured_mape[0];
+        let why = if from_teacher > plan.max_from_teacher {
+            format!(
+                "{from_teacher:.1}% from its teacher (at most {:.1}% kept)",
+                plan.max_from_teacher
+            )
+        } else if loss > plan.max_loss {
+            format!(
+                "loses {loss:.1} points on the measured rows (at most {:.1} kept)",
+                plan.max_loss
+            )
+        } else if predict_us[1] >= predict_us[0] {
+            format!(
+                "no faster ({:.2} us against {:.2})",
+                predict_us[1], predict_us[0]
+            )
+        } else {
+            format!(
+                "{from_teacher:.1}% from its teacher, {:+.1} points on the measured rows, \
+                 {:.2} -> {:.2} us",
+                loss, predict_us[0], predict_us[1]
+            )
+        };
+        let kept = from_teacher <= plan.max_from_teacher
+            && loss <= plan.max_loss
+            && predict_us[1] < predict_us[0];
+        Ok((
+            Distilled {
+                teacher: self.teacher.clone(),
+                student: settings.to_string(),
+                rows: self.rows,
+                from_teacher,
+                measured_mape,
+                predict_us,
+                kept,
+                why,
+            },
+            kept.then_some(model),
+        ))
+    }
+}
+
+/// MAPE of `pred` against `truth`, percent.
+fn mape(kind: ModuleKind, pred: &[f64], truth: &[f64]) -> Result<f64> {
+    Metrics::compute(pred, truth)
+        .map(|m| m.mape)
+        .ok_or_else(|| Error::Input(format!("no rows to judge the `{kind}` student on")))
 }
 
 #[cfg(test)]

@@ -36,7 +36,7 @@ use perfcast_models::{Regressor, SavedModel, TrainSet};
 use serde::{Deserialize, Serialize};
 
 use crate::bundle::{FORMAT, KindEntry, Manifest, feature_ranges, write_bundle};
-use crate::distill::{DistillPlan, STUDENT};
+use crate::distill::{DistillPlan, Lesson, STUDENT};
 use crate::error::{Error, Result};
 use crate::select::{Budget, Candidate, Selection};
 
@@ -943,7 +943,7 @@ fn refit_chosen(
 const DISTILLED_FAMILIES: [&str; 3] = [BLEND, "trees", "knn"];
 
 /// Distils each kind of `bundle` whose choice is one of [`DISTILLED_FAMILIES`] into a MEDN
-/// student ([`crate::distill::distil`]); a kept student becomes the kind's answer, and every
+/// student ([`crate::distill::Lesson`]); a kept student becomes the kind's answer, and every
 /// attempt is recorded in the kind's manifest entry. Nothing is done on stacked devices.
 fn distil_chosen(
     plan: &TrainPlan,
@@ -962,9 +962,11 @@ fn distil_chosen(
         .students
         .iter()
         .map(|set| {
-            ModelParams::by_name("medn")?.with_sets(&[plan.set.clone(), set.clone()].concat())
+            let params = ModelParams::by_name("medn")?
+                .with_sets(&[plan.set.clone(), set.clone()].concat())?;
+            Ok((params, set.join(",")))
         })
-        .collect::<std::result::Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>>>()?;
     let todo: Vec<&KindData> = kinds
         .iter()
         .filter(|k| {
@@ -994,28 +996,29 @@ fn distil_chosen(
             .ok_or_else(|| Error::Input(format!("`{}` was not saved", entry.file)))?;
         let teacher = bundle.files[slot].1.clone().into_regressor();
         let measured = if entry.refitted { &k.all } else { &k.train };
+        let lesson = Lesson::new(
+            k.kind,
+            (&entry.chosen, teacher.as_ref()),
+            (&records, measured),
+            &entry.ranges,
+            &bundle.manifest.device,
+            distill,
+        )
+        .map_err(|e| Error::context(format!("distilling `{}`", k.kind), e))?;
+        // The narrowest student kept, else the widest tried.
         let mut tried = None;
-        for (student, set) in students.iter().zip(&distill.students) {
-            let (mut found, model) = crate::distill::distil(
-                k.kind,
-                (&entry.chosen, teacher.as_ref()),
-                student,
-                &records,
-                measured,
-                &entry.ranges,
-                &bundle.manifest.device,
-                distill,
-            )
-            .map_err(|e| Error::context(format!("distilling `{}`", k.kind), e))?;
-            found.student = set.join(",");
-            let kept = model.is_some();
-            tried = Some((found, model));
+        for (student, set) in &students {
+            let taught = lesson
+                .teach((student, set), distill)
+                .map_err(|e| Error::context(format!("distilling `{}`", k.kind), e))?;
+            let kept = taught.1.is_some();
+            tried = Some(taught);
             if kept {
                 break;
             }
         }
         let Some((found, model)) = tried else {
-            break;
+            continue;
         };
         observer.note(&format!(
             "student of {} ({}, {}): {}",

@@ -43,9 +43,9 @@ pub const CALIBRATION_NETWORKS: [&str; 5] = [
     "transformer@64",
     "lenet5@28",
 ];
-/// Seconds kept for training, distillation and calibration after the last active round (about
-/// a minute and a half on an idle 2-core machine); re-measuring disturbed rows stops there too, since in slow phases
-/// it alone could take the quickstart past its budget.
+/// Seconds kept for training, distillation and calibration after the last active round
+/// (about a minute and a half on an idle 2-core machine); re-measuring disturbed rows stops
+/// there too, since in slow phases it alone could take the quickstart past its budget.
 pub const RESERVE_S: f64 = 95.0;
 
 /// What to run: every input of the quickstart, defaults from [`QuickstartPlan::new`].
@@ -78,7 +78,8 @@ pub struct QuickstartPlan {
     /// is left, and re-measuring disturbed rows stops there too (0: no active round, no such
     /// stop; default 530).
     pub budget_s: f64,
-    /// Seconds of the budget kept for training and calibration (default [`RESERVE_S`]).
+    /// Seconds of the budget kept for training, distillation and calibration (default
+    /// [`RESERVE_S`]).
     pub reserve_s: f64,
     /// The random sweeps, measured in turn (default: the quickstart's sweeps at `samples`).
     pub sweeps: Vec<Sweep>,

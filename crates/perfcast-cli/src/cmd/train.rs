@@ -89,9 +89,9 @@ pub struct TrainArgs {
     refit: bool,
     /// With `--bundle`: where a kind's choice is a blend, forest or neighbour model, teach a
     /// small MEDN (a student) its answers on the kind's configurations and jittered
-    /// neighbours of them, and answer with the student where it stays within 6% of its
-    /// teacher, loses at most 1.5 points on the measured rows and is faster, as the
-    /// quickstart does (single-device data)
+    /// neighbours of them, and answer with the student where it stays close to its teacher
+    /// and is faster, as the quickstart does (single-device data; the limits:
+    /// docs/training.md)
     #[arg(long, requires = "bundle")]
     distill: bool,
     /// Output format of the report
