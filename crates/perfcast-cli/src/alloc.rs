@@ -2,23 +2,39 @@
 //! can report a training step's peak memory on this machine.
 //!
 //! The binaries install it (`#[global_allocator] static A: CountingAlloc = CountingAlloc;` in
-//! `main.rs`); it forwards to the system allocator and adds two relaxed atomic updates per
-//! call. [`installed`] says whether it is in place, so a library user without it reports no
-//! peak rather than zero.
+//! `main.rs`); it forwards to the system allocator and, once a peak window has been opened
+//! ([`reset_peak`]), adds two relaxed atomic updates per call. Until then it counts nothing:
+//! a server whose threads allocate on every request would otherwise contend for the counters'
+//! cache line on every call. [`installed`] says whether it is in place, so a library user
+//! without it reports no peak rather than zero.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// Bytes allocated less bytes freed since the window opened (negative when more was freed
+/// than allocated: memory from before the window).
+static NET: AtomicIsize = AtomicIsize::new(0);
+/// The most `NET` has been since the window opened.
+static PEAK: AtomicIsize = AtomicIsize::new(0);
+/// Whether a window is open: counting starts with the first [`reset_peak`].
+static COUNTING: AtomicBool = AtomicBool::new(false);
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 
 /// The system allocator, counting live and peak bytes.
 pub struct CountingAlloc;
 
 fn grew(by: usize) {
-    let now = LIVE.fetch_add(by, Ordering::Relaxed) + by;
-    PEAK.fetch_max(now, Ordering::Relaxed);
+    if COUNTING.load(Ordering::Relaxed) {
+        let by = isize::try_from(by).unwrap_or(isize::MAX);
+        let now = NET.fetch_add(by, Ordering::Relaxed).saturating_add(by);
+        PEAK.fetch_max(now, Ordering::Relaxed);
+    }
+}
+
+fn shrank(by: usize) {
+    if COUNTING.load(Ordering::Relaxed) {
+        NET.fetch_sub(isize::try_from(by).unwrap_or(isize::MAX), Ordering::Relaxed);
+    }
 }
 
 // SAFETY: every method forwards to `System` with the caller's layout and pointer unchanged;
@@ -46,7 +62,7 @@ unsafe impl GlobalAlloc for CountingAlloc {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: forwarded as received.
         unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        shrank(layout.size());
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
@@ -56,7 +72,7 @@ unsafe impl GlobalAlloc for CountingAlloc {
             if new_size >= layout.size() {
                 grew(new_size - layout.size());
             } else {
-                LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
+                shrank(layout.size() - new_size);
             }
         }
         p
@@ -73,16 +89,16 @@ pub fn installed() -> bool {
     INSTALLED.load(Ordering::Relaxed)
 }
 
-/// Starts a new peak window: the peak is reset to the bytes live now, which are returned.
-pub fn reset_peak() -> usize {
-    let live = LIVE.load(Ordering::Relaxed);
-    PEAK.store(live, Ordering::Relaxed);
-    live
+/// Opens a new peak window: from now on, bytes allocated and freed are counted from zero.
+pub fn reset_peak() {
+    NET.store(0, Ordering::Relaxed);
+    PEAK.store(0, Ordering::Relaxed);
+    COUNTING.store(true, Ordering::Relaxed);
 }
 
-/// The most bytes live since [`reset_peak`].
+/// The most bytes live at once since [`reset_peak`], beyond those live when it was called.
 pub fn peak() -> usize {
-    PEAK.load(Ordering::Relaxed)
+    usize::try_from(PEAK.load(Ordering::Relaxed)).unwrap_or(0)
 }
 
 /// This allocator's counters as the peak-memory probe of network measurements (`None` when the
@@ -91,7 +107,9 @@ pub struct Counted;
 
 impl perfcast_profile::network_runs::PeakMemory for Counted {
     fn reset(&self) -> usize {
-        reset_peak()
+        // The window counts from zero, so its baseline is zero.
+        reset_peak();
+        0
     }
 
     fn peak_since(&self, live_before: usize) -> Option<u64> {

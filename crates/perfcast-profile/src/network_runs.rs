@@ -65,7 +65,7 @@ impl MeasurePlan {
 /// The heap high-water mark, where the caller counts allocations (the `perfcast` binary's
 /// global allocator); [`NoPeak`] elsewhere.
 pub trait PeakMemory {
-    /// Starts a new peak; returns the bytes live now.
+    /// Starts a new peak; returns the baseline that [`PeakMemory::peak_since`] counts above.
     fn reset(&self) -> usize;
     /// Most bytes live since the last [`PeakMemory::reset`] above `live_before`, or `None`
     /// when not counted.

@@ -35,7 +35,7 @@ use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -124,9 +124,11 @@ async fn connection(
     // The watchdog keeps the header and idle timeouts (see the module doc).
     builder.header_read_timeout(None);
     let mut conn = pin!(builder.serve_connection(io, service));
+    // In this order: the watchdog reads the phase the connection was left in.
     tokio::select! {
+        biased;
         _ = conn.as_mut() => return,
-        () = watchdog(&activity, timeouts) => return,
+        () = Watchdog::new(&activity, timeouts) => return,
         () = stopped(stop) => {}
     }
     // Shutting down: a connection waiting for a request is closed now (dropped); one in a
@@ -134,8 +136,9 @@ async fn connection(
     if activity.busy() {
         conn.as_mut().graceful_shutdown();
         tokio::select! {
+            biased;
             _ = conn.as_mut() => {}
-            () = watchdog(&activity, timeouts) => {}
+            () = Watchdog::new(&activity, timeouts) => {}
         }
     }
 }
@@ -151,16 +154,16 @@ enum Phase {
     Idle(Instant),
 }
 
+/// A connection's phase, shared by its socket, its service and its watchdog, which all run in
+/// the connection's task.
 struct Activity {
     phase: Mutex<Phase>,
-    changed: Notify,
 }
 
 impl Activity {
     fn new() -> Activity {
         Activity {
             phase: Mutex::new(Phase::Head(Instant::now())),
-            changed: Notify::new(),
         }
     }
 
@@ -172,13 +175,10 @@ impl Activity {
         matches!(self.phase(), Phase::Busy(_))
     }
 
-    /// Moves to `f(phase)`; wakes the watchdog when the phase changed.
     fn update(&self, f: impl FnOnce(Phase) -> Option<Phase>) {
         let mut phase = self.phase.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(next) = f(*phase) {
             *phase = next;
-            drop(phase);
-            self.changed.notify_one();
         }
     }
 
@@ -210,22 +210,57 @@ impl Activity {
 }
 
 /// Resolves when the connection has been in its head or idle phase for too long.
-async fn watchdog(activity: &Activity, timeouts: Timeouts) {
-    loop {
-        let deadline = match activity.phase() {
-            Phase::Head(since) => Some(since + timeouts.header),
-            Phase::Idle(since) => Some(since + timeouts.idle),
-            Phase::Busy(_) => None,
-        };
-        match deadline {
-            Some(d) if d <= Instant::now() => return,
-            Some(d) => {
-                tokio::select! {
-                    () = tokio::time::sleep_until(d) => {}
-                    () = activity.changed.notified() => {}
-                }
+///
+/// It is polled after the connection, in the same task, on every wake-up, so it sees each
+/// phase the connection rests in without being told. Its timer is moved only to an earlier
+/// deadline, or when it fires before the phase's own: a request read and answered within one
+/// wake-up moves it not at all.
+struct Watchdog<'a> {
+    activity: &'a Activity,
+    timeouts: Timeouts,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    /// The timer's deadline; `None` until it is first set.
+    armed: Option<Instant>,
+}
+
+impl<'a> Watchdog<'a> {
+    fn new(activity: &'a Activity, timeouts: Timeouts) -> Watchdog<'a> {
+        Watchdog {
+            activity,
+            timeouts,
+            sleep: Box::pin(tokio::time::sleep_until(Instant::now())),
+            armed: None,
+        }
+    }
+
+    fn arm(&mut self, at: Instant) {
+        self.sleep.as_mut().reset(at);
+        self.armed = Some(at);
+    }
+}
+
+impl Future for Watchdog<'_> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            let deadline = match self.activity.phase() {
+                Phase::Head(since) => since + self.timeouts.header,
+                Phase::Idle(since) => since + self.timeouts.idle,
+                // A busy connection has no deadline; the connection's progress wakes the task.
+                Phase::Busy(_) => return Poll::Pending,
+            };
+            match self.armed {
+                Some(at) if at <= deadline => {}
+                _ => self.arm(deadline),
             }
-            None => activity.changed.notified().await,
+            ready!(self.sleep.as_mut().poll(cx));
+            // The timer fired at or before the deadline: at it, time is up; before it, the
+            // phase moved on since the timer was set, so it is set again.
+            if self.armed == Some(deadline) {
+                return Poll::Ready(());
+            }
+            self.arm(deadline);
         }
     }
 }

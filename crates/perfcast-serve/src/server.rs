@@ -4,15 +4,16 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
+use std::task::Poll;
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Extension, FromRequest, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use perfcast_core::{Context, zoo};
 use perfcast_predict::{Predictor, PreparedNetwork};
 use serde::Serialize;
@@ -247,22 +248,24 @@ fn ok_json<T: Serialize>(value: &T) -> Response {
     }
 }
 
-/// The body, or the JSON error for one over the limit (413) or cut off.
-fn body(body: std::result::Result<Bytes, BytesRejection>) -> std::result::Result<Bytes, ApiError> {
-    body.map_err(|r| ApiError {
-        status: r.status().as_u16(),
-        error: r.body_text(),
-        field: Some("body".into()),
-    })
+/// How request bodies are read: the service's limit, the time a body may take to arrive from
+/// its head ([`ServeConfig::body_timeout`]), and the bytes held at once.
+#[derive(Clone, Debug)]
+struct BodyRules {
+    limit: usize,
+    timeout: Duration,
+    buffered: Buffered,
 }
 
-/// How long a request body may take to arrive, from its head ([`ServeConfig::body_timeout`]).
-#[derive(Clone, Copy, Debug)]
-struct BodyTimeout(Duration);
-
-/// The body limit of a request's route, bytes (the ONNX route's own, or the service's).
-#[derive(Clone, Copy, Debug)]
-struct BodyLimit(usize);
+/// The router's state: what the handlers share, and the limits they apply. Kept here rather
+/// than in per-request extensions, which would cost every request a map of boxed values.
+struct Served {
+    app: Arc<AppState>,
+    body: BodyRules,
+    /// The ONNX route's body limit.
+    onnx_limit: usize,
+    work: Work,
+}
 
 /// The request-body bytes the server holds at once over every request, in KiB: a body takes
 /// its declared length from it before it is read (its route's limit when it declares none),
@@ -297,15 +300,16 @@ type Held = Option<tokio::sync::OwnedSemaphorePermit>;
 /// bodies held past the server's budget is answered 503 the same way.
 async fn read_body(
     req: Request,
-    timeout: BodyTimeout,
+    rules: &BodyRules,
+    limit: usize,
 ) -> std::result::Result<(Bytes, Held), ApiError> {
     let declared = req
         .headers()
         .get(axum::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    if let (Some(n), Some(BodyLimit(limit))) = (declared, req.extensions().get::<BodyLimit>())
-        && n > *limit as u64
+    if let Some(n) = declared
+        && n > limit as u64
     {
         return Err(ApiError {
             status: 413,
@@ -313,38 +317,50 @@ async fn read_body(
             field: Some("body".into()),
         });
     }
-    let held = match req.extensions().get::<Buffered>() {
-        Some(budget) => {
-            let limit = req
-                .extensions()
-                .get::<BodyLimit>()
-                .map_or(budget.limit, |l| l.0);
-            let wanted = declared.map_or(limit, |n| usize::try_from(n).unwrap_or(usize::MAX));
-            match Arc::clone(&budget.kib).try_acquire_many_owned(kib(wanted).max(1)) {
-                Ok(permit) => Some(permit),
-                Err(_) => {
-                    return Err(ApiError {
-                        status: 503,
-                        error: format!(
-                            "the server holds bodies of other requests and buffers at most {} \
-                             bytes at once; retry later",
-                            budget.limit
-                        ),
-                        field: Some("body".into()),
-                    });
-                }
-            }
+    let wanted = declared.map_or(limit, |n| usize::try_from(n).unwrap_or(usize::MAX));
+    let held = match Arc::clone(&rules.buffered.kib).try_acquire_many_owned(kib(wanted).max(1)) {
+        Ok(permit) => Some(permit),
+        Err(_) => {
+            return Err(ApiError {
+                status: 503,
+                error: format!(
+                    "the server holds bodies of other requests and buffers at most {} bytes \
+                     at once; retry later",
+                    rules.buffered.limit
+                ),
+                field: Some("body".into()),
+            });
         }
-        None => None,
     };
-    match tokio::time::timeout(timeout.0, Bytes::from_request(req, &())).await {
-        Ok(raw) => body(raw).map(|b| (b, held)),
-        Err(_) => Err(ApiError {
-            status: 408,
-            error: format!(
-                "the request body did not arrive within {} s of its head",
-                timeout.0.as_secs_f64()
-            ),
+    let mut collect = std::pin::pin!(Limited::new(req.into_body(), limit).collect());
+    // A small body usually arrives with its head: then no timer is set for it.
+    let first = std::future::poll_fn(|cx| Poll::Ready(collect.as_mut().poll(cx))).await;
+    let collected = match first {
+        Poll::Ready(r) => r,
+        Poll::Pending => match tokio::time::timeout(rules.timeout, collect).await {
+            Ok(r) => r,
+            Err(_) => {
+                return Err(ApiError {
+                    status: 408,
+                    error: format!(
+                        "the request body did not arrive within {} s of its head",
+                        rules.timeout.as_secs_f64()
+                    ),
+                    field: Some("body".into()),
+                });
+            }
+        },
+    };
+    match collected {
+        Ok(body) => Ok((body.to_bytes(), held)),
+        Err(e) if e.is::<LengthLimitError>() => Err(ApiError {
+            status: 413,
+            error: format!("the body is over the limit of {limit} bytes"),
+            field: Some("body".into()),
+        }),
+        Err(e) => Err(ApiError {
+            status: 400,
+            error: format!("the request body could not be read: {e}"),
             field: Some("body".into()),
         }),
     }
@@ -456,12 +472,11 @@ fn predict_modules(
 }
 
 async fn predict(
-    State(state): State<Arc<AppState>>,
-    Extension(timeout): Extension<BodyTimeout>,
-    Extension(work): Extension<Work>,
+    State(served): State<Arc<Served>>,
     req: Request,
 ) -> std::result::Result<Response, ApiError> {
-    let (body, held) = read_body(req, timeout).await?;
+    let (body, held) = read_body(req, &served.body, served.body.limit).await?;
+    let state = &served.app;
     let queries = guarded(|| api::parse_predict(&body))?;
     drop((body, held));
     // A module query takes about a microsecond (less than handing it to another thread
@@ -471,7 +486,9 @@ async fn predict(
         guarded(|| predict_modules(&state.predictor, &queries))?
     } else {
         let predictor = Arc::clone(&state.predictor);
-        work.run(move |_| predict_modules(&predictor, &queries))
+        served
+            .work
+            .run(move |_| predict_modules(&predictor, &queries))
             .await?
     };
     Ok(ok_json(&response))
@@ -560,16 +577,15 @@ fn predict_network_query(
 }
 
 async fn predict_network(
-    State(state): State<Arc<AppState>>,
-    Extension(timeout): Extension<BodyTimeout>,
-    Extension(work): Extension<Work>,
+    State(served): State<Arc<Served>>,
     req: Request,
 ) -> std::result::Result<Response, ApiError> {
-    let (body, held) = read_body(req, timeout).await?;
+    let (body, held) = read_body(req, &served.body, served.body.limit).await?;
+    let (state, work) = (&served.app, &served.work);
     // A transformer config is built while it is parsed, which takes a while for thousands of
     // blocks: off the workers, parsing and all. Any body naming one goes there, a zoo name included.
     if body.windows(13).any(|w| w == b"\"transformer\"") {
-        let state = Arc::clone(&state);
+        let state = Arc::clone(state);
         let prediction = work
             .run(move |deadline| {
                 let query = api::parse_network(&body)?;
@@ -586,19 +602,17 @@ async fn predict_network(
     // checked and prepared per request; a large one goes to the blocking pool.
     let big = matches!(&query, NetworkQuery::Inline { network, .. } if network.layers.len() > INLINE_MODULES);
     let prediction = if big {
-        let state = Arc::clone(&state);
+        let state = Arc::clone(state);
         work.run(move |deadline| predict_network_query(&state, query, Some(deadline)))
             .await?
     } else {
-        guarded(|| predict_network_query(&state, query, None))?
+        guarded(|| predict_network_query(state, query, None))?
     };
     Ok(ok_json(&prediction))
 }
 
 async fn predict_onnx(
-    State(state): State<Arc<AppState>>,
-    Extension(timeout): Extension<BodyTimeout>,
-    Extension(work): Extension<Work>,
+    State(served): State<Arc<Served>>,
     req: Request,
 ) -> std::result::Result<Response, ApiError> {
     /// The prediction with what the import found.
@@ -609,9 +623,11 @@ async fn predict_onnx(
         import: perfcast_graph::onnx::ImportReport,
     }
     let query = req.uri().query().map(str::to_string);
-    let (body, held) = read_body(req, timeout).await?;
+    let (body, held) = read_body(req, &served.body, served.onnx_limit).await?;
+    let state = Arc::clone(&served.app);
     // Decoding a graph of hundreds of megabytes takes a while: off the tokio workers.
-    let response = work
+    let response = served
+        .work
         .run(move |deadline| {
             let q = api::parse_onnx(query.as_deref(), &body)?;
             drop((body, held));
@@ -631,8 +647,8 @@ async fn predict_onnx(
     Ok(ok_json(&response))
 }
 
-async fn bundle(State(state): State<Arc<AppState>>) -> Response {
-    json_bytes(StatusCode::OK, state.bundle_json.to_vec())
+async fn bundle(State(served): State<Arc<Served>>) -> Response {
+    json_bytes(StatusCode::OK, served.app.bundle_json.to_vec())
 }
 
 async fn healthz() -> Response {
@@ -658,31 +674,28 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
 
 /// The router over shared state, with the body limit and body timeout of `config`.
 pub fn router(state: Arc<AppState>, config: &ServeConfig) -> Router {
+    let served = Served {
+        app: state,
+        body: BodyRules {
+            limit: config.body_limit,
+            timeout: config.body_timeout,
+            buffered: Buffered::new(config.onnx_limit.max(config.body_limit)),
+        },
+        onnx_limit: config.onnx_limit,
+        work: Work {
+            timeout: config.request_timeout,
+            slots: Arc::new(tokio::sync::Semaphore::new(config.threads)),
+        },
+    };
     Router::new()
         .route("/v1/predict", post(predict))
         .route("/v1/predict/network", post(predict_network))
-        .route(
-            "/v1/predict/onnx",
-            post(predict_onnx).layer((
-                DefaultBodyLimit::max(config.onnx_limit),
-                Extension(BodyLimit(config.onnx_limit)),
-            )),
-        )
+        .route("/v1/predict/onnx", post(predict_onnx))
         .route("/v1/bundle", get(bundle))
         .route("/healthz", get(healthz))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(config.body_limit))
-        .layer(Extension(BodyLimit(config.body_limit)))
-        .layer(Extension(BodyTimeout(config.body_timeout)))
-        .layer(Extension(Buffered::new(
-            config.onnx_limit.max(config.body_limit),
-        )))
-        .layer(Extension(Work {
-            timeout: config.request_timeout,
-            slots: Arc::new(tokio::sync::Semaphore::new(config.threads)),
-        }))
-        .with_state(state)
+        .with_state(Arc::new(served))
 }
 
 /// Serves on a bound listener, under the limits and timeouts of `config` (its `addr` and
@@ -787,17 +800,20 @@ mod tests {
     /// (answers after 300 ms).
     async fn start(header: u64, body: u64, idle: u64, shutdown: u64) -> TestServer {
         let ms = Duration::from_millis;
+        let rules = Arc::new(BodyRules {
+            limit: 1000,
+            timeout: ms(body),
+            buffered: Buffered::new(2000),
+        });
         let router = Router::new()
             .route("/healthz", get(healthz))
             .route(
                 "/echo",
-                post(
-                    |Extension(t): Extension<BodyTimeout>, req: Request| async move {
-                        read_body(req, t)
-                            .await
-                            .map(|(b, _)| json_bytes(StatusCode::OK, b.to_vec()))
-                    },
-                ),
+                post(move |req: Request| async move {
+                    read_body(req, &rules, rules.limit)
+                        .await
+                        .map(|(b, _)| json_bytes(StatusCode::OK, b.to_vec()))
+                }),
             )
             .route(
                 "/slow",
@@ -806,10 +822,7 @@ mod tests {
                     json_bytes(StatusCode::OK, b"{}".to_vec())
                 }),
             )
-            .fallback(not_found)
-            .layer(Extension(BodyLimit(1000)))
-            .layer(Extension(Buffered::new(2000)))
-            .layer(Extension(BodyTimeout(ms(body))));
+            .fallback(not_found);
         let timeouts = Timeouts {
             header: ms(header),
             idle: ms(idle),
