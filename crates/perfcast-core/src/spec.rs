@@ -546,19 +546,61 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum PairOrScalar {
-    Scalar(usize),
-    Pair([usize; 2]),
+/// A size given once for both axes (`3`) or per axis (`[3, 1]`). Read directly rather than
+/// through an untagged enum, which buffers the value and, on a bad one, says only that no form
+/// matched.
+struct PairOrScalar([usize; 2]);
+
+impl<'de> Deserialize<'de> for PairOrScalar {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::{self, IgnoredAny, SeqAccess, Unexpected, Visitor};
+
+        struct Sizes;
+
+        impl<'de> Visitor<'de> for Sizes {
+            type Value = PairOrScalar;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a size (a non-negative integer) or a pair of sizes `[h, w]`")
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<PairOrScalar, E> {
+                let size = usize::try_from(v)
+                    .map_err(|_| E::invalid_value(Unexpected::Unsigned(v), &self))?;
+                Ok(PairOrScalar([size, size]))
+            }
+
+            fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<PairOrScalar, E> {
+                match u64::try_from(v) {
+                    Ok(v) => self.visit_u64(v),
+                    Err(_) => Err(E::invalid_value(Unexpected::Signed(v), &self)),
+                }
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<PairOrScalar, A::Error> {
+                let h = seq
+                    .next_element::<usize>()?
+                    .ok_or_else(|| de::Error::invalid_length(0, &self))?;
+                let w = seq
+                    .next_element::<usize>()?
+                    .ok_or_else(|| de::Error::invalid_length(1, &self))?;
+                if seq.next_element::<IgnoredAny>()?.is_some() {
+                    return Err(de::Error::invalid_length(3, &self));
+                }
+                Ok(PairOrScalar([h, w]))
+            }
+        }
+
+        d.deserialize_any(Sizes)
+    }
 }
 
 impl From<PairOrScalar> for [usize; 2] {
     fn from(p: PairOrScalar) -> Self {
-        match p {
-            PairOrScalar::Scalar(v) => [v, v],
-            PairOrScalar::Pair(p) => p,
-        }
+        p.0
     }
 }
 

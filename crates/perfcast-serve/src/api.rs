@@ -239,18 +239,19 @@ pub fn parse_predict(body: &[u8]) -> Result<ModuleQueries, ApiError> {
         Ok(r) => r,
         Err(e) => return Err(diagnose_predict(body, &e)),
     };
+    let (batch, phase, threads, utilisation) = (req.batch, req.phase, req.threads, req.utilisation);
     let base = |prefix: &str, q: &ModuleQuery| {
         context_of(
             prefix,
-            q.batch.or(req.batch),
-            q.phase.or(req.phase),
-            q.threads.or(req.threads),
-            req.utilisation,
+            q.batch.or(batch),
+            q.phase.or(phase),
+            q.threads.or(threads),
+            utilisation,
         )
     };
     // The request-level context is checked even when every module overrides it.
-    context_of("", req.batch, req.phase, req.threads, req.utilisation)?;
-    match (&req.module, &req.modules) {
+    context_of("", batch, phase, threads, utilisation)?;
+    match (req.module, req.modules) {
         (Some(_), Some(_)) => Err(ApiError::field(
             "module",
             "give either `module` (one spec) or `modules` (an array of specs), not both",
@@ -261,18 +262,18 @@ pub fn parse_predict(body: &[u8]) -> Result<ModuleQueries, ApiError> {
         )),
         (Some(q), None) => {
             check_spec("module", &q.spec)?;
-            let context = base("module.", q)?;
-            Ok(ModuleQueries(vec![(q.spec.clone(), context)]))
+            let context = base("module.", &q)?;
+            Ok(ModuleQueries(vec![(q.spec, context)]))
         }
         (None, Some(list)) => {
             if list.is_empty() {
                 return Err(ApiError::field("modules", "`modules` is empty"));
             }
             let mut out = Vec::with_capacity(list.len());
-            for (i, q) in list.iter().enumerate() {
+            for (i, q) in list.into_iter().enumerate() {
                 check_spec(&format!("modules[{i}]"), &q.spec)?;
-                let context = base(&format!("modules[{i}]."), q)?;
-                out.push((q.spec.clone(), context));
+                let context = base(&format!("modules[{i}]."), &q)?;
+                out.push((q.spec, context));
             }
             Ok(ModuleQueries(out))
         }
