@@ -38,6 +38,12 @@ pub struct DistillPlan {
     pub max_loss: f64,
     /// Seed of the draws and the split.
     pub seed: u64,
+    /// Further neighbours per measured row, drawn at `wide_spread`: a network's layers are
+    /// often further from every measured configuration than `spread` reaches, and there the
+    /// student should follow its teacher too.
+    pub wide: usize,
+    /// Largest ln factor of the wide draws (1.5: up to about 4.5x either way).
+    pub wide_spread: f64,
 }
 
 impl Default for DistillPlan {
@@ -51,6 +57,8 @@ impl Default for DistillPlan {
             max_from_teacher: 6.0,
             max_loss: 1.5,
             seed: 0,
+            wide: 2,
+            wide_spread: 1.5,
         }
     }
 }
@@ -58,8 +66,9 @@ impl Default for DistillPlan {
 /// The family name a kept student is saved under.
 pub const STUDENT: &str = "student";
 
-/// The kind's measured configurations, each jittered `plan.neighbours` times, as records
-/// without times; configurations already present and invalid shapes are left out.
+/// The kind's measured configurations, each jittered `plan.neighbours` times at `plan.spread`
+/// and `plan.wide` times at `plan.wide_spread`, as records without times; configurations
+/// already present and invalid shapes are left out.
 pub fn neighbours(records: &[Record], plan: &DistillPlan) -> Vec<Record> {
     let mut rng = SplitMix64::new(plan.seed ^ 0x5eed_d157);
     let mut batches: Vec<usize> = records.iter().map(|r| r.context.batch).collect();
@@ -68,8 +77,10 @@ pub fn neighbours(records: &[Record], plan: &DistillPlan) -> Vec<Record> {
     let mut seen: HashSet<String> = records.iter().map(Record::key).collect();
     let mut out = Vec::new();
     for r in records {
-        for _ in 0..plan.neighbours {
-            let Some(spec) = jittered(&r.spec, plan.spread, &mut rng) else {
+        let spreads = std::iter::repeat_n(plan.spread, plan.neighbours)
+            .chain(std::iter::repeat_n(plan.wide_spread, plan.wide));
+        for spread in spreads {
+            let Some(spec) = jittered(&r.spec, spread, &mut rng) else {
                 continue;
             };
             let batch = if rng.unit() < 0.5 && !batches.is_empty() {
@@ -293,6 +304,7 @@ mod tests {
         );
         let plan = DistillPlan {
             neighbours: 20,
+            wide: 0,
             ..DistillPlan::default()
         };
         let drawn = neighbours(&[depthwise.clone(), dense.clone()], &plan);
@@ -319,5 +331,29 @@ mod tests {
             }
         }
         assert!(moved, "sizes move");
+        // Wide draws reach further, within their own spread, and keep the shape.
+        let wide = DistillPlan {
+            neighbours: 0,
+            wide: 20,
+            ..DistillPlan::default()
+        };
+        let drawn = neighbours(std::slice::from_ref(&dense), &wide);
+        assert!(
+            drawn.len() > 15,
+            "{} wide neighbours of 20 draws",
+            drawn.len()
+        );
+        let reach = wide.wide_spread.exp();
+        let mut far = false;
+        for n in &drawn {
+            let ModuleSpec::Conv2d(c) = &n.spec else {
+                panic!("a conv2d's neighbour is a conv2d")
+            };
+            assert_eq!(c.input_hw[0], c.input_hw[1], "a square map stays square");
+            let f = c.in_channels as f64 / 64.0;
+            assert!((1.0 / reach - 0.02..=reach + 0.02).contains(&f), "{f}");
+            far |= !(0.6..=1.6).contains(&f);
+        }
+        assert!(far, "wide draws leave the narrow spread");
     }
 }
