@@ -291,7 +291,7 @@ fn kib(bytes: usize) -> u32 {
 }
 
 /// A body's share of [`Buffered`], held while its request runs.
-type Held = Option<tokio::sync::OwnedSemaphorePermit>;
+type Held = tokio::sync::OwnedSemaphorePermit;
 
 /// Reads the whole body under the body limit and the body timeout: 408 when it is late.
 /// hyper then closes the connection, the body being unread. A body whose declared
@@ -318,19 +318,17 @@ async fn read_body(
         });
     }
     let wanted = declared.map_or(limit, |n| usize::try_from(n).unwrap_or(usize::MAX));
-    let held = match Arc::clone(&rules.buffered.kib).try_acquire_many_owned(kib(wanted).max(1)) {
-        Ok(permit) => Some(permit),
-        Err(_) => {
-            return Err(ApiError {
-                status: 503,
-                error: format!(
-                    "the server holds bodies of other requests and buffers at most {} bytes \
-                     at once; retry later",
-                    rules.buffered.limit
-                ),
-                field: Some("body".into()),
-            });
-        }
+    let Ok(held) = Arc::clone(&rules.buffered.kib).try_acquire_many_owned(kib(wanted).max(1))
+    else {
+        return Err(ApiError {
+            status: 503,
+            error: format!(
+                "the server holds bodies of other requests and buffers at most {} bytes \
+                 at once; retry later",
+                rules.buffered.limit
+            ),
+            field: Some("body".into()),
+        });
     };
     let mut collect = std::pin::pin!(Limited::new(req.into_body(), limit).collect());
     // A small body usually arrives with its head: then no timer is set for it.
