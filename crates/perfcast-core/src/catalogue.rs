@@ -49,11 +49,24 @@ impl Datasheet {
             bf16: self.bf16,
             fp8: self.fp8,
         };
-        spec.links = Links {
-            peer_gbs: self.peer_gbs,
-            pcie_gbs: self.pcie_gbs,
-        };
+        spec.links = links(&spec.name, self.peer_gbs, self.pcie_gbs);
         spec.tdp_w = Some(self.tdp_w);
+    }
+}
+
+/// PCIe boards whose NVLink is a bridge to one peer (their datasheets), not a switch.
+const BRIDGED: [&str; 4] = [
+    "NVIDIA A40",
+    "NVIDIA H100 PCIe",
+    "NVIDIA A100-PCIE-40GB",
+    "NVIDIA A100 80GB PCIe",
+];
+
+fn links(name: &str, peer_gbs: Option<f64>, pcie_gbs: Option<f64>) -> Links {
+    Links {
+        peer_gbs,
+        pcie_gbs,
+        peer_gpus: (peer_gbs.is_some() && BRIDGED.contains(&name)).then_some(1),
     }
 }
 
@@ -492,10 +505,7 @@ pub fn complete(spec: &mut DeviceSpec) {
             bf16,
             fp8,
         };
-        spec.links = Links {
-            peer_gbs: peer,
-            pcie_gbs: pcie,
-        };
+        spec.links = links(&spec.name, peer, pcie);
         spec.tdp_w = spec.tdp_w.or(Some(tdp));
     }
 }

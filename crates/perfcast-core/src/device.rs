@@ -269,6 +269,9 @@ impl DeviceSpec {
                 return Err(bad(format!("`{field}` must be in (0, 1e6], got {v:?}")));
             }
         }
+        if self.links.peer_gpus == Some(0) {
+            return Err(bad("`links.peer_gpus` must be at least 1, got 0".into()));
+        }
         if self.software.as_ref().is_some_and(|s| s.trim().is_empty()) {
             return Err(bad(
                 "`software` is empty (leave it out when the stack is not known)".into(),
@@ -576,6 +579,27 @@ mod tests {
         let blank = json.replace("CUDA 8.0.88, cuDNN 6.0.21", " ");
         let err = DeviceSpec::from_json(&blank).unwrap_err().to_string();
         assert!(err.contains("`software` is empty"), "{err}");
+    }
+
+    #[test]
+    fn a_bridged_peer_link_round_trips_and_a_bridge_to_nobody_is_refused() {
+        let mut with = spec();
+        with.links = Links {
+            peer_gbs: Some(300.0),
+            pcie_gbs: Some(64.0),
+            peer_gpus: Some(1),
+        };
+        let json = serde_json::to_string(&with).unwrap();
+        assert!(json.contains(r#""peer_gpus":1"#), "{json}");
+        assert_eq!(DeviceSpec::from_json(&json).unwrap(), with);
+        assert_eq!(with.links.node_peer_gbs(), None);
+        let err = DeviceSpec::from_json(&json.replace(r#""peer_gpus":1"#, r#""peer_gpus":0"#))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`links.peer_gpus` must be at least 1"),
+            "{err}"
+        );
     }
 
     #[test]

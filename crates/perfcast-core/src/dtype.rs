@@ -166,12 +166,22 @@ pub struct Links {
     /// Host link (PCIe generation and width as the board is sold).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie_gbs: Option<f64>,
+    /// Other GPUs the peer link reaches: 1 for a bridge joining a pair of PCIe boards; `None`
+    /// for every GPU of the node (NVSwitch, an xGMI mesh).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_gpus: Option<u32>,
 }
 
 impl Links {
     /// Whether neither link is known.
     pub fn is_empty(&self) -> bool {
         self.peer_gbs.is_none() && self.pcie_gbs.is_none()
+    }
+
+    /// The peer link's bandwidth where it joins every GPU of a node: a ring over more GPUs
+    /// than a bridge's pair runs at the host link's pace.
+    pub fn node_peer_gbs(&self) -> Option<f64> {
+        self.peer_gbs.filter(|_| self.peer_gpus.is_none())
     }
 }
 

@@ -31,12 +31,17 @@ pub const PRESETS: &[(&str, f64, f64, &str)] = &[
     ("pcie3", 15.75, 5.7, "PCIe 3.0 x16"),
     // PCIe 4.0 doubles the transfer rate to 16 GT/s: 31.5 GB/s per direction.
     ("pcie4", 31.5, 5.7, "PCIe 4.0 x16"),
+    // PCIe 5.0 doubles it again, 32 GT/s: 63 GB/s per direction.
+    ("pcie5", 63.0, 5.7, "PCIe 5.0 x16"),
     // NVIDIA A100 SXM4 datasheet: NVLink 3, 600 GB/s bidirectional = 12 links x 25 GB/s per
     // direction. Latency: NCCL hwLat, NVLink, Ring/Simple (3.4 us).
     ("nvlink", 300.0, 3.4, "NVLink 3 (A100 SXM4, 12 links)"),
     // NVIDIA H100 SXM5 datasheet: NVLink 4, 900 GB/s bidirectional = 18 links x 25 GB/s per
     // direction. Latency as NVLink 3.
     ("nvlink4", 450.0, 3.4, "NVLink 4 (H100 SXM5, 18 links)"),
+    // NVIDIA HGX B200 datasheet: NVLink 5, 1.8 TB/s bidirectional per GPU = 18 links x 50 GB/s
+    // per direction. Latency as NVLink 3.
+    ("nvlink5", 900.0, 3.4, "NVLink 5 (B200, 18 links)"),
     // NVIDIA V100 SXM2 datasheet: NVLink 2, 300 GB/s bidirectional = 6 links x 25 GB/s.
     ("nvlink2", 150.0, 3.4, "NVLink 2 (V100 SXM2, 6 links)"),
     // InfiniBand HDR: 200 Gb/s per port = 25 GB/s. Latency: NCCL hwLat, NET, Ring/Simple

@@ -43,7 +43,7 @@ use crate::analytic::{LayerCost, Optimizer, Overlap, buckets};
 use crate::collective::ring_allreduce_s;
 use crate::collective::{InterNode, Strategy};
 use crate::error::{Error, Result};
-use crate::link::Link;
+use crate::link::{Link, PRESETS};
 use crate::measured::Collectives;
 use crate::memory::{GIB, Graph, MemoryConfig, MemoryEstimate, Recompute, Tensor, stage_peak};
 use crate::parallel::{Schedule, TensorParallel, partition, tensor_parallel};
@@ -323,9 +323,38 @@ impl PlanReport {
     }
 }
 
-/// The link inside a node a device usually has: NVLink on SXM parts, PCIe otherwise.
+/// The link inside a node a device usually has. From the spec's published links where it has
+/// them: its NVLink or xGMI where that joins every GPU of the node, else its host link (a
+/// bridged pair of PCIe boards rings over PCIe beyond two GPUs); the preset of the same figure
+/// where there is one. Without published links, from the name: NVLink on SXM parts, PCIe
+/// otherwise.
 pub fn default_link(spec: &DeviceSpec) -> Link {
     let name = spec.name.to_ascii_lowercase();
+    let amd = name.contains("amd") || name.contains("instinct") || name.contains("radeon");
+    // Per-step latency of a link without a preset of its figure: NCCL's NVLink and PCI hwLat.
+    let published = |kind: &str, gbs: f64, latency_us: f64| {
+        let preset = PRESETS
+            .iter()
+            .find(|p| p.0.starts_with(kind) && (p.1 - gbs).abs() <= 0.02 * gbs);
+        match preset {
+            Some(&(n, bw, lat, _)) => Link {
+                name: n.into(),
+                bandwidth_gbs: bw,
+                latency_us: lat,
+            },
+            None => Link {
+                name: format!("{kind} {gbs} GB/s"),
+                bandwidth_gbs: gbs,
+                latency_us,
+            },
+        }
+    };
+    if let Some(gbs) = spec.links.node_peer_gbs() {
+        return published(if amd { "xgmi" } else { "nvlink" }, gbs, 3.4);
+    }
+    if let Some(gbs) = spec.links.pcie_gbs {
+        return published("pcie", gbs, 5.7);
+    }
     let preset = if name.contains("h100") && (name.contains("sxm") || name.contains("hbm3")) {
         "nvlink4"
     } else if name.contains("a100") && name.contains("sxm") {
@@ -944,6 +973,46 @@ mod tests {
     use crate::memory::tests::gpt_block;
     use crate::parallel::bubble_fraction;
     use perfcast_core::network::Layer;
+
+    fn link_of(device: &str) -> Link {
+        let spec = perfcast_core::known::target_device(None, Some(device))
+            .unwrap()
+            .unwrap();
+        default_link(&spec)
+    }
+
+    #[test]
+    fn a_device_rings_over_its_published_link_where_it_joins_the_node() {
+        // Switched NVLink, named by the preset of the same figure.
+        for (device, name, gbs) in [
+            ("b200", "nvlink5", 900.0),
+            ("h100-sxm", "nvlink4", 450.0),
+            ("h200", "nvlink4", 450.0),
+            ("a100-sxm4-80gb", "nvlink", 300.0),
+        ] {
+            let link = link_of(device);
+            assert_eq!(
+                (link.name.as_str(), link.bandwidth_gbs),
+                (name, gbs),
+                "{device}"
+            );
+        }
+        // A bridge joins a pair only: a node's ring runs at the host link's pace.
+        assert_eq!(link_of("h100-pcie").name, "pcie5");
+        assert_eq!(link_of("a40").name, "pcie4");
+        // No peer link: the board's PCIe.
+        assert_eq!(link_of("l40s").name, "pcie4");
+        // AMD's Infinity Fabric at its published figure.
+        let mi300x = link_of("mi300x");
+        assert!(mi300x.name.starts_with("xgmi"), "{}", mi300x.name);
+        assert_eq!(mi300x.bandwidth_gbs, 448.0);
+        // A spec without published links still gets one from its name.
+        let mut v100 = perfcast_core::known::target_device(None, Some("v100-sxm2"))
+            .unwrap()
+            .unwrap();
+        v100.links = perfcast_core::Links::default();
+        assert_eq!(default_link(&v100).name, "nvlink2");
+    }
 
     /// Compute proportional to FLOPs at 10 TFLOP/s, backward twice the forward.
     fn flops_time(network: &Network, batch: usize) -> Result<Vec<(f64, f64)>> {

@@ -42,6 +42,8 @@ pub struct PlanOutcome {
     pub report: PlanReport,
     /// The link used per device.
     pub links: Vec<(String, Link)>,
+    /// Each device's data type: fp32, or a half type trained in mixed precision.
+    pub dtypes: Vec<(String, perfcast_core::DType)>,
     /// The prices read.
     pub prices: Option<PriceTable>,
     /// The bundle used.
@@ -142,6 +144,7 @@ pub fn run(job: &PlanJob, observer: &dyn Observer, interrupt: &AtomicBool) -> Re
         message: report.no_fit_message(),
         report,
         links,
+        dtypes: specs.iter().map(|(n, s)| (n.clone(), s.dtype)).collect(),
         prices,
         bundle: job.bundle.clone(),
     })

@@ -82,8 +82,9 @@ pub struct PlanArgs {
     /// Share of a GPU's memory a plan may use
     #[arg(long, default_value_t = 0.9)]
     max_memory_fraction: f64,
-    /// Link between the GPUs of a node (pcie3, pcie4, nvlink, nvlink2, nvlink4, or GBPS:US);
-    /// default per device: NVLink on SXM parts, PCIe otherwise
+    /// Link between the GPUs of a node (pcie3, pcie4, pcie5, nvlink, nvlink2, nvlink4, nvlink5,
+    /// or GBPS:US); default per device: its published NVLink or xGMI where that joins the
+    /// whole node, else its PCIe link (`predict --list-devices` shows both)
     #[arg(long)]
     link: Option<String>,
     /// GPUs per node: tensor and pipeline groups stay inside one
@@ -191,6 +192,7 @@ pub fn run(a: PlanArgs, ui: &Ui) -> anyhow::Result<ExitCode> {
         Format::Text => emit(&render::plan::plan(
             &outcome.report,
             &outcome.links,
+            &outcome.dtypes,
             outcome.prices.as_ref(),
             &outcome.bundle,
             a.top,

@@ -146,8 +146,8 @@ pub struct PredictArgs {
     /// `--device-spec`
     #[arg(long, conflicts_with = "device_spec")]
     device: Option<String>,
-    /// Link between devices: pcie3, pcie4, nvlink, nvlink2, infiniband, ethernet, or
-    /// GBPS:US (bandwidth per direction in GB/s, latency in microseconds)
+    /// Link between devices: pcie3, pcie4, pcie5, nvlink, nvlink2, nvlink4, nvlink5, infiniband,
+    /// ethernet, or GBPS:US (bandwidth per direction in GB/s, latency in microseconds)
     #[arg(long, default_value = "nvlink")]
     link: String,
     /// Gradient exchange

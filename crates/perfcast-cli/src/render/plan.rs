@@ -2,11 +2,38 @@
 
 use std::path::Path;
 
+use perfcast_core::DType;
 use perfcast_scale::Link;
 use perfcast_scale::memory::GIB;
 use perfcast_scale::plan::{PlanReport, PriceTable};
 
 use crate::output::{fmt_ms, sig3};
+
+/// `fp32`, `bf16 mixed precision (...)`, or per device when they differ.
+fn precision(dtypes: &[(String, DType)]) -> String {
+    let named = |d: DType| match d {
+        DType::Fp32 | DType::Tf32 => d.name().to_string(),
+        _ => format!("{} mixed precision", d.name()),
+    };
+    let half = dtypes.iter().any(|(_, d)| d.bytes() < 4.0);
+    let note = if half {
+        " (fp32 master weights and optimiser state)"
+    } else {
+        ""
+    };
+    match dtypes {
+        [(_, first), rest @ ..] if rest.iter().all(|(_, d)| d == first) => {
+            format!("{}{note}", named(*first))
+        }
+        _ => {
+            let each: Vec<String> = dtypes
+                .iter()
+                .map(|(n, d)| format!("{n} {}", named(*d)))
+                .collect();
+            format!("{}{note}", each.join(", "))
+        }
+    }
+}
 
 fn gib(bytes: f64) -> String {
     format!("{:.1}", bytes / GIB)
@@ -17,18 +44,20 @@ fn gib(bytes: f64) -> String {
 pub fn plan(
     r: &PlanReport,
     links: &[(String, Link)],
+    dtypes: &[(String, DType)],
     prices: Option<&PriceTable>,
     bundle: &Path,
     top: usize,
 ) -> String {
     let c = &r.config;
     let mut t = format!(
-        "{}: {} M parameters; global batch {}; {:?} optimiser; fp32; compute from `{}`; \
+        "{}: {} M parameters; global batch {}; {:?} optimiser; {}; compute from `{}`; \
          graph: {} (`--fusion {}`)\n",
         r.network,
         sig3(r.parameters / 1e6),
         c.global_batch,
         c.optimizer,
+        precision(dtypes),
         bundle.display(),
         c.fusion.graph_style(),
         c.fusion
@@ -147,4 +176,28 @@ pub fn plan(
         t.push_str(&format!("\n{m}\n"));
     }
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_names_each_devices_precision() {
+        let d = |n: &str, t: DType| (n.to_string(), t);
+        assert_eq!(
+            precision(&[d("a100", DType::Fp32), d("l4", DType::Fp32)]),
+            "fp32"
+        );
+        let bf16 = precision(&[d("h100:bf16", DType::Bf16), d("b200:bf16", DType::Bf16)]);
+        assert_eq!(
+            bf16,
+            "bf16 mixed precision (fp32 master weights and optimiser state)"
+        );
+        let both = precision(&[d("a100", DType::Fp32), d("h100:fp16", DType::Fp16)]);
+        assert!(
+            both.starts_with("a100 fp32, h100:fp16 fp16 mixed precision"),
+            "{both}"
+        );
+    }
 }

@@ -326,16 +326,21 @@ pub fn devices_table() -> String {
             s.mem_bandwidth_gbs,
             s.cores,
             s.memory_gb,
-            s.links
-                .peer_gbs
-                .map_or("-".to_string(), |g| format!("{g:.0}")),
+            s.links.peer_gbs.map_or("-".to_string(), |g| {
+                let bridge = if s.links.peer_gpus == Some(1) {
+                    "*"
+                } else {
+                    ""
+                };
+                format!("{g:.0}{bridge}")
+            }),
             s.launch_us.map_or("-".to_string(), |us| format!("{us:.1}")),
             perfcast_core::arch::architecture(&s.name).map_or("-", |a| a.name)
         ));
     }
     t.push_str(
         "\npeaks in dense TFLOP/s per data type (tensor cores for tf32/fp16/bf16/fp8); link: \
-         NVLink/xGMI GB/s per direction; `--device <name>:bf16` or `--dtype bf16` predicts in \
+         NVLink/xGMI GB/s per direction (*: a bridge to one peer); `--device <name>:bf16` or `--dtype bf16` predicts in \
          another type\n",
     );
     t
