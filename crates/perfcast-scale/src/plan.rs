@@ -202,8 +202,11 @@ impl Layout {
         if parts.is_empty() {
             parts.push("single".into());
         }
-        if let Some(s) = self.schedule {
-            parts.push(s.name().into());
+        // With one micro-batch every schedule is the same serial one.
+        match self.schedule {
+            Some(_) if self.micro_batches == 1 => parts.push("serial".into()),
+            Some(s) => parts.push(s.name().into()),
+            None => {}
         }
         // A pipeline names even one micro-batch: that is its serial schedule.
         if self.micro_batches > 1 || self.pp > 1 {
@@ -536,10 +539,12 @@ pub fn plan(
                         continue;
                     }
                 };
-                let schedules: Vec<Option<Schedule>> = if pp > 1 {
-                    vec![Some(Schedule::OneFOneB), Some(Schedule::GPipe)]
-                } else {
-                    vec![None]
+                // One micro-batch runs forward then backward through the stages whatever the
+                // schedule: one row, not two of the same.
+                let schedules: Vec<Option<Schedule>> = match (pp, config.micro_batches) {
+                    (1, _) => vec![None],
+                    (_, Some(1)) => vec![Some(Schedule::OneFOneB)],
+                    _ => vec![Some(Schedule::OneFOneB), Some(Schedule::GPipe)],
                 };
                 for schedule in schedules {
                     let mut best: Option<PlanRow> = None;
@@ -1267,6 +1272,12 @@ mod tests {
             ..PlanConfig::default()
         };
         let r = plan(net, &devices, &config).unwrap();
+        // One micro-batch: one serial row per layout, not a 1F1B and a GPipe row alike.
+        let gpipe = r
+            .rows
+            .iter()
+            .any(|r| r.layout.schedule == Some(Schedule::GPipe));
+        assert_eq!(gpipe, m > 1, "m = {m}");
         r.rows
             .into_iter()
             .find(|r| r.layout.pp == 4 && r.layout.schedule == Some(Schedule::OneFOneB))
@@ -1280,6 +1291,7 @@ mod tests {
         let link = Link::preset("nvlink").unwrap();
         let row = pp4_row(&net, &link, 4, 1);
         assert_eq!((row.layout.micro_batches, row.layout.micro_batch), (1, 4));
+        assert_eq!(row.layout.describe(), "pp4 serial m1x4");
         let times = flops_time(&net, 4).unwrap();
         let graph = Graph::new(&net).unwrap();
         let costs: Vec<f64> = times.iter().map(|(f, b)| f + b).collect();
