@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # DeepBench conv rows of GPUs that are in training, scored on rows held out: each GPU's conv
-# rows split in two halves at random (seed 42), a conv2d bundle trained on one half of every
-# GPU (plus the other GPU sources of `just gpu-bundle`) and scored on the other half, both ways
-# round; prints the held-out MAPE per GPU and phase. (`eval bundle` on the datasets a bundle
-# was trained on scores mostly its own training rows.)
-# Usage: bench/gpu/deepbench_halves.sh [perfcast binary]
+# rows split in two halves at random (seed 42, or $SEED), a conv2d bundle trained on one half
+# of every GPU (plus the other GPU sources of `just gpu-bundle`) and scored on the other half,
+# both ways round; prints the held-out MAPE per GPU and phase. (`eval bundle` on the datasets
+# a bundle was trained on scores mostly its own training rows.)
+# Usage: [SEED=N] bench/gpu/deepbench_halves.sh [perfcast binary]
 # Needs `just import-all import-h100 && just gpu-bundle` (datasets/justus-kernels), pyarrow.
 set -euo pipefail
 P=${1:-target/release/perfcast}
@@ -24,7 +24,7 @@ for path in sorted(glob.glob("datasets/deepbench/*/conv2d.parquet")):
     # Row selection has no kernel for string views: plain strings instead.
     t = pa.table({n: c.cast(pa.string()) if str(c.type) == "string_view" else c
                   for n, c in zip(t.column_names, t.columns)})
-    first = np.random.default_rng(42).random(t.num_rows) < 0.5
+    first = np.random.default_rng(int(os.environ.get("SEED", "42"))).random(t.num_rows) < 0.5
     for half, mask in (("A", first), ("B", ~first)):
         out = f"{tmp}/{half}/{dev}"
         os.makedirs(out)

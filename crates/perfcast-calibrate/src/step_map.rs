@@ -142,6 +142,8 @@ pub struct MappedStep {
 pub struct AnchorStep {
     /// The bundle's prediction on the anchor, ms.
     pub predicted_ms: f64,
+    /// The spec roofline of the step on the anchor, ms: no run of it there is faster.
+    pub roofline_ms: f64,
     /// Its parts.
     pub parts: StepParts,
 }
@@ -168,7 +170,7 @@ pub fn map_step(
         let parts = step_parts(&predictor, network, context, &p, device);
         Ok((p.total_ms, p.roofline_ms, trained, parts))
     };
-    let (anchor_ms, _, _, anchor_parts) = predict(anchor)?;
+    let (anchor_ms, anchor_roofline_ms, _, anchor_parts) = predict(anchor)?;
     // The measured time shared out as the bundle shares its own answer on the anchor.
     let share = measured_ms / anchor_parts.total_ms().max(f64::MIN_POSITIVE);
     let mut out = Vec::with_capacity(targets.len());
@@ -219,6 +221,7 @@ pub fn map_step(
     Ok((
         AnchorStep {
             predicted_ms: anchor_ms,
+            roofline_ms: anchor_roofline_ms,
             parts: anchor_parts,
         },
         out,

@@ -456,6 +456,13 @@ impl CrossDeviceParams {
         } else {
             (BTreeMap::new(), None, Vec::new())
         };
+        // The seen trees are trusted down to the least work they were fitted on.
+        let seen_least_roofline_ms = data.schema.index("roofline_ms").and_then(|c| {
+            (0..data.x.rows())
+                .map(|i| data.x.row(i)[c])
+                .filter(|v| v.is_finite() && *v > 0.0)
+                .min_by(f64::total_cmp)
+        });
         let (seen, seen_devices) = if self.seen && self.scale == Scale::Utilisation {
             // The utilisation features too: a device's own rows are few, and rows that mean the
             // same on every device let its trees share what the other devices' rows show.
@@ -484,6 +491,7 @@ impl CrossDeviceParams {
             tile: self.tile,
             mask: self.mask.clone(),
             only_fields: self.only_fields,
+            seen_least_roofline_ms: seen.as_ref().and(seen_least_roofline_ms),
             seen,
             seen_devices,
             vendor_floors_ms,
@@ -1008,6 +1016,68 @@ mod tests {
         };
         let (with, without) = (score(true), score(false));
         assert!(with < 5.0 && without > 15.0, "{with} vs {without}");
+    }
+
+    #[test]
+    fn work_below_every_seen_row_takes_the_lower_of_the_seen_and_spec_answers() {
+        // The seen trees fit the devices' own rows; a query with less work than any of them is
+        // beyond what they learned: the lower of their answer and the spec model's.
+        let devices = sized_devices();
+        let data = concat(&[&set(&devices[0], 200), &set(&devices[2], 200)]).unwrap();
+        let mut params = CrossDeviceParams::utilisation(&devices);
+        params.seen = true;
+        let model = params.fit(&data).unwrap();
+        let saved = model
+            .to_saved()
+            .downcast_ref::<SavedCrossDevice>()
+            .expect("a cross-device model")
+            .clone();
+        let roof = data.schema.index("roofline_ms").unwrap();
+        let least = (0..data.x.rows())
+            .map(|i| data.x.row(i)[roof])
+            .fold(f64::INFINITY, f64::min);
+        assert_eq!(saved.seen_least_roofline_ms, Some(least));
+        let without_seen = FittedCrossDevice::new(SavedCrossDevice {
+            seen: None,
+            seen_devices: Vec::new(),
+            ..saved.clone()
+        })
+        .unwrap();
+        let ctx = Context {
+            batch: 1,
+            phase: Phase::Inference,
+            threads: 1,
+            utilisation: 0.0,
+        };
+        let at = |in_features: usize, out_features: usize| {
+            let spec = ModuleSpec::Linear(Linear {
+                tokens: 1,
+                in_features,
+                out_features,
+                bias: false,
+            });
+            row(&spec, &ctx, &devices[0])
+        };
+        let tiny = at(1, 1);
+        assert!(tiny[roof] < least);
+        let spec_answer = without_seen.predict_row(&tiny).unwrap();
+        let mut seen_only = saved.clone();
+        seen_only.seen_least_roofline_ms = None;
+        let seen_answer = FittedCrossDevice::new(seen_only)
+            .unwrap()
+            .predict_row(&tiny)
+            .unwrap();
+        assert_eq!(
+            model.predict_row(&tiny).unwrap(),
+            spec_answer.min(seen_answer)
+        );
+        // Inside the rows' work the seen trees answer their own device.
+        let inside = at(2048, 2048);
+        assert!(inside[roof] >= least);
+        assert_ne!(
+            model.predict_row(&inside).unwrap(),
+            without_seen.predict_row(&inside).unwrap()
+        );
     }
 
     #[test]

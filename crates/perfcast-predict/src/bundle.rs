@@ -372,6 +372,19 @@ impl Bundle {
             saved
                 .check()
                 .map_err(|e| bundle_err(&path, format!("corrupt model: {e}")))?;
+            // A GPU model saved before its seen trees recorded the least work they were
+            // fitted on: the kind's trained range of it, which the same rows set.
+            if let Some(cd) = saved.downcast_mut::<crate::device_features::SavedCrossDevice>()
+                && cd.seen.is_some()
+                && cd.seen_least_roofline_ms.is_none()
+            {
+                cd.seen_least_roofline_ms = entry
+                    .ranges
+                    .iter()
+                    .find(|r| r.name == "roofline_ms")
+                    .map(|r| r.min)
+                    .filter(|v| v.is_finite() && *v > 0.0);
+            }
             if let Some(device) = device {
                 saved = saved.with_device(device);
             }

@@ -579,6 +579,11 @@ pub struct SavedCrossDevice {
     /// Peak GFLOP/s and bandwidth of the training devices `seen` answers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub seen_devices: Vec<[f64; 2]>,
+    /// The least roofline time among the rows `seen` was fitted on, ms: a query of less work
+    /// is answered by the inner model, whose launch floor holds as work vanishes, where
+    /// `seen`'s trees would extrapolate. `None` for models saved before it: `seen` answers all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen_least_roofline_ms: Option<f64>,
     /// [`Scale::Utilisation`]: peak GFLOP/s and bandwidth of the devices the model saw
     /// training-step rows of. On a device far beyond these a training step is answered as its
     /// forward pass times the training/forward ratio the model predicts on them (see
@@ -664,6 +669,8 @@ struct UncheckedCrossDevice {
     #[serde(default)]
     seen_devices: Vec<[f64; 2]>,
     #[serde(default)]
+    seen_least_roofline_ms: Option<f64>,
+    #[serde(default)]
     vendor_floors_ms: BTreeMap<String, f64>,
     #[serde(default = "one")]
     floor_norm: f64,
@@ -688,6 +695,7 @@ impl TryFrom<UncheckedCrossDevice> for SavedCrossDevice {
             only_fields: u.only_fields,
             seen: u.seen,
             seen_devices: u.seen_devices,
+            seen_least_roofline_ms: u.seen_least_roofline_ms,
             vendor_floors_ms: u.vendor_floors_ms,
             floor_norm: u.floor_norm,
             launch_ratio: u.launch_ratio,
@@ -774,6 +782,7 @@ pub struct FittedCrossDevice {
     only_fields: bool,
     seen: Option<Box<dyn Regressor>>,
     seen_devices: Vec<[f64; 2]>,
+    seen_least_roofline_ms: Option<f64>,
     vendor_floors_ms: BTreeMap<String, f64>,
     floor_norm: f64,
     launch_ratio: Option<f64>,
@@ -822,6 +831,7 @@ impl FittedCrossDevice {
             only_fields: saved.only_fields,
             seen: saved.seen.map(|s| s.into_regressor()),
             seen_devices: saved.seen_devices,
+            seen_least_roofline_ms: saved.seen_least_roofline_ms,
             vendor_floors_ms: saved.vendor_floors_ms,
             floor_norm: saved.floor_norm,
             launch_ratio: saved.launch_ratio,
@@ -901,10 +911,21 @@ impl Regressor for FittedCrossDevice {
                 got: x.len(),
             });
         }
+        // Below the least work they were fitted on, the seen trees may extrapolate upwards
+        // (a one-element add at 0.7 ms) while the spec model's floor may sit above the
+        // device's own: the lower of the two answers such a query.
+        let mut seen_ms = None;
         if let Some(seen) = &self.seen {
             let key = [x[self.cols.peak], x[self.cols.bandwidth]];
             if self.seen_devices.contains(&key) {
-                return Ok(seen.predict_row(x)?.max(self.cols.least_ms(x)));
+                let ms = seen.predict_row(x)?.max(self.cols.least_ms(x));
+                let inside = self
+                    .seen_least_roofline_ms
+                    .is_none_or(|least| x[self.cols.roofline] >= least);
+                if inside {
+                    return Ok(ms);
+                }
+                seen_ms = Some(ms);
             }
         }
         let (width, device) = extend(
@@ -924,7 +945,8 @@ impl Regressor for FittedCrossDevice {
                 let cycles = self.fields.iter().any(|f| f == "cycles");
                 let busy =
                     self.cols.busy_ms(x, device, cycles) * self.inner.predict_row(ext)?.max(1.0);
-                combine_floor(floor, busy, self.floor_norm)
+                let ms = combine_floor(floor, busy, self.floor_norm);
+                seen_ms.map_or(ms, |s| s.min(ms))
             }
             // The roofline time on the row's device, times the inner model on the extended row.
             _ => StackWith::new(
@@ -954,6 +976,7 @@ impl Regressor for FittedCrossDevice {
                 only_fields: self.only_fields,
                 seen: self.seen.as_ref().map(|s| Box::new(s.to_saved())),
                 seen_devices: self.seen_devices.clone(),
+                seen_least_roofline_ms: self.seen_least_roofline_ms,
                 vendor_floors_ms: self.vendor_floors_ms.clone(),
                 floor_norm: self.floor_norm,
                 launch_ratio: self.launch_ratio,

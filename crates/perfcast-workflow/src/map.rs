@@ -98,6 +98,10 @@ pub struct StepMapReport {
     pub anchor_ms: f64,
     /// What the bundle attributes its prediction on the anchor to.
     pub anchor_parts: StepParts,
+    /// The spec roofline of the step on the anchor, ms.
+    pub anchor_roofline_ms: f64,
+    /// What the input says about itself: a measured time below the anchor's roofline.
+    pub warnings: Vec<String>,
     /// Each target's mapped time beside the bundle's and the FLOP ratio's.
     pub targets: Vec<MappedStep>,
 }
@@ -148,6 +152,24 @@ pub fn network(plan: &StepMap, interrupt: &AtomicBool) -> Result<StepMapReport> 
         &anchor,
         &targets,
     )?;
+    // No run in the anchor's type is faster than its roofline: such a time was measured in
+    // another type (TF32 convs are PyTorch's default on Ampere and later), at another batch,
+    // or on another device, and every target inherits the error.
+    let mut warnings = Vec::new();
+    if measured_ms < anchor_step.roofline_ms {
+        let roofline = anchor_step.roofline_ms;
+        let digits = (3.0 - roofline.log10().floor()).clamp(0.0, 9.0) as usize;
+        warnings.push(format!(
+            "the measured {measured_ms} ms is below `{}`'s {} roofline for this step \
+             ({roofline:.digits$} ms), which no {} run reaches: was it measured in another \
+             data type (name the anchor with it, e.g. `{}:fp16`), at another batch or on \
+             another device?",
+            anchor.name,
+            anchor.dtype,
+            anchor.dtype,
+            plan.anchor.split(':').next().unwrap_or(&plan.anchor)
+        ));
+    }
     Ok(StepMapReport {
         network: network.name,
         batch: plan.batch,
@@ -156,6 +178,8 @@ pub fn network(plan: &StepMap, interrupt: &AtomicBool) -> Result<StepMapReport> 
         anchor: anchor.name,
         anchor_ms: anchor_step.predicted_ms,
         anchor_parts: anchor_step.parts,
+        anchor_roofline_ms: anchor_step.roofline_ms,
+        warnings,
         targets,
     })
 }
@@ -176,6 +200,25 @@ mod tests {
             device_spec: None,
             bundle: concat!(env!("CARGO_MANIFEST_DIR"), "/../../checkpoints/gpu").into(),
         }
+    }
+
+    #[test]
+    fn a_step_faster_than_the_anchors_roofline_is_named() {
+        let fine = network(&step(), &AtomicBool::new(false)).expect("map");
+        assert!(fine.warnings.is_empty(), "{:?}", fine.warnings);
+        let impossible = StepMap {
+            measured_ms: fine.anchor_roofline_ms / 2.0,
+            ..step()
+        };
+        let report = network(&impossible, &AtomicBool::new(false)).expect("map");
+        assert_eq!(report.warnings.len(), 1, "{:?}", report.warnings);
+        assert!(
+            report.warnings[0].contains("roofline"),
+            "{:?}",
+            report.warnings
+        );
+        // Every target is still answered, none below its own roofline.
+        assert!(report.targets.iter().all(|t| t.mapped_ms >= t.roofline_ms));
     }
 
     #[test]

@@ -156,6 +156,9 @@ fn map_network(
         share(parts.memory_ms),
         share(parts.overhead_ms())
     ));
+    for w in &report.warnings {
+        ui.info(format!("warning: {w}"));
+    }
     match a.format {
         Format::Json => emit_json(&report.targets)?,
         Format::Text => emit(&render::devices::mapped_steps(&report.targets))?,

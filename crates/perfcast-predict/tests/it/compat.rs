@@ -104,6 +104,25 @@ fn is_direct_util(model: &str, warnings: &[String]) -> bool {
             .any(|w| w.contains("nearest trained configuration"))
 }
 
+/// Whether a query's row holds less work (its roofline time) than any row the kind's model
+/// was trained on (the manifest's range).
+fn below_least_work(p: &Predictor, spec: &ModuleSpec, context: &Context) -> bool {
+    let bundle = p.bundle();
+    let Some(entry) = bundle.manifest.kinds.get(spec.kind().name()) else {
+        return false;
+    };
+    let Some((i, range)) = entry
+        .ranges
+        .iter()
+        .enumerate()
+        .find(|(_, r)| r.name == "roofline_ms")
+    else {
+        return false;
+    };
+    let x = perfcast_predict::features::row(spec, context, &bundle.manifest.device);
+    x[i] < range.min
+}
+
 #[test]
 fn every_fixture_bundle_answers_module_queries_as_before() {
     let queries = queries();
@@ -112,6 +131,7 @@ fn every_fixture_bundle_answers_module_queries_as_before() {
     let mut models = std::collections::BTreeSet::new();
     let mut cpu_raised = 0;
     let mut util_direct = 0;
+    let mut below_seen = 0;
     let mut per_sample = 0;
     for case in &expected.cases {
         let p = predictor(case);
@@ -133,6 +153,11 @@ fn every_fixture_bundle_answers_module_queries_as_before() {
             // code scaled its answer at the nearest trained configuration by the work ratio.
             let direct_now =
                 is_direct_util(&got.model, &got.warnings) && got.ms.to_bits() != want.ms.to_bits();
+            // The fourth: below the least work a GPU model's seen trees were fitted on, the
+            // lower of their answer and the spec model's.
+            let below_seen_now = device.kind == perfcast_core::DeviceKind::Gpu
+                && got.ms < want.ms
+                && below_least_work(&p, spec, context);
             // The third: a CPU conv's training step whose weight gradient runs on the direct
             // path is the batch-1 step times the batch.
             let samples = (device.kind == perfcast_core::DeviceKind::Cpu)
@@ -158,6 +183,9 @@ fn every_fixture_bundle_answers_module_queries_as_before() {
             } else if direct_now {
                 assert!(got.ms > 0.0 && got.ms.is_finite(), "{what}");
                 util_direct += 1;
+            } else if below_seen_now {
+                assert!(got.ms > 0.0, "{what}");
+                below_seen += 1;
             } else {
                 assert!(
                     same(got.ms, want.ms),
@@ -188,6 +216,10 @@ fn every_fixture_bundle_answers_module_queries_as_before() {
     assert!(
         util_direct > 0,
         "no util answer outside its ranges was asked"
+    );
+    assert!(
+        below_seen > 0,
+        "no query below a seen model's work was asked"
     );
     // Every saved family was asked, and the spec fallback and views.
     for family in [
