@@ -806,6 +806,15 @@ mod tests {
     }
 
     /// Four devices of different sizes (SMs and L2 grow with the peak).
+    /// A fitted cross-device model's saved form.
+    fn saved_form(model: &FittedCrossDevice) -> SavedCrossDevice {
+        model
+            .to_saved()
+            .downcast_ref::<SavedCrossDevice>()
+            .expect("a cross-device model")
+            .clone()
+    }
+
     fn sized_devices() -> Vec<DeviceSpec> {
         let mut out = Vec::new();
         for (i, (name, peak, bw, sms)) in [
@@ -894,9 +903,7 @@ mod tests {
             let sets: Vec<TrainSet> = devices.iter().map(|d| set(d, 120)).collect();
             let data = concat(&sets.iter().collect::<Vec<_>>()).unwrap();
             let model = CrossDeviceParams::utilisation(devices).fit(&data).unwrap();
-            let saved = model.to_saved();
-            let saved = saved.downcast_ref::<SavedCrossDevice>().unwrap();
-            saved.fields.clone()
+            saved_form(&model).fields
         };
         // Kepler, Maxwell, Pascal: one device each, so the year would name the device.
         let one_each = [
@@ -927,10 +934,7 @@ mod tests {
         let floors = launch_floors_ms(&both, &cols);
         assert_eq!(floors.len(), 2);
         let model = CrossDeviceParams::utilisation(&devices).fit(&both).unwrap();
-        let saved = model.to_saved();
-        let saved = saved
-            .downcast_ref::<SavedCrossDevice>()
-            .expect("a cross-device model");
+        let saved = saved_form(&model);
         let least = floors.iter().map(|f| f.1).fold(f64::INFINITY, f64::min);
         assert_eq!(saved.floor_ms, least);
         assert!(saved.only_fields && saved.scale == Scale::Utilisation);
@@ -950,11 +954,7 @@ mod tests {
         let params = CrossDeviceParams::utilisation(&devices);
         assert_eq!(params.floor_norm, UTIL_FLOOR_NORM);
         let model = params.fit(&data).unwrap();
-        let saved = model
-            .to_saved()
-            .downcast_ref::<SavedCrossDevice>()
-            .expect("a cross-device model")
-            .clone();
+        let saved = saved_form(&model);
         assert_eq!(saved.launch_ratio, Some(ratios[1]));
         assert_eq!(saved.floor_norm, UTIL_FLOOR_NORM);
         // The unseen GPU with a measured launch time of 40 us: its tiniest op takes about
@@ -977,11 +977,7 @@ mod tests {
         let plain = CrossDeviceParams::utilisation(&sized_devices())
             .fit(&data)
             .unwrap();
-        let plain = plain
-            .to_saved()
-            .downcast_ref::<SavedCrossDevice>()
-            .expect("a cross-device model")
-            .clone();
+        let plain = saved_form(&plain);
         assert_eq!(plain.launch_ratio, None);
     }
 
@@ -1027,11 +1023,7 @@ mod tests {
         let mut params = CrossDeviceParams::utilisation(&devices);
         params.seen = true;
         let model = params.fit(&data).unwrap();
-        let saved = model
-            .to_saved()
-            .downcast_ref::<SavedCrossDevice>()
-            .expect("a cross-device model")
-            .clone();
+        let saved = saved_form(&model);
         let roof = data.schema.index("roofline_ms").unwrap();
         let least = (0..data.x.rows())
             .map(|i| data.x.row(i)[roof])
