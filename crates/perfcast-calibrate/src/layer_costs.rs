@@ -10,7 +10,8 @@ use perfcast_core::progress::Observer;
 use perfcast_core::{Context, DeviceSpec, Network, Phase};
 use perfcast_scale::Link;
 use perfcast_scale::plan::{
-    DeviceOption, LayerTimes, PlanConfig, PlanReport, PriceTable, default_link, plan,
+    DeviceLinks, DeviceOption, LayerTimes, PlanConfig, PlanReport, PriceTable, default_link,
+    default_pair_link, plan,
 };
 use perfcast_scale::{ComputeModel, LayerCost};
 
@@ -234,7 +235,7 @@ pub fn plan_with_bundle(
     prices: Option<(&std::path::Path, &PriceTable)>,
     config: &PlanConfig,
     observer: &dyn Observer,
-) -> crate::Result<(PlanReport, Vec<(String, Link)>)> {
+) -> crate::Result<(PlanReport, Vec<DeviceLinks>)> {
     let mut computes = Vec::with_capacity(devices.len());
     for (label, spec) in devices {
         let bundle = crate::Bundle::load_for_device(bundle, spec)?;
@@ -256,6 +257,8 @@ pub fn plan_with_bundle(
                 label: label.clone(),
                 spec: spec.clone(),
                 link: link.cloned().unwrap_or_else(|| default_link(spec)),
+                // A link the user named serves every GPU count.
+                pair_link: link.is_none().then(|| default_pair_link(spec)).flatten(),
                 price_per_gpu_hour: price,
                 compute,
             }
@@ -271,7 +274,11 @@ pub fn plan_with_bundle(
     let report = plan(network, &options, config)?;
     let links = options
         .iter()
-        .map(|d| (d.label.clone(), d.link.clone()))
+        .map(|d| DeviceLinks {
+            device: d.label.clone(),
+            link: d.link.clone(),
+            pair_link: d.pair_link.clone(),
+        })
         .collect();
     Ok((report, links))
 }

@@ -64,6 +64,18 @@ where
     }
 }
 
+/// The links a device is planned over, as reports name them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceLinks {
+    /// The device as the user named it.
+    pub device: String,
+    /// The link between GPUs inside a node.
+    pub link: Link,
+    /// The link of a plan on two GPUs, where a bridge joins pairs only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pair_link: Option<Link>,
+}
+
 /// One kind of device to plan on.
 pub struct DeviceOption<'a> {
     /// The name the user gave (`a100`), for tables and price look-ups.
@@ -72,6 +84,9 @@ pub struct DeviceOption<'a> {
     pub spec: DeviceSpec,
     /// The link between GPUs inside a node.
     pub link: Link,
+    /// A faster link that joins only pairs of GPUs (an NVLink bridge): a plan on two GPUs
+    /// runs over it, larger ones over `link`.
+    pub pair_link: Option<Link>,
     /// On-demand price per GPU-hour, where known.
     pub price_per_gpu_hour: Option<f64>,
     /// Per-layer compute on it.
@@ -326,38 +341,53 @@ impl PlanReport {
     }
 }
 
+/// A link of `gbs` GB/s of a family (`nvlink`, `xgmi`, `pcie`): the preset of that family and
+/// figure where there is one, else one named by both, with `latency_us` per step.
+fn published_link(family: &str, gbs: f64, latency_us: f64) -> Link {
+    let preset = PRESETS
+        .iter()
+        .find(|p| p.0.starts_with(family) && (p.1 - gbs).abs() <= 0.02 * gbs);
+    match preset {
+        Some(&(n, bw, lat, _)) => Link {
+            name: n.into(),
+            bandwidth_gbs: bw,
+            latency_us: lat,
+        },
+        None => Link {
+            name: format!("{family} {gbs} GB/s"),
+            bandwidth_gbs: gbs,
+            latency_us,
+        },
+    }
+}
+
+/// The peer link's family: xGMI on AMD's GPUs, NVLink on the others.
+fn peer_family(spec: &DeviceSpec) -> &'static str {
+    let name = spec.name.to_ascii_lowercase();
+    if name.contains("amd") || name.contains("instinct") || name.contains("radeon") {
+        "xgmi"
+    } else {
+        "nvlink"
+    }
+}
+
+/// Per-step latency of NCCL's NVLink and PCI paths (hwLat, Ring/Simple), us.
+const PEER_LATENCY_US: f64 = 3.4;
+const PCIE_LATENCY_US: f64 = 5.7;
+
 /// The link inside a node a device usually has. From the spec's published links where it has
 /// them: its NVLink or xGMI where that joins every GPU of the node, else its host link (a
-/// bridged pair of PCIe boards rings over PCIe beyond two GPUs); the preset of the same figure
-/// where there is one. Without published links, from the name: NVLink on SXM parts, PCIe
-/// otherwise.
+/// bridged pair of PCIe boards rings over PCIe beyond two GPUs: [`default_pair_link`]); the
+/// preset of the same figure where there is one. Without published links, from the name:
+/// NVLink on SXM parts, PCIe otherwise.
 pub fn default_link(spec: &DeviceSpec) -> Link {
-    let name = spec.name.to_ascii_lowercase();
-    let amd = name.contains("amd") || name.contains("instinct") || name.contains("radeon");
-    // Per-step latency of a link without a preset of its figure: NCCL's NVLink and PCI hwLat.
-    let published = |kind: &str, gbs: f64, latency_us: f64| {
-        let preset = PRESETS
-            .iter()
-            .find(|p| p.0.starts_with(kind) && (p.1 - gbs).abs() <= 0.02 * gbs);
-        match preset {
-            Some(&(n, bw, lat, _)) => Link {
-                name: n.into(),
-                bandwidth_gbs: bw,
-                latency_us: lat,
-            },
-            None => Link {
-                name: format!("{kind} {gbs} GB/s"),
-                bandwidth_gbs: gbs,
-                latency_us,
-            },
-        }
-    };
     if let Some(gbs) = spec.links.node_peer_gbs() {
-        return published(if amd { "xgmi" } else { "nvlink" }, gbs, 3.4);
+        return published_link(peer_family(spec), gbs, PEER_LATENCY_US);
     }
     if let Some(gbs) = spec.links.pcie_gbs {
-        return published("pcie", gbs, 5.7);
+        return published_link("pcie", gbs, PCIE_LATENCY_US);
     }
+    let name = spec.name.to_ascii_lowercase();
     let preset = if name.contains("h100") && (name.contains("sxm") || name.contains("hbm3")) {
         "nvlink4"
     } else if name.contains("a100") && name.contains("sxm") {
@@ -375,8 +405,17 @@ pub fn default_link(spec: &DeviceSpec) -> Link {
     Link::preset(preset).unwrap_or_else(|| Link {
         name: preset.into(),
         bandwidth_gbs: 15.75,
-        latency_us: 5.7,
+        latency_us: PCIE_LATENCY_US,
     })
+}
+
+/// The bridge of a device whose NVLink joins pairs of boards only: what a plan on two GPUs
+/// runs over; `None` for every other device.
+pub fn default_pair_link(spec: &DeviceSpec) -> Option<Link> {
+    match (spec.links.peer_gpus, spec.links.peer_gbs) {
+        (Some(1), Some(gbs)) => Some(published_link(peer_family(spec), gbs, PEER_LATENCY_US)),
+        _ => None,
+    }
 }
 
 /// On-demand prices per GPU-hour, from a TOML table:
@@ -755,7 +794,10 @@ fn evaluate(
         micro_batches: m,
         micro_batch: mb,
     } = layout;
-    let link = &device.link;
+    let link = match &device.pair_link {
+        Some(pair) if dp * tp * pp == 2 => pair,
+        _ => &device.link,
+    };
     let fits = config.collectives.as_ref();
     // Inside a node: the fits where they cover a collective, the link formula otherwise.
     let allreduce = |p: usize, bytes: f64| {
@@ -1093,10 +1135,56 @@ mod tests {
             label: "x".into(),
             spec: device(memory_gb),
             link: Link::preset("nvlink").unwrap(),
+            pair_link: None,
             price_per_gpu_hour: Some(2.0),
             compute: &compute,
         }];
         plan(net, &devices, config).unwrap()
+    }
+
+    #[test]
+    fn a_bridged_pair_plans_two_gpus_over_its_bridge_and_more_over_pcie() {
+        let net = gpt(2, 128, 256, 4);
+        let compute = flops_time;
+        let pcie = Link::preset("pcie4").unwrap();
+        let bridge = Link::preset("nvlink").unwrap();
+        let run = |pair_link: Option<Link>| {
+            let devices = [DeviceOption {
+                label: "x".into(),
+                spec: device(80.0),
+                link: pcie.clone(),
+                pair_link,
+                price_per_gpu_hour: None,
+                compute: &compute,
+            }];
+            let config = PlanConfig {
+                global_batch: 8,
+                gpus: vec![2, 4],
+                recompute: Some(Recompute::None),
+                micro_batches: Some(1),
+                ..PlanConfig::default()
+            };
+            plan(&net, &devices, &config).unwrap()
+        };
+        let dp = |r: &PlanReport, gpus: usize| {
+            r.rows
+                .iter()
+                .find(|row| row.gpus == gpus && row.layout.dp == gpus)
+                .expect("a data-parallel row")
+                .dp_comm_s
+        };
+        let (with, without) = (run(Some(bridge)), run(None));
+        assert!(dp(&with, 2) < dp(&without, 2), "two GPUs ride the bridge");
+        assert_eq!(dp(&with, 4), dp(&without, 4), "four ring over PCIe");
+        // The published bridges: a pair of H100 PCIe boards, none on a switched B200.
+        let spec = |name: &str| {
+            perfcast_core::known::target_device(None, Some(name))
+                .unwrap()
+                .unwrap()
+        };
+        let pair = default_pair_link(&spec("h100-pcie")).expect("a bridge");
+        assert_eq!((pair.name.as_str(), pair.bandwidth_gbs), ("nvlink", 300.0));
+        assert_eq!(default_pair_link(&spec("b200")), None);
     }
 
     #[test]
@@ -1261,6 +1349,7 @@ mod tests {
             label: "x".into(),
             spec: device(80.0),
             link: link.clone(),
+            pair_link: None,
             price_per_gpu_hour: None,
             compute: &compute,
         }];
@@ -1335,6 +1424,7 @@ mod tests {
             label: "x".into(),
             spec: device(80.0),
             link,
+            pair_link: None,
             price_per_gpu_hour: None,
             compute: &compute,
         }];
@@ -1395,6 +1485,7 @@ mod tests {
                 label: "x".into(),
                 spec: device(80.0),
                 link: link.clone(),
+                pair_link: None,
                 price_per_gpu_hour: None,
                 compute: &compute,
             }];

@@ -9,7 +9,7 @@ use perfcast_calibrate::layer_costs::plan_with_bundle;
 use perfcast_core::Network;
 use perfcast_core::progress::Observer;
 use perfcast_scale::Link;
-use perfcast_scale::plan::{PlanConfig, PlanReport, PriceTable};
+use perfcast_scale::plan::{DeviceLinks, PlanConfig, PlanReport, PriceTable};
 use serde::Serialize;
 
 use crate::{Error, Result, check};
@@ -41,7 +41,7 @@ pub struct PlanOutcome {
     #[serde(flatten)]
     pub report: PlanReport,
     /// The link used per device.
-    pub links: Vec<(String, Link)>,
+    pub links: Vec<DeviceLinks>,
     /// Each device's data type: fp32, or a half type trained in mixed precision.
     pub dtypes: Vec<(String, perfcast_core::DType)>,
     /// The prices read.

@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use perfcast_core::DType;
-use perfcast_scale::Link;
 use perfcast_scale::memory::GIB;
+use perfcast_scale::plan::DeviceLinks;
 use perfcast_scale::plan::{PlanReport, PriceTable};
 
 use crate::output::{fmt_ms, sig3};
@@ -43,7 +43,7 @@ fn gib(bytes: f64) -> String {
 /// cheapest) with its step split, memory per GPU, throughput and cost.
 pub fn plan(
     r: &PlanReport,
-    links: &[(String, Link)],
+    links: &[DeviceLinks],
     dtypes: &[(String, DType)],
     prices: Option<&PriceTable>,
     bundle: &Path,
@@ -64,7 +64,10 @@ pub fn plan(
     );
     let l: Vec<String> = links
         .iter()
-        .map(|(d, l)| format!("{d} {}", l.name))
+        .map(|d| match &d.pair_link {
+            Some(pair) => format!("{} {} ({} on 2 GPUs)", d.device, d.link.name, pair.name),
+            None => format!("{} {}", d.device, d.link.name),
+        })
         .collect();
     t.push_str(&format!(
         "links inside a node: {}; memory limit {:.0}% of each GPU",
