@@ -190,6 +190,21 @@ pub fn year_of(spec: &DeviceSpec) -> u16 {
         .map_or(AMPERE.year, |(_, y)| y)
 }
 
+/// A GPU's vendor from its name: `amd`, `intel` or `nvidia`.
+pub fn vendor(name: &str) -> &'static str {
+    let n = name.to_ascii_lowercase();
+    if ["amd", "radeon", "instinct"].iter().any(|v| n.contains(v)) {
+        "amd"
+    } else if ["intel", " arc", "xeon", "max 1"]
+        .iter()
+        .any(|v| n.contains(v))
+    {
+        "intel"
+    } else {
+        "nvidia"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -805,7 +805,6 @@ mod tests {
         assert_eq!(xdev[0].train_rows, 450);
     }
 
-    /// Four devices of different sizes (SMs and L2 grow with the peak).
     /// A fitted cross-device model's saved form.
     fn saved_form(model: &FittedCrossDevice) -> SavedCrossDevice {
         model
@@ -815,6 +814,7 @@ mod tests {
             .clone()
     }
 
+    /// Four devices of different sizes (SMs and L2 grow with the peak).
     fn sized_devices() -> Vec<DeviceSpec> {
         let mut out = Vec::new();
         for (i, (name, peak, bw, sms)) in [

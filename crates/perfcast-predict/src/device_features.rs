@@ -580,8 +580,9 @@ pub struct SavedCrossDevice {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub seen_devices: Vec<[f64; 2]>,
     /// The least roofline time among the rows `seen` was fitted on, ms: a query of less work
-    /// is answered by the inner model, whose launch floor holds as work vanishes, where
-    /// `seen`'s trees would extrapolate. `None` for models saved before it: `seen` answers all.
+    /// takes the lower of `seen`'s answer and the inner model's, whose launch floor holds as
+    /// work vanishes where `seen`'s trees may extrapolate upwards. `None` for models saved
+    /// before it (a bundle fills it from the manifest's range): `seen` answers all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seen_least_roofline_ms: Option<f64>,
     /// [`Scale::Utilisation`]: peak GFLOP/s and bandwidth of the devices the model saw

@@ -319,20 +319,8 @@ impl UtilCols {
     }
 }
 
-/// A GPU's vendor from its name (`amd`, `intel` or `nvidia`): launch floors follow it.
-pub fn vendor(name: &str) -> &'static str {
-    let n = name.to_ascii_lowercase();
-    if ["amd", "radeon", "instinct"].iter().any(|v| n.contains(v)) {
-        "amd"
-    } else if ["intel", " arc", "xeon", "max 1"]
-        .iter()
-        .any(|v| n.contains(v))
-    {
-        "intel"
-    } else {
-        "nvidia"
-    }
-}
+/// A GPU's vendor from its name: launch floors follow it.
+pub use perfcast_core::arch::vendor;
 
 fn log2(v: f64) -> f64 {
     v.max(1e-30).log2()

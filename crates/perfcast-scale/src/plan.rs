@@ -363,11 +363,9 @@ fn published_link(family: &str, gbs: f64, latency_us: f64) -> Link {
 
 /// The peer link's family: xGMI on AMD's GPUs, NVLink on the others.
 fn peer_family(spec: &DeviceSpec) -> &'static str {
-    let name = spec.name.to_ascii_lowercase();
-    if name.contains("amd") || name.contains("instinct") || name.contains("radeon") {
-        "xgmi"
-    } else {
-        "nvlink"
+    match perfcast_core::arch::vendor(&spec.name) {
+        "amd" => "xgmi",
+        _ => "nvlink",
     }
 }
 

@@ -340,8 +340,8 @@ pub fn devices_table() -> String {
     }
     t.push_str(
         "\npeaks in dense TFLOP/s per data type (tensor cores for tf32/fp16/bf16/fp8); link: \
-         NVLink/xGMI GB/s per direction (*: a bridge to one peer); `--device <name>:bf16` or `--dtype bf16` predicts in \
-         another type\n",
+         NVLink/xGMI GB/s per direction (*: a bridge to one peer); `--device <name>:bf16` or \
+         `--dtype bf16` predicts in another type\n",
     );
     t
 }
