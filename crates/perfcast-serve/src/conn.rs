@@ -34,12 +34,14 @@ use hyper::service::Service;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::api::ApiError;
+use crate::outbox::Outbox;
 
 /// The connection timeouts (the body timeout is the handlers').
 #[derive(Clone, Copy, Debug)]
@@ -61,16 +63,46 @@ pub(crate) async fn serve_router(
     timeouts: Timeouts,
     shutdown: impl Future<Output = ()>,
 ) {
+    serve_router_on(listener, router, timeouts, None, shutdown).await;
+}
+
+/// [`serve_router`] with each connection run on one of `workers` in turn (else on the
+/// current runtime).
+pub(crate) async fn serve_router_on(
+    listener: TcpListener,
+    router: Router,
+    timeouts: Timeouts,
+    workers: Option<&Workers>,
+    shutdown: impl Future<Output = ()>,
+) {
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
     let mut shutdown = pin!(shutdown);
+    let mut next = 0usize;
     loop {
         tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => {
-                    connections.spawn(connection(tcp, router.clone(), timeouts, stop_rx.clone()));
-                }
+                Ok((tcp, _)) => match workers {
+                    None => {
+                        connections.spawn(connection(tcp, router.clone(), timeouts, stop_rx.clone()));
+                    }
+                    Some(w) => {
+                        // The socket moves to the worker's own reactor.
+                        let Ok(std) = tcp.into_std() else { continue };
+                        let (router, stop) = (router.clone(), stop_rx.clone());
+                        let handle = &w.handles[next % w.handles.len()];
+                        next = next.wrapping_add(1);
+                        connections.spawn_on(
+                            async move {
+                                if let Ok(tcp) = TcpStream::from_std(std) {
+                                    connection(tcp, router, timeouts, stop).await;
+                                }
+                            },
+                            handle,
+                        );
+                    }
+                },
                 // A connection reset before it was accepted is that connection's problem.
                 Err(e) if matches!(
                     e.kind(),
@@ -96,6 +128,59 @@ pub(crate) async fn serve_router(
     }
 }
 
+/// One single-threaded runtime per worker thread, each running the connections given to it
+/// from start to end. A connection never moves between threads, so the answers a thread holds
+/// ([`crate::outbox`]) are written at that thread's park, which no work stolen from another
+/// thread postpones.
+pub(crate) struct Workers {
+    handles: Vec<tokio::runtime::Handle>,
+    /// Per worker: the sender that ends it, with the time its runtime's blocking work still
+    /// gets, and its thread.
+    threads: Vec<(
+        tokio::sync::oneshot::Sender<Duration>,
+        std::thread::JoinHandle<()>,
+    )>,
+}
+
+impl Workers {
+    /// Starts `n` worker threads.
+    pub(crate) fn start(n: usize) -> io::Result<Workers> {
+        let n = n.max(1);
+        let mut workers = Workers {
+            handles: Vec::with_capacity(n),
+            threads: Vec::with_capacity(n),
+        };
+        for i in 0..n {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .on_thread_park(crate::outbox::on_park)
+                .build()?;
+            workers.handles.push(runtime.handle().clone());
+            let (stop, stopped) = tokio::sync::oneshot::channel::<Duration>();
+            let thread = std::thread::Builder::new()
+                .name(format!("perfcast-serve-{i}"))
+                .spawn(move || {
+                    let left = runtime.block_on(stopped).unwrap_or(Duration::ZERO);
+                    runtime.shutdown_timeout(left);
+                })?;
+            workers.threads.push((stop, thread));
+        }
+        Ok(workers)
+    }
+
+    /// Ends every worker, giving work still on their blocking pools `left` to finish.
+    pub(crate) fn stop(self, left: Duration) {
+        let mut threads = Vec::with_capacity(self.threads.len());
+        for (stop, thread) in self.threads {
+            let _ = stop.send(left);
+            threads.push(thread);
+        }
+        for thread in threads {
+            let _ = thread.join();
+        }
+    }
+}
+
 async fn stopped(mut stop: watch::Receiver<bool>) {
     // An error means the server is gone: stop as well.
     let _ = stop.wait_for(|s| *s).await;
@@ -111,8 +196,10 @@ async fn connection(
     // Small request/response pairs: Nagle's delay would add tens of milliseconds.
     let _ = tcp.set_nodelay(true);
     let activity = Arc::new(Activity::new());
+    let (read, write) = tcp.into_split();
     let io = TokioIo::new(Watched {
-        tcp,
+        read,
+        out: Outbox::new(write),
         activity: Arc::clone(&activity),
         rewrite: None,
     });
@@ -308,7 +395,9 @@ impl Service<hyper::Request<Incoming>> for Tracked {
 /// The socket, reporting arrivals to the watchdog and putting a JSON body in hyper's own
 /// answer to a malformed head.
 struct Watched {
-    tcp: TcpStream,
+    read: OwnedReadHalf,
+    /// The write half, holding answers for the worker's park ([`crate::outbox`]).
+    out: Arc<Outbox>,
     activity: Arc<Activity>,
     /// The JSON answer replacing hyper's, and how much of it is written.
     rewrite: Option<(Vec<u8>, usize)>,
@@ -321,7 +410,7 @@ impl AsyncRead for Watched {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
-        ready!(Pin::new(&mut self.tcp).poll_read(cx, buf))?;
+        ready!(Pin::new(&mut self.read).poll_read(cx, buf))?;
         if buf.filled().len() > before {
             self.activity.on_bytes();
         }
@@ -344,7 +433,7 @@ impl Watched {
         }
         let (bytes, written) = self.rewrite.as_mut()?;
         while *written < bytes.len() {
-            match Pin::new(&mut self.tcp).poll_write(cx, &bytes[*written..]) {
+            match self.out.poll_write_through(cx, &bytes[*written..]) {
                 Poll::Ready(Ok(0)) => {
                     return Some(Poll::Ready(Err(io::ErrorKind::WriteZero.into())));
                 }
@@ -367,7 +456,7 @@ impl AsyncWrite for Watched {
         if let Some(p) = self.poll_rewrite(cx, buf, buf.len()) {
             return p;
         }
-        Pin::new(&mut self.tcp).poll_write(cx, buf)
+        self.out.poll_write_vectored(cx, &[io::IoSlice::new(buf)])
     }
 
     fn poll_write_vectored(
@@ -383,19 +472,19 @@ impl AsyncWrite for Watched {
         if let Some(p) = self.poll_rewrite(cx, first, len) {
             return p;
         }
-        Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs)
+        self.out.poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.tcp.is_write_vectored()
+        true
     }
 
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.tcp).poll_flush(cx)
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.out.poll_flush(cx)
     }
 
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.tcp).poll_shutdown(cx)
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.out.poll_shutdown(cx)
     }
 }
 

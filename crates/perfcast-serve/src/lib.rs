@@ -50,6 +50,7 @@ pub mod api;
 mod conn;
 mod error;
 pub mod loadtest;
+mod outbox;
 mod server;
 
 pub use error::{Error, Result};

@@ -54,7 +54,7 @@ const NETWORK_CACHE: usize = 256;
 pub struct ServeConfig {
     /// Address to bind; default `127.0.0.1:8787` (loopback). Port 0 picks a free port.
     pub addr: SocketAddr,
-    /// tokio worker threads; default the available cores.
+    /// Worker threads, each running the connections dealt to it; default the available cores.
     pub threads: usize,
     /// Largest request body, bytes; default [`DEFAULT_BODY_LIMIT`].
     pub body_limit: usize,
@@ -732,8 +732,9 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// Builds a runtime with `config.threads` workers, binds `config.addr`, calls `on_bound`
-/// with the bound address (port 0 resolved), and serves until SIGINT or SIGTERM.
+/// Starts `config.threads` worker threads (a single-threaded runtime each, connections dealt
+/// to them in turn), binds `config.addr`, calls `on_bound` with the bound address (port 0
+/// resolved), and serves until SIGINT or SIGTERM.
 pub fn run(
     predictor: Arc<Predictor>,
     config: &ServeConfig,
@@ -741,11 +742,12 @@ pub fn run(
 ) -> Result<()> {
     config.validate()?;
     let state = Arc::new(AppState::new(predictor)?);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(config.threads)
+    // The main thread accepts and watches for signals; the connections run on the workers.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(Error::Io)?;
+    let workers = conn::Workers::start(config.threads).map_err(Error::Io)?;
     let signalled = std::sync::OnceLock::new();
     let served = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(config.addr)
@@ -759,14 +761,23 @@ pub fn run(
             shutdown_signal().await;
             let _ = signalled.set(std::time::Instant::now());
         };
-        serve(listener, state, config, shutdown).await
+        conn::serve_router_on(
+            listener,
+            router(state, config),
+            config.timeouts(),
+            Some(&workers),
+            shutdown,
+        )
+        .await;
+        Ok(())
     });
     // One bound from the signal to the exit: a work still running on the blocking pool (an
     // import cannot be stopped midway) gets only what the connections left of it.
     let left = signalled.get().map_or(config.shutdown_timeout, |t| {
         config.shutdown_timeout.saturating_sub(t.elapsed())
     });
-    runtime.shutdown_timeout(left);
+    workers.stop(left);
+    runtime.shutdown_timeout(Duration::ZERO);
     served
 }
 
@@ -829,9 +840,14 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let done = tokio::spawn(conn::serve_router(listener, router, timeouts, async {
-            let _ = stopped.await;
-        }));
+        // Connections run on worker threads, as `run` runs them.
+        let done = tokio::spawn(async move {
+            let workers = conn::Workers::start(2).unwrap();
+            conn::serve_router_on(listener, router, timeouts, Some(&workers), async {
+                let _ = stopped.await;
+            })
+            .await;
+        });
         TestServer { addr, stop, done }
     }
 
