@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Single-module HTTP throughput with the CPU each side spends per request: `perfcast serve`
-# (its user + system time from /proc) and `perfcast loadtest` (from /usr/bin/time). CPU per
-# request moves less than throughput between minutes on a shared VM, so A/B two binaries by
-# interleaving calls of this script.
+# (its user + system time from /proc) and `perfcast loadtest` (from /usr/bin/time). To A/B two
+# binaries, interleave calls of this script (docs/accuracy.md says why).
 #
 #   bash bench/speed/http_cpu.sh BIN BUNDLE [THREADS] [RUNS]
 #
