@@ -123,6 +123,19 @@ pub struct LoadReport {
     pub error_samples: Vec<String>,
     /// Whether `GET /healthz` answered 200 after the run.
     pub healthy_after: bool,
+    /// The server's worker threads, as its `GET /healthz` reports them (`None`: not reported).
+    pub server_threads: Option<usize>,
+    /// This machine's cores, which a server on loopback shares with the load generator.
+    pub cores: usize,
+}
+
+impl LoadReport {
+    /// Whether the server's worker threads take every core of this machine, one of which the
+    /// load generator's own thread needs: the run then measures both sharing the cores.
+    pub fn shares_cores(&self) -> bool {
+        self.server_threads
+            .is_some_and(|t| self.cores > 1 && t >= self.cores)
+    }
 }
 
 impl LoadReport {
@@ -574,6 +587,27 @@ async fn worker(shared: Arc<Shared>, seed: u64) -> Tally {
     tally
 }
 
+/// The worker threads a server reports on `GET /healthz` (`None`: no answer, or none said).
+async fn server_threads(addr: SocketAddr) -> Option<usize> {
+    let ask = async {
+        let mut s = connect(addr).await.ok()?;
+        let mut buf = Vec::new();
+        let r = exchange(&mut s, &render("GET", "/healthz", b""), &mut buf)
+            .await
+            .ok()?;
+        if r.status != 200 {
+            return None;
+        }
+        let body = &buf[find(&buf, b"\r\n\r\n")? + 4..];
+        let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+        usize::try_from(v.get("threads")?.as_u64()?).ok()
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, ask)
+        .await
+        .ok()
+        .flatten()
+}
+
 /// `GET /healthz` on a fresh connection.
 async fn healthy(addr: SocketAddr) -> bool {
     let check = async {
@@ -618,6 +652,8 @@ pub fn run(config: &LoadConfig) -> Result<LoadReport> {
         .enable_all()
         .build()
         .map_err(Error::Io)?;
+    // Asked before the clock starts.
+    let server_threads = runtime.block_on(server_threads(config.addr));
     let start = Instant::now();
     let shared = Arc::new(Shared {
         next: AtomicU64::new(0),
@@ -684,6 +720,8 @@ pub fn run(config: &LoadConfig) -> Result<LoadReport> {
         errors: all.errors,
         error_samples: all.samples,
         healthy_after,
+        server_threads,
+        cores: std::thread::available_parallelism().map_or(1, usize::from),
     })
 }
 

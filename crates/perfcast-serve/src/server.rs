@@ -649,8 +649,13 @@ async fn bundle(State(served): State<Arc<Served>>) -> Response {
     json_bytes(StatusCode::OK, served.app.bundle_json.to_vec())
 }
 
-async fn healthz() -> Response {
-    json_bytes(StatusCode::OK, br#"{"status":"ok"}"#.to_vec())
+/// `GET /healthz`: up, and with how many worker threads (a load generator on the same
+/// machine can tell whether it shares their cores).
+async fn healthz(threads: usize) -> Response {
+    json_bytes(
+        StatusCode::OK,
+        format!(r#"{{"status":"ok","threads":{threads}}}"#).into_bytes(),
+    )
 }
 
 async fn not_found(uri: axum::http::Uri) -> ApiError {
@@ -672,6 +677,7 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
 
 /// The router over shared state, with the body limit and body timeout of `config`.
 pub fn router(state: Arc<AppState>, config: &ServeConfig) -> Router {
+    let threads = config.threads;
     let served = Served {
         app: state,
         body: BodyRules {
@@ -690,7 +696,7 @@ pub fn router(state: Arc<AppState>, config: &ServeConfig) -> Router {
         .route("/v1/predict/network", post(predict_network))
         .route("/v1/predict/onnx", post(predict_onnx))
         .route("/v1/bundle", get(bundle))
-        .route("/healthz", get(healthz))
+        .route("/healthz", get(move || healthz(threads)))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(Arc::new(served))
@@ -815,7 +821,7 @@ mod tests {
             buffered: Buffered::new(2000),
         });
         let router = Router::new()
-            .route("/healthz", get(healthz))
+            .route("/healthz", get(|| healthz(1)))
             .route(
                 "/echo",
                 post(move |req: Request| async move {

@@ -159,7 +159,12 @@ fn serve_answers_valid_and_invalid_requests_and_stops_on_sigterm() {
     let drain = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
 
     let (status, body) = http(addr, "GET", "/healthz", b"");
-    assert_eq!((status, json(&body)["status"].as_str()), (200, Some("ok")));
+    let health = json(&body);
+    assert_eq!((status, health["status"].as_str()), (200, Some("ok")));
+    assert_eq!(
+        health["threads"], 2,
+        "the worker threads it was started with"
+    );
 
     let (status, body) = http(addr, "GET", "/v1/bundle", b"");
     assert_eq!(status, 200);
@@ -344,6 +349,9 @@ fn serve_answers_valid_and_invalid_requests_and_stops_on_sigterm() {
     assert_eq!(r["requests"], 400);
     assert_eq!(r["errors"], 0, "{r}");
     assert_eq!(r["healthy_after"], true);
+    // The server's threads, read from its health answer, beside this machine's cores.
+    assert_eq!(r["server_threads"], 2, "{r}");
+    assert!(r["cores"].as_u64().unwrap() >= 1, "{r}");
     let valid = r["valid"]["count"].as_u64().unwrap();
     let invalid = r["invalid"]["count"].as_u64().unwrap();
     assert_eq!(valid + invalid, 400);
